@@ -1,0 +1,13 @@
+//! `mira-core` owns what every Mira role shares: the data model (OTLP
+//! signals as Arrow tables), the conversion both ways between OTLP and
+//! Arrow, the block format (one immutable object per block: Arrow IPC or
+//! Parquet sections, a CRC-checked manifest), the pruning sidecars, and
+//! query evaluation over one block. It depends on no role crate.
+
+pub mod block;
+pub mod convert;
+pub mod error;
+pub mod ids;
+
+pub use error::Error;
+pub use ids::{BlockId, Signal, TenantId};
