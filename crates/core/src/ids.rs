@@ -53,7 +53,7 @@ pub struct BlockId(pub ulid::Ulid);
 
 impl BlockId {
     pub fn new() -> Self {
-        BlockId(ulid::Ulid::new())
+        BlockId(ulid::Ulid::generate())
     }
 
     pub fn from_u128(v: u128) -> Self {
