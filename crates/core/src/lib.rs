@@ -8,6 +8,7 @@ pub mod block;
 pub mod convert;
 pub mod error;
 pub mod ids;
+pub mod sidecar;
 
 pub use error::Error;
 pub use ids::{BlockId, Signal, TenantId};
