@@ -1,6 +1,127 @@
-//! Placeholder: being written.
+//! OTLP ↔ Arrow. Builders append decoded OTLP export requests to the Arrow
+//! tables of an open block ([`LogsBuilder`], [`SpansBuilder`],
+//! [`PointsBuilder`]); `*_to_otlp` turn a block's tables back into an equal
+//! OTLP request (equal up to how records are grouped under resources and
+//! scopes). Every OTLP field is kept.
+
+use std::collections::HashMap;
+
+use arrow::record_batch::RecordBatch;
+
+use crate::ids::Signal;
+
+pub mod columns;
+mod context;
+pub mod logs;
+pub mod metrics;
+pub mod traces;
+
+pub use logs::{LogsBuilder, logs_to_otlp};
+pub use metrics::{PointsBuilder, points_to_otlp};
+pub use traces::{SpansBuilder, spans_to_otlp};
+
+/// What went wrong converting between OTLP and Arrow. Errors on the OTLP
+/// side are the sender's fault (400 / INVALID_ARGUMENT); errors on the Arrow
+/// side mean a block's tables are not what this version writes.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
-    #[error("bad")]
-    Bad,
+    #[error("{field} must be {expected} bytes or empty, got {len} bytes")]
+    InvalidId { field: &'static str, expected: usize, len: usize },
+    #[error("block has no {0} table")]
+    MissingTable(&'static str),
+    #[error("table {table} has no column {column}")]
+    MissingColumn { table: &'static str, column: &'static str },
+    #[error("table {table} column {column} has an unexpected type or value")]
+    WrongType { table: &'static str, column: &'static str },
+    #[error("table {table} row {row} refers to a row that does not exist")]
+    BadReference { table: &'static str, row: usize },
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+/// The Arrow tables of one block (or one open block's snapshot), by name.
+#[derive(Debug, Clone)]
+pub struct TableSet {
+    pub signal: Signal,
+    pub tables: Vec<(&'static str, RecordBatch)>,
+    /// Root rows.
+    pub rows: usize,
+    /// Smallest and largest record time (nanoseconds since the epoch); both
+    /// 0 when there are no rows.
+    pub min_time: u64,
+    pub max_time: u64,
+}
+
+impl TableSet {
+    pub fn get(&self, name: &'static str) -> Result<&RecordBatch, ConvertError> {
+        self.tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b).ok_or(ConvertError::MissingTable(name))
+    }
+
+    /// Sum of the tables' Arrow buffer sizes.
+    pub fn arrow_bytes(&self) -> usize {
+        self.tables.iter().map(|(_, b)| b.get_array_memory_size()).sum()
+    }
+
+    /// Builds a set from tables read back from a block; rows and times are
+    /// taken from the caller (the block's manifest).
+    pub fn from_tables(signal: Signal, tables: HashMap<&'static str, RecordBatch>, min_time: u64, max_time: u64) -> Self {
+        let root = root_table(signal);
+        let rows = tables.get(root).map_or(0, RecordBatch::num_rows);
+        TableSet { signal, tables: tables.into_iter().collect(), rows, min_time, max_time }
+    }
+}
+
+/// The root table of a signal: one row per log record, span or data point.
+pub fn root_table(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Logs => crate::schema::LOGS,
+        Signal::Traces => crate::schema::SPANS,
+        Signal::Metrics => crate::schema::POINTS,
+    }
+}
+
+/// Every table a block of `signal` holds, root first.
+pub fn table_names(signal: Signal) -> &'static [&'static str] {
+    use crate::schema::*;
+    match signal {
+        Signal::Logs => &[LOGS, LOG_ATTRS, RESOURCES, RESOURCE_ATTRS, SCOPES, SCOPE_ATTRS],
+        Signal::Traces => &[
+            SPANS,
+            SPAN_ATTRS,
+            SPAN_EVENTS,
+            EVENT_ATTRS,
+            SPAN_LINKS,
+            LINK_ATTRS,
+            RESOURCES,
+            RESOURCE_ATTRS,
+            SCOPES,
+            SCOPE_ATTRS,
+        ],
+        Signal::Metrics => &[POINTS, POINT_ATTRS, RESOURCES, RESOURCE_ATTRS, SCOPES, SCOPE_ATTRS],
+    }
+}
+
+/// Tracks the smallest and largest time seen.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimeRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Default for TimeRange {
+    fn default() -> Self {
+        TimeRange { min: u64::MAX, max: 0 }
+    }
+}
+
+impl TimeRange {
+    pub fn add(&mut self, t: u64) {
+        self.min = self.min.min(t);
+        self.max = self.max.max(t);
+    }
+
+    /// (min, max), or (0, 0) when nothing was added.
+    pub fn bounds(&self) -> (u64, u64) {
+        if self.min > self.max { (0, 0) } else { (self.min, self.max) }
+    }
 }

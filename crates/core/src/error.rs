@@ -15,6 +15,10 @@ pub enum Error {
     Block(#[from] crate::block::BlockError),
     #[error(transparent)]
     Convert(#[from] crate::convert::ConvertError),
+    #[error(transparent)]
+    Sidecar(#[from] crate::sidecar::SidecarError),
+    #[error(transparent)]
+    Scan(#[from] crate::scan::ScanError),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
 }
@@ -26,6 +30,8 @@ impl Error {
         match self {
             Error::InvalidTenant(_) | Error::InvalidBlockId(_) | Error::InvalidSignal(_) | Error::Convert(_) => true,
             Error::Block(e) => e.is_corrupt(),
+            Error::Sidecar(_) => true,
+            Error::Scan(_) => true,
             Error::Arrow(_) => false,
         }
     }

@@ -4,11 +4,16 @@
 //! Parquet sections, a CRC-checked manifest), the pruning sidecars, and
 //! query evaluation over one block. It depends on no role crate.
 
+pub mod attrs;
 pub mod block;
+pub mod cold;
 pub mod convert;
 pub mod error;
 pub mod ids;
+pub mod scan;
+pub mod schema;
 pub mod sidecar;
+pub mod tables;
 
 pub use error::Error;
 pub use ids::{BlockId, Signal, TenantId};

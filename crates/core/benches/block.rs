@@ -1,0 +1,200 @@
+//! Bytes on disk per OTLP wire byte, hot and cold, for both corpora and all
+//! three signals; the attribute-layout × codec comparison behind the cold
+//! tier's choice; cold rewrite speed; and the scan cost of each codec for a
+//! predicate that prunes nothing, as a ratio to plain IPC measured in the
+//! same run.
+//!
+//! `cargo bench -p mira-core --bench block` (env `MIRA_BENCH_RECORDS`,
+//! default 2,000,000 log records per corpus; spans and points use a quarter).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use std::sync::Arc;
+
+use mira_core::block::{Block, BlockMeta, BlockWriter, Codec, Level, VerifyCache};
+use mira_core::cold::{cold_layout, encode_parquet, rewrite_cold};
+use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, TableSet, table_names};
+use mira_core::scan::{LineFilter, Predicate, ScanRequest, scan};
+use mira_core::tables::{block_meta, write_hot};
+use mira_core::{BlockId, Signal, TenantId};
+use mira_testkit::corpus::{Cardinality, Corpus};
+use prost::Message;
+
+fn cache() -> Arc<VerifyCache> {
+    Arc::new(VerifyCache::new(1024))
+}
+
+/// The ingester's default seal target.
+const SEAL_BYTES: usize = 32 << 20;
+const BATCH: usize = 8192;
+
+struct Sealed {
+    wire: usize,
+    blocks: Vec<TableSet>,
+}
+
+fn build(signal: Signal, card: Cardinality, records: usize) -> Sealed {
+    let mut corpus = Corpus::new(42, card);
+    let mut wire = 0;
+    let mut blocks = Vec::new();
+    let mut done = 0;
+    match signal {
+        Signal::Logs => {
+            let mut b = LogsBuilder::default();
+            while done < records {
+                let r = corpus.logs(BATCH.min(records - done));
+                wire += r.encoded_len();
+                done += b.append(&r).expect("append");
+                if b.approx_bytes() >= SEAL_BYTES {
+                    blocks.push(b.finish().expect("finish"));
+                }
+            }
+            if b.rows() > 0 {
+                blocks.push(b.finish().expect("finish"));
+            }
+        }
+        Signal::Traces => {
+            let mut b = SpansBuilder::default();
+            while done < records {
+                let r = corpus.traces(BATCH.min(records - done));
+                wire += r.encoded_len();
+                done += b.append(&r).expect("append");
+                if b.approx_bytes() >= SEAL_BYTES {
+                    blocks.push(b.finish().expect("finish"));
+                }
+            }
+            if b.rows() > 0 {
+                blocks.push(b.finish().expect("finish"));
+            }
+        }
+        Signal::Metrics => {
+            let mut b = PointsBuilder::default();
+            while done < records {
+                let r = corpus.metrics(BATCH.min(records - done));
+                wire += r.encoded_len();
+                done += b.append(&r).expect("append");
+                if b.approx_bytes() >= SEAL_BYTES {
+                    blocks.push(b.finish().expect("finish"));
+                }
+            }
+            if b.rows() > 0 {
+                blocks.push(b.finish().expect("finish"));
+            }
+        }
+    }
+    Sealed { wire, blocks }
+}
+
+/// A block holding only the tables, in the given codec and attribute layout.
+fn variant(t: &TableSet, codec: Codec, typed_attrs: bool) -> Bytes {
+    let meta: BlockMeta = block_meta(t, BlockId::new(), TenantId::default_tenant(), Level::Cold);
+    let mut w = BlockWriter::new(meta);
+    for name in table_names(t.signal) {
+        let batch = t.get(name).expect("table");
+        let batch = if typed_attrs { cold_layout(name, batch).expect("typed") } else { batch.clone() };
+        match codec {
+            Codec::Parquet => {
+                w.add_bytes(name, codec, batch.num_rows() as u64, &encode_parquet(&batch).expect("parquet"))
+                    .expect("add")
+            }
+            _ => w.add_batches(name, codec, &[batch]).expect("add"),
+        }
+    }
+    w.finish().expect("finish")
+}
+
+fn nothing_matches() -> ScanRequest {
+    ScanRequest {
+        predicate: Predicate {
+            lines: vec![LineFilter::Contains("no line holds this".into())],
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Seconds to scan every block with a predicate that prunes nothing.
+fn scan_secs(blocks: &[Bytes]) -> f64 {
+    let start = Instant::now();
+    let mut n = 0;
+    for b in blocks {
+        let block = Block::from_bytes(b.clone(), cache()).expect("open");
+        n += scan(&block, &nothing_matches()).expect("scan").rows_scanned;
+    }
+    assert!(n > 0);
+    start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let records: usize = std::env::var("MIRA_BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
+    println!("records per log corpus: {records}; spans and points: {}\n", records / 4);
+
+    println!("## Bytes on disk per OTLP wire byte (protobuf, uncompressed)\n");
+    println!("| corpus | signal | records | wire MiB | blocks | hot B/B | cold B/B |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut log_corpora = Vec::new();
+    for card in [Cardinality::Low, Cardinality::High] {
+        for signal in Signal::ALL {
+            let n = if signal == Signal::Logs { records } else { records / 4 };
+            let sealed = build(signal, card, n);
+            let hot: Vec<Bytes> = sealed
+                .blocks
+                .iter()
+                .map(|t| write_hot(t, BlockId::new(), TenantId::default_tenant()).expect("hot"))
+                .collect();
+            let cold: Vec<Bytes> = hot
+                .iter()
+                .map(|b| rewrite_cold(&Block::from_bytes(b.clone(), cache()).expect("open"), BlockId::new()).expect("cold"))
+                .collect();
+            let hot_bytes: usize = hot.iter().map(Bytes::len).sum();
+            let cold_bytes: usize = cold.iter().map(Bytes::len).sum();
+            println!(
+                "| {card:?} | {signal} | {n} | {:.1} | {} | {:.3} | {:.3} |",
+                sealed.wire as f64 / (1 << 20) as f64,
+                hot.len(),
+                hot_bytes as f64 / sealed.wire as f64,
+                cold_bytes as f64 / sealed.wire as f64
+            );
+            if signal == Signal::Logs {
+                log_corpora.push((card, sealed, hot));
+            }
+        }
+    }
+
+    println!("\n## Log tables only: attribute layout × codec (B/B), scan cost vs plain IPC\n");
+    println!("| corpus | layout | codec | B/B | scan s | scan ratio vs ipc/union |");
+    println!("|---|---|---|---|---|---|");
+    for (card, sealed, _) in &log_corpora {
+        let mut base = None;
+        for (layout, typed) in [("union", false), ("typed columns", true)] {
+            for codec in [Codec::Ipc, Codec::IpcZstd, Codec::Parquet] {
+                if codec == Codec::Parquet && !typed {
+                    continue; // Parquet has no union type.
+                }
+                let blocks: Vec<Bytes> = sealed.blocks.iter().map(|t| variant(t, codec, typed)).collect();
+                let size: usize = blocks.iter().map(Bytes::len).sum();
+                let secs = scan_secs(&blocks);
+                let base = *base.get_or_insert(secs);
+                println!(
+                    "| {card:?} | {layout} | {codec} | {:.3} | {secs:.3} | {:.2} |",
+                    size as f64 / sealed.wire as f64,
+                    secs / base
+                );
+            }
+        }
+    }
+
+    println!("\n## Cold rewrite speed (one core)\n");
+    println!("| corpus | hot MiB | seconds | MiB/s of hot block |");
+    println!("|---|---|---|---|");
+    for (card, _, hot) in &log_corpora {
+        let mib = hot.iter().map(Bytes::len).sum::<usize>() as f64 / (1 << 20) as f64;
+        let start = Instant::now();
+        for b in hot {
+            rewrite_cold(&Block::from_bytes(b.clone(), cache()).expect("open"), BlockId::new()).expect("cold");
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!("| {card:?} | {mib:.1} | {secs:.3} | {:.0} |", mib / secs);
+    }
+}

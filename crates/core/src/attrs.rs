@@ -1,0 +1,423 @@
+//! Attribute tables: one row per attribute, `parent` pointing at the row of
+//! the owning table. Hot blocks hold values in a dense union (see
+//! [`crate::schema::attr_type`]); the cold tier uses one nullable column per
+//! type ([`crate::schema::attrs_typed`]). Both convert losslessly.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayBuilder, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, DictionaryArray, Float64Array,
+    Float64Builder, Int8Array, Int64Array, Int64Builder, StringDictionaryBuilder, UInt32Array, UnionArray,
+};
+use arrow::buffer::ScalarBuffer;
+use arrow::datatypes::UInt32Type;
+use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+use prost::Message;
+
+use crate::convert::ConvertError;
+use crate::convert::columns::{DictStr, col};
+use crate::schema::{self, attr_type};
+
+/// Appends attributes of many parents; parents must be appended in
+/// non-decreasing order so a parent's attributes are contiguous.
+#[derive(Default)]
+pub struct AttrBuilder {
+    parent: Vec<u32>,
+    key: StringDictionaryBuilder<UInt32Type>,
+    type_ids: Vec<i8>,
+    offsets: Vec<i32>,
+    str: StringDictionaryBuilder<UInt32Type>,
+    int: Vec<i64>,
+    double: Vec<f64>,
+    boolean: BooleanBuilder,
+    bytes: BinaryBuilder,
+    any: BinaryBuilder,
+    kv: BinaryBuilder,
+}
+
+impl std::fmt::Debug for AttrBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttrBuilder").field("rows", &self.parent.len()).finish_non_exhaustive()
+    }
+}
+
+impl AttrBuilder {
+    pub fn len(&self) -> usize {
+        self.parent.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parent.is_empty()
+    }
+
+    /// Approximate bytes held, for seal-size accounting.
+    pub fn approx_bytes(&self) -> usize {
+        self.parent.len() * 13
+            + self.int.len() * 8
+            + self.double.len() * 8
+            + self.bytes.values_slice().len()
+            + self.any.values_slice().len()
+            + self.kv.values_slice().len()
+    }
+
+    pub fn append_all(&mut self, parent: u32, kvs: &[KeyValue]) {
+        for kv in kvs {
+            self.append(parent, kv);
+        }
+    }
+
+    pub fn append(&mut self, parent: u32, kv: &KeyValue) {
+        self.parent.push(parent);
+        self.key.append_value(&kv.key);
+        let (type_id, offset) = match (&kv.value, kv.key_strindex) {
+            (Some(AnyValue { value: Some(v) }), 0) => match v {
+                Value::StringValue(s) => {
+                    let o = self.str.len();
+                    self.str.append_value(s);
+                    (attr_type::STR, o)
+                }
+                Value::IntValue(i) => {
+                    self.int.push(*i);
+                    (attr_type::INT, self.int.len() - 1)
+                }
+                Value::DoubleValue(d) => {
+                    self.double.push(*d);
+                    (attr_type::DOUBLE, self.double.len() - 1)
+                }
+                Value::BoolValue(b) => {
+                    let o = self.boolean.len();
+                    self.boolean.append_value(*b);
+                    (attr_type::BOOL, o)
+                }
+                Value::BytesValue(b) => {
+                    let o = self.bytes.len();
+                    self.bytes.append_value(b);
+                    (attr_type::BYTES, o)
+                }
+                Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {
+                    let o = self.any.len();
+                    self.any.append_value(kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default());
+                    (attr_type::ANY, o)
+                }
+            },
+            (Some(AnyValue { value: None }), 0) => {
+                let o = self.any.len();
+                self.any.append_value([]);
+                (attr_type::ANY, o)
+            }
+            _ => {
+                let o = self.kv.len();
+                self.kv.append_value(kv.encode_to_vec());
+                (attr_type::KV, o)
+            }
+        };
+        self.type_ids.push(type_id);
+        // A block holds far fewer than 2^31 attributes of one type: the
+        // seal size bounds it.
+        self.offsets.push(offset as i32);
+    }
+
+    pub fn finish(&mut self) -> Result<RecordBatch, ConvertError> {
+        let parent = UInt32Array::from(std::mem::take(&mut self.parent));
+        let key = self.key.finish();
+        let children: Vec<ArrayRef> = vec![
+            Arc::new(self.str.finish()),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.int))),
+            Arc::new(Float64Array::from(std::mem::take(&mut self.double))),
+            Arc::new(self.boolean.finish()),
+            Arc::new(self.bytes.finish()),
+            Arc::new(self.any.finish()),
+            Arc::new(self.kv.finish()),
+        ];
+        let value = UnionArray::try_new(
+            schema::attr_value_fields(),
+            ScalarBuffer::from(std::mem::take(&mut self.type_ids)),
+            Some(ScalarBuffer::from(std::mem::take(&mut self.offsets))),
+            children,
+        )?;
+        Ok(RecordBatch::try_new(schema::attrs(), vec![Arc::new(parent), Arc::new(key), Arc::new(value)])?)
+    }
+}
+
+/// Typed access to a hot attribute table.
+#[derive(Debug)]
+pub struct AttrReader<'a> {
+    table: &'static str,
+    parent: &'a UInt32Array,
+    key: DictStr<'a>,
+    value: &'a UnionArray,
+    str: DictStr<'a>,
+    int: &'a Int64Array,
+    double: &'a Float64Array,
+    boolean: &'a BooleanArray,
+    bytes: &'a BinaryArray,
+    any: &'a BinaryArray,
+    kv: &'a BinaryArray,
+}
+
+fn child<'a, T: 'static>(u: &'a UnionArray, id: i8, table: &'static str) -> Result<&'a T, ConvertError> {
+    u.child(id).as_any().downcast_ref::<T>().ok_or(ConvertError::WrongType { table, column: "value" })
+}
+
+impl<'a> AttrReader<'a> {
+    pub fn new(batch: &'a RecordBatch, table: &'static str) -> Result<Self, ConvertError> {
+        let value: &UnionArray = col(batch, table, "value")?;
+        let ids = value.type_ids();
+        if ids.iter().any(|&t| !(attr_type::STR..=attr_type::KV).contains(&t)) {
+            return Err(ConvertError::WrongType { table, column: "value" });
+        }
+        let str_child: &DictionaryArray<UInt32Type> = child(value, attr_type::STR, table)?;
+        Ok(AttrReader {
+            table,
+            parent: col(batch, table, "parent")?,
+            key: DictStr::new(batch, table, "key")?,
+            str: DictStr::from_array(str_child, table, "value")?,
+            int: child(value, attr_type::INT, table)?,
+            double: child(value, attr_type::DOUBLE, table)?,
+            boolean: child(value, attr_type::BOOL, table)?,
+            bytes: child(value, attr_type::BYTES, table)?,
+            any: child(value, attr_type::ANY, table)?,
+            kv: child(value, attr_type::KV, table)?,
+            value,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.parent.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parent.is_empty()
+    }
+
+    pub fn parent(&self, row: usize) -> u32 {
+        self.parent.value(row)
+    }
+
+    pub fn key(&self, row: usize) -> &'a str {
+        self.key.get(row).unwrap_or("")
+    }
+
+    pub fn type_id(&self, row: usize) -> i8 {
+        self.value.type_id(row)
+    }
+
+    /// The string value of `row`, if it is a string.
+    pub fn str_value(&self, row: usize) -> Option<&'a str> {
+        (self.value.type_id(row) == attr_type::STR).then(|| self.str.get(self.offset(row)).unwrap_or(""))
+    }
+
+    fn offset(&self, row: usize) -> usize {
+        self.value.value_offset(row)
+    }
+
+    fn bad(&self, column: &'static str) -> ConvertError {
+        ConvertError::WrongType { table: self.table, column }
+    }
+
+    fn checked<T: Array>(&self, arr: &T, o: usize) -> Result<usize, ConvertError> {
+        if o < arr.len() { Ok(o) } else { Err(self.bad("value")) }
+    }
+
+    /// The attribute at `row` as OTLP.
+    pub fn key_value(&self, row: usize) -> Result<KeyValue, ConvertError> {
+        let o = self.offset(row);
+        let value = match self.value.type_id(row) {
+            attr_type::STR => Value::StringValue(self.str.get(o).unwrap_or("").to_owned()),
+            attr_type::INT => Value::IntValue(self.int.value(self.checked(self.int, o)?)),
+            attr_type::DOUBLE => Value::DoubleValue(self.double.value(self.checked(self.double, o)?)),
+            attr_type::BOOL => Value::BoolValue(self.boolean.value(self.checked(self.boolean, o)?)),
+            attr_type::BYTES => Value::BytesValue(self.bytes.value(self.checked(self.bytes, o)?).to_vec()),
+            attr_type::ANY => {
+                let raw = self.any.value(self.checked(self.any, o)?);
+                let v = AnyValue::decode(raw).map_err(|_| self.bad("value"))?;
+                return Ok(KeyValue { key: self.key(row).to_owned(), value: Some(v), key_strindex: 0 });
+            }
+            _ => {
+                let raw = self.kv.value(self.checked(self.kv, o)?);
+                return KeyValue::decode(raw).map_err(|_| self.bad("value"));
+            }
+        };
+        Ok(KeyValue { key: self.key(row).to_owned(), value: Some(AnyValue { value: Some(value) }), key_strindex: 0 })
+    }
+
+    /// All attributes grouped by parent, for parents `0..n_parents`.
+    pub fn grouped(&self, n_parents: usize) -> Result<Vec<Vec<KeyValue>>, ConvertError> {
+        let mut out: Vec<Vec<KeyValue>> = Vec::new();
+        out.resize_with(n_parents, Vec::new);
+        for row in 0..self.len() {
+            let p = self.parent(row) as usize;
+            let slot = out.get_mut(p).ok_or(ConvertError::BadReference { table: self.table, row })?;
+            slot.push(self.key_value(row)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Rewrites a hot attribute table into the cold typed-column layout.
+pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch, ConvertError> {
+    let r = AttrReader::new(batch, table)?;
+    let n = r.len();
+    let mut ty = Vec::with_capacity(n);
+    let mut s = StringDictionaryBuilder::<UInt32Type>::new();
+    let mut i = Int64Builder::with_capacity(n);
+    let mut d = Float64Builder::with_capacity(n);
+    let mut b = BooleanBuilder::with_capacity(n);
+    let mut by = BinaryBuilder::new();
+    for row in 0..n {
+        let t = r.type_id(row);
+        let o = r.offset(row);
+        ty.push(t);
+        match t {
+            attr_type::STR => s.append_value(r.str.get(o).unwrap_or("")),
+            _ => s.append_null(),
+        }
+        match t {
+            attr_type::INT => i.append_value(r.int.value(r.checked(r.int, o)?)),
+            _ => i.append_null(),
+        }
+        match t {
+            attr_type::DOUBLE => d.append_value(r.double.value(r.checked(r.double, o)?)),
+            _ => d.append_null(),
+        }
+        match t {
+            attr_type::BOOL => b.append_value(r.boolean.value(r.checked(r.boolean, o)?)),
+            _ => b.append_null(),
+        }
+        match t {
+            attr_type::BYTES => by.append_value(r.bytes.value(r.checked(r.bytes, o)?)),
+            attr_type::ANY => by.append_value(r.any.value(r.checked(r.any, o)?)),
+            attr_type::KV => by.append_value(r.kv.value(r.checked(r.kv, o)?)),
+            _ => by.append_null(),
+        }
+    }
+    let cols: Vec<ArrayRef> = vec![
+        batch.column(0).clone(),
+        batch.column(1).clone(),
+        Arc::new(Int8Array::from(ty)),
+        Arc::new(s.finish()),
+        Arc::new(i.finish()),
+        Arc::new(d.finish()),
+        Arc::new(b.finish()),
+        Arc::new(by.finish()),
+    ];
+    Ok(RecordBatch::try_new(schema::attrs_typed(), cols)?)
+}
+
+/// Rebuilds the hot union layout from the cold typed columns.
+pub fn from_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch, ConvertError> {
+    let parent: &UInt32Array = col(batch, table, "parent")?;
+    let key = DictStr::new(batch, table, "key")?;
+    let ty: &Int8Array = col(batch, table, "type")?;
+    let s = DictStr::new(batch, table, "str")?;
+    let i: &Int64Array = col(batch, table, "int")?;
+    let d: &Float64Array = col(batch, table, "double")?;
+    let b: &BooleanArray = col(batch, table, "bool")?;
+    let by: &BinaryArray = col(batch, table, "bytes")?;
+    let mut out = AttrBuilder::default();
+    let bad = |column| ConvertError::WrongType { table, column };
+    for row in 0..batch.num_rows() {
+        out.parent.push(parent.value(row));
+        out.key.append_value(key.get(row).unwrap_or(""));
+        let t = ty.value(row);
+        let offset = match t {
+            attr_type::STR => {
+                let o = out.str.len();
+                out.str.append_value(s.get(row).ok_or(bad("str"))?);
+                o
+            }
+            attr_type::INT if i.is_valid(row) => {
+                out.int.push(i.value(row));
+                out.int.len() - 1
+            }
+            attr_type::DOUBLE if d.is_valid(row) => {
+                out.double.push(d.value(row));
+                out.double.len() - 1
+            }
+            attr_type::BOOL if b.is_valid(row) => {
+                let o = out.boolean.len();
+                out.boolean.append_value(b.value(row));
+                o
+            }
+            attr_type::BYTES | attr_type::ANY | attr_type::KV if by.is_valid(row) => {
+                let target = match t {
+                    attr_type::BYTES => &mut out.bytes,
+                    attr_type::ANY => &mut out.any,
+                    _ => &mut out.kv,
+                };
+                let o = target.len();
+                target.append_value(by.value(row));
+                o
+            }
+            _ => return Err(bad("type")),
+        };
+        out.type_ids.push(t);
+        out.offsets.push(offset as i32);
+    }
+    out.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+
+    fn kv(key: &str, v: Option<Value>) -> KeyValue {
+        KeyValue { key: key.into(), value: Some(AnyValue { value: v }), key_strindex: 0 }
+    }
+
+    fn sample() -> Vec<Vec<KeyValue>> {
+        vec![
+            vec![
+                kv("s", Some(Value::StringValue("x".into()))),
+                kv("i", Some(Value::IntValue(i64::MIN))),
+                kv("d", Some(Value::DoubleValue(f64::NAN))),
+            ],
+            vec![],
+            vec![
+                kv("b", Some(Value::BoolValue(true))),
+                kv("y", Some(Value::BytesValue(vec![0, 255]))),
+                kv(
+                    "a",
+                    Some(Value::ArrayValue(ArrayValue { values: vec![AnyValue { value: Some(Value::IntValue(1)) }] })),
+                ),
+                kv("l", Some(Value::KvlistValue(KeyValueList { values: vec![kv("n", None)] }))),
+                kv("e", None),
+                KeyValue { key: "none".into(), value: None, key_strindex: 0 },
+                KeyValue { key: "idx".into(), value: None, key_strindex: 7 },
+                kv("s", Some(Value::StringValue("x".into()))),
+            ],
+        ]
+    }
+
+    fn encoded(groups: &[Vec<KeyValue>]) -> Vec<Vec<Vec<u8>>> {
+        groups.iter().map(|g| g.iter().map(Message::encode_to_vec).collect()).collect()
+    }
+
+    #[test]
+    fn union_and_typed_layouts_round_trip() {
+        let groups = sample();
+        let mut b = AttrBuilder::default();
+        for (p, g) in groups.iter().enumerate() {
+            b.append_all(p as u32, g);
+        }
+        let hot = b.finish().expect("finish");
+        let back = AttrReader::new(&hot, "t").and_then(|r| r.grouped(3)).expect("read");
+        assert_eq!(encoded(&back), encoded(&groups));
+
+        let cold = to_typed(&hot, "t").expect("to typed");
+        let hot2 = from_typed(&cold, "t").expect("from typed");
+        let back2 = AttrReader::new(&hot2, "t").and_then(|r| r.grouped(3)).expect("read");
+        assert_eq!(encoded(&back2), encoded(&groups));
+    }
+
+    #[test]
+    fn parent_out_of_range_is_an_error() {
+        let mut b = AttrBuilder::default();
+        b.append(5, &kv("k", Some(Value::IntValue(1))));
+        let hot = b.finish().expect("finish");
+        let r = AttrReader::new(&hot, "t").expect("reader");
+        assert!(matches!(r.grouped(2), Err(ConvertError::BadReference { .. })));
+    }
+}

@@ -1,0 +1,81 @@
+//! The cold tier: a block's tables rewritten into Parquet (zstd level 3,
+//! dictionary and delta encodings), which `docs/perf.md` shows is the
+//! smallest of the layouts measured at an acceptable rewrite and scan cost.
+//! Attribute tables switch from the hot dense union to one nullable column
+//! per value type, which Parquet stores almost for free. Sidecars are copied
+//! unchanged, so pruning answers the same.
+
+use arrow::datatypes::DataType;
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use crate::attrs;
+use crate::block::{Block, BlockMeta, BlockWriter, Codec, Level};
+use crate::convert::table_names;
+use crate::error::Error;
+use crate::ids::BlockId;
+use crate::tables::{is_attr_table, read_table};
+
+/// Rows per Parquet row group: a whole block section is usually one group.
+const ROW_GROUP_ROWS: usize = 1 << 20;
+
+/// Writer settings for one table: zstd(3), dictionaries where they pay,
+/// delta encoding for the u64 nanosecond timestamps (dictionary off there,
+/// or the delta encoding would never be used).
+fn properties(batch: &RecordBatch) -> WriterProperties {
+    let mut p = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_dictionary_enabled(true);
+    for f in batch.schema().fields() {
+        if matches!(f.data_type(), DataType::UInt64 | DataType::Int64) && f.name().contains("time") {
+            let path = ColumnPath::from(f.name().as_str());
+            p = p
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    p.build()
+}
+
+/// Encodes one table as a Parquet file.
+pub fn encode_parquet(batch: &RecordBatch) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(batch.get_array_memory_size() / 4);
+    let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties(batch)))
+        .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
+    w.write(batch).map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
+    w.close().map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
+    Ok(out)
+}
+
+/// The table in its cold layout (attribute tables as typed columns).
+pub fn cold_layout(name: &'static str, batch: &RecordBatch) -> Result<RecordBatch, Error> {
+    if is_attr_table(name) { Ok(attrs::to_typed(batch, name)?) } else { Ok(batch.clone()) }
+}
+
+/// Rewrites a block into the cold tier under a new id. Every table is read
+/// (and so verified), re-encoded, and written with the original sidecars.
+pub fn rewrite_cold(src: &Block, new_id: BlockId) -> Result<Bytes, Error> {
+    let manifest = src.manifest();
+    let meta = manifest.meta();
+    let mut w = BlockWriter::new(BlockMeta { block_id: new_id, level: Level::Cold, ..meta.clone() });
+    let tables = table_names(meta.signal);
+    for name in tables {
+        let batch = read_table(src, name)?;
+        let cold = cold_layout(name, &batch)?;
+        w.add_bytes(name, Codec::Parquet, cold.num_rows() as u64, &encode_parquet(&cold)?)?;
+    }
+    for entry in &manifest.sections {
+        if !tables.contains(&entry.name.as_str()) {
+            let bytes = src.section_bytes(&entry.name)?;
+            w.add_bytes(&entry.name, entry.codec, entry.rows, &bytes)?;
+        }
+    }
+    Ok(w.finish()?)
+}
+

@@ -1,0 +1,271 @@
+//! Log records ↔ the `logs` table.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, BinaryBuilder, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array,
+    StringArray, StringBuilder, StringDictionaryBuilder, UInt32Array, UInt64Array,
+};
+use arrow::datatypes::UInt32Type;
+use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value::Value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use prost::Message;
+
+use super::columns::{DictStr, append_id, check_id, col, id_bytes};
+use super::context::{ContextBuilder, Contexts, Grouper};
+use super::{ConvertError, TableSet, TimeRange};
+use crate::attrs::{AttrBuilder, AttrReader};
+use crate::ids::Signal;
+use crate::schema;
+
+/// The time a log record is filed under: its event time, or the observed
+/// time when the event time is unset (as the OTLP data model says).
+pub fn effective_time(time: u64, observed: u64) -> u64 {
+    if time != 0 { time } else { observed }
+}
+
+/// Appends OTLP log requests to the tables of one open block.
+pub struct LogsBuilder {
+    ctx: ContextBuilder,
+    time: Vec<u64>,
+    observed: Vec<u64>,
+    severity: Vec<i32>,
+    severity_text: StringDictionaryBuilder<UInt32Type>,
+    body: StringBuilder,
+    body_any: BinaryBuilder,
+    trace_id: FixedSizeBinaryBuilder,
+    span_id: FixedSizeBinaryBuilder,
+    flags: Vec<u32>,
+    event_name: StringDictionaryBuilder<UInt32Type>,
+    dropped: Vec<u32>,
+    resource_id: Vec<u32>,
+    scope_id: Vec<u32>,
+    attrs: AttrBuilder,
+    times: TimeRange,
+}
+
+impl Default for LogsBuilder {
+    fn default() -> Self {
+        LogsBuilder {
+            ctx: ContextBuilder::default(),
+            time: Vec::new(),
+            observed: Vec::new(),
+            severity: Vec::new(),
+            severity_text: StringDictionaryBuilder::new(),
+            body: StringBuilder::new(),
+            body_any: BinaryBuilder::new(),
+            trace_id: FixedSizeBinaryBuilder::new(16),
+            span_id: FixedSizeBinaryBuilder::new(8),
+            flags: Vec::new(),
+            event_name: StringDictionaryBuilder::new(),
+            dropped: Vec::new(),
+            resource_id: Vec::new(),
+            scope_id: Vec::new(),
+            attrs: AttrBuilder::default(),
+            times: TimeRange::default(),
+        }
+    }
+}
+
+/// Checks a request can be appended whole; run before appending anything so
+/// a bad request is never half-applied.
+pub fn validate(req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
+    let mut n = 0;
+    for rl in &req.resource_logs {
+        for sl in &rl.scope_logs {
+            for r in &sl.log_records {
+                check_id("trace_id", &r.trace_id, 16)?;
+                check_id("span_id", &r.span_id, 8)?;
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+impl std::fmt::Debug for LogsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogsBuilder").field("rows", &self.time.len()).finish_non_exhaustive()
+    }
+}
+
+impl LogsBuilder {
+    pub fn rows(&self) -> usize {
+        self.time.len()
+    }
+
+    /// Approximate Arrow bytes held, for the seal-size target.
+    pub fn approx_bytes(&self) -> usize {
+        self.time.len() * 60 + self.body.values_slice().len() + self.attrs.approx_bytes() + self.ctx.approx_bytes()
+    }
+
+    /// Appends every record of `req`; returns the number appended. A request
+    /// with an invalid id is refused whole.
+    pub fn append(&mut self, req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
+        let n = validate(req)?;
+        for rl in &req.resource_logs {
+            let rid = self.ctx.resource(rl.resource.as_ref(), &rl.schema_url);
+            for sl in &rl.scope_logs {
+                let sid = self.ctx.scope(sl.scope.as_ref(), &sl.schema_url);
+                for r in &sl.log_records {
+                    self.append_record(rid, sid, r)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn append_record(&mut self, rid: u32, sid: u32, r: &LogRecord) -> Result<(), ConvertError> {
+        let row = self.time.len() as u32;
+        self.time.push(r.time_unix_nano);
+        self.observed.push(r.observed_time_unix_nano);
+        self.times.add(effective_time(r.time_unix_nano, r.observed_time_unix_nano));
+        self.severity.push(r.severity_number);
+        self.severity_text.append_value(&r.severity_text);
+        match &r.body {
+            Some(AnyValue { value: Some(Value::StringValue(s)) }) => {
+                self.body.append_value(s);
+                self.body_any.append_null();
+            }
+            Some(other) => {
+                self.body.append_null();
+                self.body_any.append_value(other.encode_to_vec());
+            }
+            None => {
+                self.body.append_null();
+                self.body_any.append_null();
+            }
+        }
+        append_id(&mut self.trace_id, &r.trace_id)?;
+        append_id(&mut self.span_id, &r.span_id)?;
+        self.flags.push(r.flags);
+        self.event_name.append_value(&r.event_name);
+        self.dropped.push(r.dropped_attributes_count);
+        self.resource_id.push(rid);
+        self.scope_id.push(sid);
+        self.attrs.append_all(row, &r.attributes);
+        Ok(())
+    }
+
+    /// Takes the accumulated rows as a block's tables and resets the builder.
+    pub fn finish(&mut self) -> Result<TableSet, ConvertError> {
+        let rows = self.time.len();
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.time))),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.observed))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.severity))),
+            Arc::new(self.severity_text.finish()),
+            Arc::new(self.body.finish()),
+            Arc::new(self.body_any.finish()),
+            Arc::new(self.trace_id.finish()),
+            Arc::new(self.span_id.finish()),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.flags))),
+            Arc::new(self.event_name.finish()),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.dropped))),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.resource_id))),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.scope_id))),
+        ];
+        let mut tables = vec![(schema::LOGS, RecordBatch::try_new(schema::logs(), cols)?)];
+        tables.push((schema::LOG_ATTRS, self.attrs.finish()?));
+        self.ctx.finish(&mut tables)?;
+        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
+        Ok(TableSet { signal: Signal::Logs, tables, rows, min_time, max_time })
+    }
+}
+
+/// Typed view of the `logs` table.
+#[derive(Debug)]
+pub struct LogColumns<'a> {
+    pub time: &'a UInt64Array,
+    pub observed: &'a UInt64Array,
+    pub severity: &'a Int32Array,
+    pub severity_text: DictStr<'a>,
+    pub body: &'a StringArray,
+    pub body_any: &'a BinaryArray,
+    pub trace_id: &'a FixedSizeBinaryArray,
+    pub span_id: &'a FixedSizeBinaryArray,
+    pub flags: &'a UInt32Array,
+    pub event_name: DictStr<'a>,
+    pub dropped: &'a UInt32Array,
+    pub resource_id: &'a UInt32Array,
+    pub scope_id: &'a UInt32Array,
+}
+
+impl<'a> LogColumns<'a> {
+    pub fn new(b: &'a RecordBatch) -> Result<Self, ConvertError> {
+        let t = schema::LOGS;
+        Ok(LogColumns {
+            time: col(b, t, "time_unix_nano")?,
+            observed: col(b, t, "observed_time_unix_nano")?,
+            severity: col(b, t, "severity_number")?,
+            severity_text: DictStr::new(b, t, "severity_text")?,
+            body: col(b, t, "body")?,
+            body_any: col(b, t, "body_any")?,
+            trace_id: col(b, t, "trace_id")?,
+            span_id: col(b, t, "span_id")?,
+            flags: col(b, t, "flags")?,
+            event_name: DictStr::new(b, t, "event_name")?,
+            dropped: col(b, t, "dropped_attributes_count")?,
+            resource_id: col(b, t, "resource_id")?,
+            scope_id: col(b, t, "scope_id")?,
+        })
+    }
+
+    /// The record at `row` as OTLP, with the given attributes.
+    pub fn record(
+        &self,
+        row: usize,
+        attributes: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+    ) -> Result<LogRecord, ConvertError> {
+        let body = if self.body.is_valid(row) {
+            Some(AnyValue { value: Some(Value::StringValue(self.body.value(row).to_owned())) })
+        } else if self.body_any.is_valid(row) {
+            Some(
+                AnyValue::decode(self.body_any.value(row))
+                    .map_err(|_| ConvertError::WrongType { table: schema::LOGS, column: "body_any" })?,
+            )
+        } else {
+            None
+        };
+        Ok(LogRecord {
+            time_unix_nano: self.time.value(row),
+            observed_time_unix_nano: self.observed.value(row),
+            severity_number: self.severity.value(row),
+            severity_text: self.severity_text.get(row).unwrap_or("").to_owned(),
+            body,
+            attributes,
+            dropped_attributes_count: self.dropped.value(row),
+            flags: self.flags.value(row),
+            trace_id: id_bytes(self.trace_id, row),
+            span_id: id_bytes(self.span_id, row),
+            event_name: self.event_name.get(row).unwrap_or("").to_owned(),
+        })
+    }
+}
+
+/// A block's log tables back as one OTLP request.
+pub fn logs_to_otlp(tables: &TableSet) -> Result<ExportLogsServiceRequest, ConvertError> {
+    let root = tables.get(schema::LOGS)?;
+    let cols = LogColumns::new(root)?;
+    let ctx = Contexts::read(tables)?;
+    let mut attrs =
+        AttrReader::new(tables.get(schema::LOG_ATTRS)?, schema::LOG_ATTRS)?.grouped(root.num_rows())?.into_iter();
+    let mut groups = Grouper::default();
+    for row in 0..root.num_rows() {
+        let record = cols.record(row, attrs.next().unwrap_or_default())?;
+        groups.push(cols.resource_id.value(row), cols.scope_id.value(row), record);
+    }
+    let mut resource_logs = Vec::with_capacity(groups.groups.len());
+    for (rid, scopes) in groups.groups {
+        let (resource, schema_url) = ctx.resource(rid, 0, schema::LOGS)?.clone();
+        let mut scope_logs = Vec::with_capacity(scopes.len());
+        for (sid, log_records) in scopes {
+            let (scope, schema_url) = ctx.scope(sid, 0, schema::LOGS)?.clone();
+            scope_logs.push(ScopeLogs { scope, log_records, schema_url });
+        }
+        resource_logs.push(ResourceLogs { resource, scope_logs, schema_url });
+    }
+    Ok(ExportLogsServiceRequest { resource_logs })
+}

@@ -1,0 +1,727 @@
+//! Metric data points ↔ the `points` table (one row per data point; the
+//! metric's name, unit, type and temporality repeat per row,
+//! dictionary-encoded).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Float64Array, Float64Builder, Int32Array,
+    Int32Builder, Int64Array, Int64Builder, ListArray, ListBuilder, StringDictionaryBuilder, UInt8Array, UInt32Array,
+    UInt64Array, UInt64Builder,
+};
+use arrow::datatypes::{DataType, Field, UInt32Type};
+use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{KeyValue, KeyValueList};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Exemplar, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge, Histogram, HistogramDataPoint, Metric,
+    NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary, SummaryDataPoint,
+    exponential_histogram_data_point::Buckets, metric::Data, number_data_point, summary_data_point::ValueAtQuantile,
+};
+use prost::Message;
+
+use super::columns::{DictStr, check_id, col};
+use super::context::{ContextBuilder, Contexts, FNV_OFFSET, Grouper, fnv1a};
+use super::{ConvertError, TableSet, TimeRange};
+use crate::attrs::{AttrBuilder, AttrReader};
+use crate::ids::Signal;
+use crate::schema::{self, metric_type};
+
+/// A point's exemplars, stored protobuf-encoded (they are rarely read and
+/// never filtered on).
+#[derive(Clone, PartialEq, Message)]
+struct Exemplars {
+    #[prost(message, repeated, tag = "1")]
+    items: Vec<Exemplar>,
+}
+
+fn u64_list() -> ListBuilder<UInt64Builder> {
+    ListBuilder::new(UInt64Builder::new()).with_field(Arc::new(Field::new_list_field(DataType::UInt64, false)))
+}
+
+fn f64_list() -> ListBuilder<Float64Builder> {
+    ListBuilder::new(Float64Builder::new()).with_field(Arc::new(Field::new_list_field(DataType::Float64, false)))
+}
+
+fn push_u64s(b: &mut ListBuilder<UInt64Builder>, v: Option<&[u64]>) {
+    match v {
+        Some(v) => {
+            b.values().append_slice(v);
+            b.append(true);
+        }
+        None => b.append(false),
+    }
+}
+
+fn push_f64s(b: &mut ListBuilder<Float64Builder>, v: Option<&[f64]>) {
+    match v {
+        Some(v) => {
+            b.values().append_slice(v);
+            b.append(true);
+        }
+        None => b.append(false),
+    }
+}
+
+/// The metric-level fields of a row.
+struct MetricFields<'a> {
+    metric: &'a Metric,
+    metadata: Option<&'a [u8]>,
+    kind: u8,
+    temporality: i32,
+    monotonic: bool,
+}
+
+/// The point-level fields of a row; `None` columns are null.
+#[derive(Default)]
+struct PointFields<'a> {
+    attributes: &'a [KeyValue],
+    start: u64,
+    time: u64,
+    flags: u32,
+    exemplars: &'a [Exemplar],
+    value_int: Option<i64>,
+    value_double: Option<f64>,
+    count: Option<u64>,
+    sum: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    bucket_counts: Option<&'a [u64]>,
+    explicit_bounds: Option<&'a [f64]>,
+    exp_scale: Option<i32>,
+    exp_zero_count: Option<u64>,
+    exp_zero_threshold: Option<f64>,
+    positive: Option<&'a Buckets>,
+    negative: Option<&'a Buckets>,
+    quantiles: Option<(Vec<f64>, Vec<f64>)>,
+}
+
+/// Appends OTLP metric requests to the tables of one open block.
+pub struct PointsBuilder {
+    ctx: ContextBuilder,
+    name: StringDictionaryBuilder<UInt32Type>,
+    description: StringDictionaryBuilder<UInt32Type>,
+    unit: StringDictionaryBuilder<UInt32Type>,
+    metadata: BinaryBuilder,
+    kind: Vec<u8>,
+    temporality: Vec<i32>,
+    monotonic: Vec<bool>,
+    series: Vec<u64>,
+    time: Vec<u64>,
+    start: Vec<u64>,
+    flags: Vec<u32>,
+    value_int: Int64Builder,
+    value_double: Float64Builder,
+    count: UInt64Builder,
+    sum: Float64Builder,
+    min: Float64Builder,
+    max: Float64Builder,
+    bucket_counts: ListBuilder<UInt64Builder>,
+    explicit_bounds: ListBuilder<Float64Builder>,
+    exp_scale: Int32Builder,
+    exp_zero_count: UInt64Builder,
+    exp_zero_threshold: Float64Builder,
+    pos_offset: Int32Builder,
+    pos_counts: ListBuilder<UInt64Builder>,
+    neg_offset: Int32Builder,
+    neg_counts: ListBuilder<UInt64Builder>,
+    quantiles: ListBuilder<Float64Builder>,
+    quantile_values: ListBuilder<Float64Builder>,
+    exemplars: BinaryBuilder,
+    resource_id: Vec<u32>,
+    scope_id: Vec<u32>,
+    attrs: AttrBuilder,
+    times: TimeRange,
+    scratch: Vec<u8>,
+}
+
+impl Default for PointsBuilder {
+    fn default() -> Self {
+        PointsBuilder {
+            ctx: ContextBuilder::default(),
+            name: StringDictionaryBuilder::new(),
+            description: StringDictionaryBuilder::new(),
+            unit: StringDictionaryBuilder::new(),
+            metadata: BinaryBuilder::new(),
+            kind: Vec::new(),
+            temporality: Vec::new(),
+            monotonic: Vec::new(),
+            series: Vec::new(),
+            time: Vec::new(),
+            start: Vec::new(),
+            flags: Vec::new(),
+            value_int: Int64Builder::new(),
+            value_double: Float64Builder::new(),
+            count: UInt64Builder::new(),
+            sum: Float64Builder::new(),
+            min: Float64Builder::new(),
+            max: Float64Builder::new(),
+            bucket_counts: u64_list(),
+            explicit_bounds: f64_list(),
+            exp_scale: Int32Builder::new(),
+            exp_zero_count: UInt64Builder::new(),
+            exp_zero_threshold: Float64Builder::new(),
+            pos_offset: Int32Builder::new(),
+            pos_counts: u64_list(),
+            neg_offset: Int32Builder::new(),
+            neg_counts: u64_list(),
+            quantiles: f64_list(),
+            quantile_values: f64_list(),
+            exemplars: BinaryBuilder::new(),
+            resource_id: Vec::new(),
+            scope_id: Vec::new(),
+            attrs: AttrBuilder::default(),
+            times: TimeRange::default(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+fn exemplars_of(m: &Metric) -> Vec<&Exemplar> {
+    match &m.data {
+        Some(Data::Gauge(g)) => g.data_points.iter().flat_map(|p| &p.exemplars).collect(),
+        Some(Data::Sum(s)) => s.data_points.iter().flat_map(|p| &p.exemplars).collect(),
+        Some(Data::Histogram(h)) => h.data_points.iter().flat_map(|p| &p.exemplars).collect(),
+        Some(Data::ExponentialHistogram(h)) => h.data_points.iter().flat_map(|p| &p.exemplars).collect(),
+        Some(Data::Summary(_)) | None => Vec::new(),
+    }
+}
+
+/// Checks a request can be appended whole; returns the number of points.
+pub fn validate(req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError> {
+    let mut n = 0;
+    for rm in &req.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                for e in exemplars_of(m) {
+                    check_id("exemplar trace_id", &e.trace_id, 16)?;
+                    check_id("exemplar span_id", &e.span_id, 8)?;
+                }
+                n += match &m.data {
+                    Some(Data::Gauge(g)) => g.data_points.len(),
+                    Some(Data::Sum(s)) => s.data_points.len(),
+                    Some(Data::Histogram(h)) => h.data_points.len(),
+                    Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+                    Some(Data::Summary(s)) => s.data_points.len(),
+                    None => 0,
+                };
+            }
+        }
+    }
+    Ok(n)
+}
+
+impl std::fmt::Debug for PointsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PointsBuilder").field("rows", &self.time.len()).finish_non_exhaustive()
+    }
+}
+
+impl PointsBuilder {
+    pub fn rows(&self) -> usize {
+        self.time.len()
+    }
+
+    pub fn approx_bytes(&self) -> usize {
+        self.time.len() * 120 + self.attrs.approx_bytes() + self.ctx.approx_bytes()
+    }
+
+    pub fn append(&mut self, req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError> {
+        let n = validate(req)?;
+        for rm in &req.resource_metrics {
+            let rid = self.ctx.resource(rm.resource.as_ref(), &rm.schema_url);
+            for sm in &rm.scope_metrics {
+                let sid = self.ctx.scope(sm.scope.as_ref(), &sm.schema_url);
+                for m in &sm.metrics {
+                    self.append_metric(rid, sid, m);
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn append_metric(&mut self, rid: u32, sid: u32, m: &Metric) {
+        let metadata = (!m.metadata.is_empty()).then(|| KeyValueList { values: m.metadata.clone() }.encode_to_vec());
+        let mf = |kind, temporality, monotonic| MetricFields {
+            metric: m,
+            metadata: metadata.as_deref(),
+            kind,
+            temporality,
+            monotonic,
+        };
+        match &m.data {
+            Some(Data::Gauge(g)) => {
+                for p in &g.data_points {
+                    self.row(rid, sid, &mf(metric_type::GAUGE, 0, false), number_fields(p));
+                }
+            }
+            Some(Data::Sum(s)) => {
+                let f = mf(metric_type::SUM, s.aggregation_temporality, s.is_monotonic);
+                for p in &s.data_points {
+                    self.row(rid, sid, &f, number_fields(p));
+                }
+            }
+            Some(Data::Histogram(h)) => {
+                let f = mf(metric_type::HISTOGRAM, h.aggregation_temporality, false);
+                for p in &h.data_points {
+                    let pf = PointFields {
+                        attributes: &p.attributes,
+                        start: p.start_time_unix_nano,
+                        time: p.time_unix_nano,
+                        flags: p.flags,
+                        exemplars: &p.exemplars,
+                        count: Some(p.count),
+                        sum: p.sum,
+                        min: p.min,
+                        max: p.max,
+                        bucket_counts: Some(&p.bucket_counts),
+                        explicit_bounds: Some(&p.explicit_bounds),
+                        ..Default::default()
+                    };
+                    self.row(rid, sid, &f, pf);
+                }
+            }
+            Some(Data::ExponentialHistogram(h)) => {
+                let f = mf(metric_type::EXP_HISTOGRAM, h.aggregation_temporality, false);
+                for p in &h.data_points {
+                    let pf = PointFields {
+                        attributes: &p.attributes,
+                        start: p.start_time_unix_nano,
+                        time: p.time_unix_nano,
+                        flags: p.flags,
+                        exemplars: &p.exemplars,
+                        count: Some(p.count),
+                        sum: p.sum,
+                        min: p.min,
+                        max: p.max,
+                        exp_scale: Some(p.scale),
+                        exp_zero_count: Some(p.zero_count),
+                        exp_zero_threshold: Some(p.zero_threshold),
+                        positive: p.positive.as_ref(),
+                        negative: p.negative.as_ref(),
+                        ..Default::default()
+                    };
+                    self.row(rid, sid, &f, pf);
+                }
+            }
+            Some(Data::Summary(s)) => {
+                let f = mf(metric_type::SUMMARY, 0, false);
+                for p in &s.data_points {
+                    let pf = PointFields {
+                        attributes: &p.attributes,
+                        start: p.start_time_unix_nano,
+                        time: p.time_unix_nano,
+                        flags: p.flags,
+                        count: Some(p.count),
+                        sum: Some(p.sum),
+                        quantiles: Some((
+                            p.quantile_values.iter().map(|q| q.quantile).collect(),
+                            p.quantile_values.iter().map(|q| q.value).collect(),
+                        )),
+                        ..Default::default()
+                    };
+                    self.row(rid, sid, &f, pf);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Series id: a stable hash of metric name, resource and point
+    /// attributes (attribute order does not matter).
+    fn series_id(&mut self, rid: u32, name: &str, attributes: &[KeyValue]) -> u64 {
+        let mut h = fnv1a(FNV_OFFSET, name.as_bytes()) ^ self.ctx.resource_hash(rid).rotate_left(17);
+        for kv in attributes {
+            self.scratch.clear();
+            let _ = kv.encode(&mut self.scratch);
+            h = h.wrapping_add(fnv1a(FNV_OFFSET, &self.scratch).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        }
+        h
+    }
+
+    fn row(&mut self, rid: u32, sid: u32, m: &MetricFields<'_>, p: PointFields<'_>) {
+        let row = self.time.len() as u32;
+        let series = self.series_id(rid, &m.metric.name, p.attributes);
+        self.name.append_value(&m.metric.name);
+        self.description.append_value(&m.metric.description);
+        self.unit.append_value(&m.metric.unit);
+        self.metadata.append_option(m.metadata);
+        self.kind.push(m.kind);
+        self.temporality.push(m.temporality);
+        self.monotonic.push(m.monotonic);
+        self.series.push(series);
+        self.time.push(p.time);
+        self.times.add(p.time);
+        self.start.push(p.start);
+        self.flags.push(p.flags);
+        self.value_int.append_option(p.value_int);
+        self.value_double.append_option(p.value_double);
+        self.count.append_option(p.count);
+        self.sum.append_option(p.sum);
+        self.min.append_option(p.min);
+        self.max.append_option(p.max);
+        push_u64s(&mut self.bucket_counts, p.bucket_counts);
+        push_f64s(&mut self.explicit_bounds, p.explicit_bounds);
+        self.exp_scale.append_option(p.exp_scale);
+        self.exp_zero_count.append_option(p.exp_zero_count);
+        self.exp_zero_threshold.append_option(p.exp_zero_threshold);
+        self.pos_offset.append_option(p.positive.map(|b| b.offset));
+        push_u64s(&mut self.pos_counts, p.positive.map(|b| b.bucket_counts.as_slice()));
+        self.neg_offset.append_option(p.negative.map(|b| b.offset));
+        push_u64s(&mut self.neg_counts, p.negative.map(|b| b.bucket_counts.as_slice()));
+        let (q, qv) = match &p.quantiles {
+            Some((q, v)) => (Some(q.as_slice()), Some(v.as_slice())),
+            None => (None, None),
+        };
+        push_f64s(&mut self.quantiles, q);
+        push_f64s(&mut self.quantile_values, qv);
+        if p.exemplars.is_empty() {
+            self.exemplars.append_null();
+        } else {
+            self.exemplars.append_value(Exemplars { items: p.exemplars.to_vec() }.encode_to_vec());
+        }
+        self.resource_id.push(rid);
+        self.scope_id.push(sid);
+        self.attrs.append_all(row, p.attributes);
+    }
+
+    pub fn finish(&mut self) -> Result<TableSet, ConvertError> {
+        let rows = self.time.len();
+        let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
+        let take64 = |v: &mut Vec<u64>| Arc::new(UInt64Array::from(std::mem::take(v))) as ArrayRef;
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(self.name.finish()),
+            Arc::new(self.description.finish()),
+            Arc::new(self.unit.finish()),
+            Arc::new(self.metadata.finish()),
+            Arc::new(UInt8Array::from(std::mem::take(&mut self.kind))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.temporality))),
+            Arc::new(BooleanArray::from(std::mem::take(&mut self.monotonic))),
+            take64(&mut self.series),
+            take64(&mut self.time),
+            take64(&mut self.start),
+            take32(&mut self.flags),
+            Arc::new(self.value_int.finish()),
+            Arc::new(self.value_double.finish()),
+            Arc::new(self.count.finish()),
+            Arc::new(self.sum.finish()),
+            Arc::new(self.min.finish()),
+            Arc::new(self.max.finish()),
+            Arc::new(self.bucket_counts.finish()),
+            Arc::new(self.explicit_bounds.finish()),
+            Arc::new(self.exp_scale.finish()),
+            Arc::new(self.exp_zero_count.finish()),
+            Arc::new(self.exp_zero_threshold.finish()),
+            Arc::new(self.pos_offset.finish()),
+            Arc::new(self.pos_counts.finish()),
+            Arc::new(self.neg_offset.finish()),
+            Arc::new(self.neg_counts.finish()),
+            Arc::new(self.quantiles.finish()),
+            Arc::new(self.quantile_values.finish()),
+            Arc::new(self.exemplars.finish()),
+            take32(&mut self.resource_id),
+            take32(&mut self.scope_id),
+        ];
+        let mut tables = vec![(schema::POINTS, RecordBatch::try_new(schema::points(), cols)?)];
+        tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
+        self.ctx.finish(&mut tables)?;
+        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
+        Ok(TableSet { signal: Signal::Metrics, tables, rows, min_time, max_time })
+    }
+}
+
+fn number_fields(p: &NumberDataPoint) -> PointFields<'_> {
+    let (value_int, value_double) = match p.value {
+        Some(number_data_point::Value::AsInt(i)) => (Some(i), None),
+        Some(number_data_point::Value::AsDouble(d)) => (None, Some(d)),
+        None => (None, None),
+    };
+    PointFields {
+        attributes: &p.attributes,
+        start: p.start_time_unix_nano,
+        time: p.time_unix_nano,
+        flags: p.flags,
+        exemplars: &p.exemplars,
+        value_int,
+        value_double,
+        ..Default::default()
+    }
+}
+
+/// Typed view of the `points` table.
+#[derive(Debug)]
+pub struct PointColumns<'a> {
+    pub name: DictStr<'a>,
+    pub description: DictStr<'a>,
+    pub unit: DictStr<'a>,
+    pub metadata: &'a BinaryArray,
+    pub kind: &'a UInt8Array,
+    pub temporality: &'a Int32Array,
+    pub monotonic: &'a BooleanArray,
+    pub series: &'a UInt64Array,
+    pub time: &'a UInt64Array,
+    pub start: &'a UInt64Array,
+    pub flags: &'a UInt32Array,
+    pub value_int: &'a Int64Array,
+    pub value_double: &'a Float64Array,
+    pub count: &'a UInt64Array,
+    pub sum: &'a Float64Array,
+    pub min: &'a Float64Array,
+    pub max: &'a Float64Array,
+    pub bucket_counts: &'a ListArray,
+    pub explicit_bounds: &'a ListArray,
+    pub exp_scale: &'a Int32Array,
+    pub exp_zero_count: &'a UInt64Array,
+    pub exp_zero_threshold: &'a Float64Array,
+    pub pos_offset: &'a Int32Array,
+    pub pos_counts: &'a ListArray,
+    pub neg_offset: &'a Int32Array,
+    pub neg_counts: &'a ListArray,
+    pub quantiles: &'a ListArray,
+    pub quantile_values: &'a ListArray,
+    pub exemplars: &'a BinaryArray,
+    pub resource_id: &'a UInt32Array,
+    pub scope_id: &'a UInt32Array,
+}
+
+impl<'a> PointColumns<'a> {
+    pub fn new(b: &'a RecordBatch) -> Result<Self, ConvertError> {
+        let t = schema::POINTS;
+        Ok(PointColumns {
+            name: DictStr::new(b, t, "metric_name")?,
+            description: DictStr::new(b, t, "metric_description")?,
+            unit: DictStr::new(b, t, "metric_unit")?,
+            metadata: col(b, t, "metric_metadata")?,
+            kind: col(b, t, "metric_type")?,
+            temporality: col(b, t, "temporality")?,
+            monotonic: col(b, t, "is_monotonic")?,
+            series: col(b, t, "series_id")?,
+            time: col(b, t, "time_unix_nano")?,
+            start: col(b, t, "start_time_unix_nano")?,
+            flags: col(b, t, "flags")?,
+            value_int: col(b, t, "value_int")?,
+            value_double: col(b, t, "value_double")?,
+            count: col(b, t, "count")?,
+            sum: col(b, t, "sum")?,
+            min: col(b, t, "min")?,
+            max: col(b, t, "max")?,
+            bucket_counts: col(b, t, "bucket_counts")?,
+            explicit_bounds: col(b, t, "explicit_bounds")?,
+            exp_scale: col(b, t, "exp_scale")?,
+            exp_zero_count: col(b, t, "exp_zero_count")?,
+            exp_zero_threshold: col(b, t, "exp_zero_threshold")?,
+            pos_offset: col(b, t, "exp_positive_offset")?,
+            pos_counts: col(b, t, "exp_positive_counts")?,
+            neg_offset: col(b, t, "exp_negative_offset")?,
+            neg_counts: col(b, t, "exp_negative_counts")?,
+            quantiles: col(b, t, "quantiles")?,
+            quantile_values: col(b, t, "quantile_values")?,
+            exemplars: col(b, t, "exemplars")?,
+            resource_id: col(b, t, "resource_id")?,
+            scope_id: col(b, t, "scope_id")?,
+        })
+    }
+
+    fn bad(column: &'static str) -> ConvertError {
+        ConvertError::WrongType { table: schema::POINTS, column }
+    }
+
+    fn u64s(list: &ListArray, row: usize, column: &'static str) -> Result<Vec<u64>, ConvertError> {
+        let v = list.value(row);
+        Ok(v.as_any().downcast_ref::<UInt64Array>().ok_or(Self::bad(column))?.values().to_vec())
+    }
+
+    fn f64s(list: &ListArray, row: usize, column: &'static str) -> Result<Vec<f64>, ConvertError> {
+        let v = list.value(row);
+        Ok(v.as_any().downcast_ref::<Float64Array>().ok_or(Self::bad(column))?.values().to_vec())
+    }
+
+    fn opt<T: arrow::datatypes::ArrowPrimitiveType>(
+        a: &arrow::array::PrimitiveArray<T>,
+        row: usize,
+    ) -> Option<T::Native> {
+        a.is_valid(row).then(|| a.value(row))
+    }
+
+    fn exemplars(&self, row: usize) -> Result<Vec<Exemplar>, ConvertError> {
+        if self.exemplars.is_null(row) {
+            return Ok(Vec::new());
+        }
+        Ok(Exemplars::decode(self.exemplars.value(row)).map_err(|_| Self::bad("exemplars"))?.items)
+    }
+
+    fn buckets(offset: &Int32Array, counts: &ListArray, row: usize, column: &'static str) -> Result<Option<Buckets>, ConvertError> {
+        if offset.is_null(row) {
+            return Ok(None);
+        }
+        Ok(Some(Buckets { offset: offset.value(row), bucket_counts: Self::u64s(counts, row, column)? }))
+    }
+
+    /// The point at `row` as OTLP.
+    pub fn point(&self, row: usize, attributes: Vec<KeyValue>) -> Result<Point, ConvertError> {
+        let start_time_unix_nano = self.start.value(row);
+        let time_unix_nano = self.time.value(row);
+        let flags = self.flags.value(row);
+        Ok(match self.kind.value(row) {
+            metric_type::GAUGE | metric_type::SUM => {
+                let value = if self.value_int.is_valid(row) {
+                    Some(number_data_point::Value::AsInt(self.value_int.value(row)))
+                } else {
+                    Self::opt(self.value_double, row).map(number_data_point::Value::AsDouble)
+                };
+                Point::Number(NumberDataPoint {
+                    attributes,
+                    start_time_unix_nano,
+                    time_unix_nano,
+                    exemplars: self.exemplars(row)?,
+                    flags,
+                    value,
+                })
+            }
+            metric_type::HISTOGRAM => Point::Histogram(HistogramDataPoint {
+                attributes,
+                start_time_unix_nano,
+                time_unix_nano,
+                count: Self::opt(self.count, row).ok_or(Self::bad("count"))?,
+                sum: Self::opt(self.sum, row),
+                bucket_counts: Self::u64s(self.bucket_counts, row, "bucket_counts")?,
+                explicit_bounds: Self::f64s(self.explicit_bounds, row, "explicit_bounds")?,
+                exemplars: self.exemplars(row)?,
+                flags,
+                min: Self::opt(self.min, row),
+                max: Self::opt(self.max, row),
+            }),
+            metric_type::EXP_HISTOGRAM => Point::ExpHistogram(ExponentialHistogramDataPoint {
+                attributes,
+                start_time_unix_nano,
+                time_unix_nano,
+                count: Self::opt(self.count, row).ok_or(Self::bad("count"))?,
+                sum: Self::opt(self.sum, row),
+                scale: Self::opt(self.exp_scale, row).ok_or(Self::bad("exp_scale"))?,
+                zero_count: Self::opt(self.exp_zero_count, row).ok_or(Self::bad("exp_zero_count"))?,
+                positive: Self::buckets(self.pos_offset, self.pos_counts, row, "exp_positive_counts")?,
+                negative: Self::buckets(self.neg_offset, self.neg_counts, row, "exp_negative_counts")?,
+                flags,
+                exemplars: self.exemplars(row)?,
+                min: Self::opt(self.min, row),
+                max: Self::opt(self.max, row),
+                zero_threshold: Self::opt(self.exp_zero_threshold, row).ok_or(Self::bad("exp_zero_threshold"))?,
+            }),
+            metric_type::SUMMARY => {
+                let q = Self::f64s(self.quantiles, row, "quantiles")?;
+                let v = Self::f64s(self.quantile_values, row, "quantile_values")?;
+                if q.len() != v.len() {
+                    return Err(Self::bad("quantile_values"));
+                }
+                Point::Summary(SummaryDataPoint {
+                    attributes,
+                    start_time_unix_nano,
+                    time_unix_nano,
+                    count: Self::opt(self.count, row).ok_or(Self::bad("count"))?,
+                    sum: Self::opt(self.sum, row).ok_or(Self::bad("sum"))?,
+                    quantile_values: q
+                        .into_iter()
+                        .zip(v)
+                        .map(|(quantile, value)| ValueAtQuantile { quantile, value })
+                        .collect(),
+                    flags,
+                })
+            }
+            _ => return Err(Self::bad("metric_type")),
+        })
+    }
+
+    /// The metric (without points) that `row` belongs to.
+    fn metric(&self, row: usize) -> Result<(Metric, u8, i32, bool), ConvertError> {
+        let metadata = if self.metadata.is_null(row) {
+            Vec::new()
+        } else {
+            KeyValueList::decode(self.metadata.value(row)).map_err(|_| Self::bad("metric_metadata"))?.values
+        };
+        let metric = Metric {
+            name: self.name.get(row).unwrap_or("").to_owned(),
+            description: self.description.get(row).unwrap_or("").to_owned(),
+            unit: self.unit.get(row).unwrap_or("").to_owned(),
+            metadata,
+            data: None,
+        };
+        Ok((metric, self.kind.value(row), self.temporality.value(row), self.monotonic.value(row)))
+    }
+}
+
+/// One data point of any type.
+#[derive(Debug, Clone)]
+pub enum Point {
+    Number(NumberDataPoint),
+    Histogram(HistogramDataPoint),
+    ExpHistogram(ExponentialHistogramDataPoint),
+    Summary(SummaryDataPoint),
+}
+
+fn add_point(m: &mut Metric, kind: u8, temporality: i32, monotonic: bool, p: Point) -> Result<(), ConvertError> {
+    let data = m.data.get_or_insert_with(|| match kind {
+        metric_type::GAUGE => Data::Gauge(Gauge::default()),
+        metric_type::SUM => {
+            Data::Sum(Sum { data_points: Vec::new(), aggregation_temporality: temporality, is_monotonic: monotonic })
+        }
+        metric_type::HISTOGRAM => {
+            Data::Histogram(Histogram { data_points: Vec::new(), aggregation_temporality: temporality })
+        }
+        metric_type::EXP_HISTOGRAM => Data::ExponentialHistogram(ExponentialHistogram {
+            data_points: Vec::new(),
+            aggregation_temporality: temporality,
+        }),
+        _ => Data::Summary(Summary::default()),
+    });
+    match (data, p) {
+        (Data::Gauge(g), Point::Number(p)) => g.data_points.push(p),
+        (Data::Sum(s), Point::Number(p)) => s.data_points.push(p),
+        (Data::Histogram(h), Point::Histogram(p)) => h.data_points.push(p),
+        (Data::ExponentialHistogram(h), Point::ExpHistogram(p)) => h.data_points.push(p),
+        (Data::Summary(s), Point::Summary(p)) => s.data_points.push(p),
+        _ => return Err(PointColumns::bad("metric_type")),
+    }
+    Ok(())
+}
+
+/// A block's metric tables back as one OTLP request. Points of one metric
+/// (same name, description, unit, metadata, type, temporality) under one
+/// resource and scope are gathered under one `Metric`.
+pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, ConvertError> {
+    let root = tables.get(schema::POINTS)?;
+    let c = PointColumns::new(root)?;
+    let ctx = Contexts::read(tables)?;
+    let mut attrs =
+        AttrReader::new(tables.get(schema::POINT_ATTRS)?, schema::POINT_ATTRS)?.grouped(root.num_rows())?.into_iter();
+    let mut groups = Grouper::default();
+    for row in 0..root.num_rows() {
+        let point = c.point(row, attrs.next().unwrap_or_default())?;
+        groups.push(c.resource_id.value(row), c.scope_id.value(row), (row, point));
+    }
+    let mut resource_metrics = Vec::with_capacity(groups.groups.len());
+    for (rid, scopes) in groups.groups {
+        let (resource, schema_url) = ctx.resource(rid, 0, schema::POINTS)?.clone();
+        let mut scope_metrics = Vec::with_capacity(scopes.len());
+        for (sid, points) in scopes {
+            let (scope, schema_url) = ctx.scope(sid, 0, schema::POINTS)?.clone();
+            let mut metrics: Vec<Metric> = Vec::new();
+            let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+            for (row, point) in points {
+                let (metric, kind, temporality, monotonic) = c.metric(row)?;
+                let mut key = metric.encode_to_vec();
+                key.push(kind);
+                key.extend_from_slice(&temporality.to_le_bytes());
+                key.push(u8::from(monotonic));
+                let i = *index.entry(key).or_insert_with(|| {
+                    metrics.push(metric);
+                    metrics.len() - 1
+                });
+                add_point(&mut metrics[i], kind, temporality, monotonic, point)?;
+            }
+            scope_metrics.push(ScopeMetrics { scope, metrics, schema_url });
+        }
+        resource_metrics.push(ResourceMetrics { resource, scope_metrics, schema_url });
+    }
+    Ok(ExportMetricsServiceRequest { resource_metrics })
+}

@@ -1,0 +1,386 @@
+//! Spans (with events and links) ↔ the `spans`, `span_events` and
+//! `span_links` tables.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array, Int32Builder, StringArray,
+    StringBuilder, StringDictionaryBuilder, UInt32Array, UInt64Array,
+};
+use arrow::datatypes::UInt32Type;
+use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
+
+use super::columns::{DictStr, append_id, check_id, col, id_bytes};
+use super::context::{ContextBuilder, Contexts, Grouper};
+use super::{ConvertError, TableSet, TimeRange};
+use crate::attrs::{AttrBuilder, AttrReader};
+use crate::ids::Signal;
+use crate::schema;
+
+/// Appends OTLP trace requests to the tables of one open block.
+pub struct SpansBuilder {
+    ctx: ContextBuilder,
+    trace_id: FixedSizeBinaryBuilder,
+    span_id: FixedSizeBinaryBuilder,
+    parent_span_id: FixedSizeBinaryBuilder,
+    trace_state: StringBuilder,
+    flags: Vec<u32>,
+    name: StringDictionaryBuilder<UInt32Type>,
+    kind: Vec<i32>,
+    start: Vec<u64>,
+    end: Vec<u64>,
+    status_code: Int32Builder,
+    status_message: StringBuilder,
+    dropped_attrs: Vec<u32>,
+    dropped_events: Vec<u32>,
+    dropped_links: Vec<u32>,
+    resource_id: Vec<u32>,
+    scope_id: Vec<u32>,
+    attrs: AttrBuilder,
+    ev_parent: Vec<u32>,
+    ev_time: Vec<u64>,
+    ev_name: StringDictionaryBuilder<UInt32Type>,
+    ev_dropped: Vec<u32>,
+    ev_attrs: AttrBuilder,
+    ln_parent: Vec<u32>,
+    ln_trace_id: FixedSizeBinaryBuilder,
+    ln_span_id: FixedSizeBinaryBuilder,
+    ln_trace_state: StringBuilder,
+    ln_flags: Vec<u32>,
+    ln_dropped: Vec<u32>,
+    ln_attrs: AttrBuilder,
+    times: TimeRange,
+}
+
+impl Default for SpansBuilder {
+    fn default() -> Self {
+        SpansBuilder {
+            ctx: ContextBuilder::default(),
+            trace_id: FixedSizeBinaryBuilder::new(16),
+            span_id: FixedSizeBinaryBuilder::new(8),
+            parent_span_id: FixedSizeBinaryBuilder::new(8),
+            trace_state: StringBuilder::new(),
+            flags: Vec::new(),
+            name: StringDictionaryBuilder::new(),
+            kind: Vec::new(),
+            start: Vec::new(),
+            end: Vec::new(),
+            status_code: Int32Builder::new(),
+            status_message: StringBuilder::new(),
+            dropped_attrs: Vec::new(),
+            dropped_events: Vec::new(),
+            dropped_links: Vec::new(),
+            resource_id: Vec::new(),
+            scope_id: Vec::new(),
+            attrs: AttrBuilder::default(),
+            ev_parent: Vec::new(),
+            ev_time: Vec::new(),
+            ev_name: StringDictionaryBuilder::new(),
+            ev_dropped: Vec::new(),
+            ev_attrs: AttrBuilder::default(),
+            ln_parent: Vec::new(),
+            ln_trace_id: FixedSizeBinaryBuilder::new(16),
+            ln_span_id: FixedSizeBinaryBuilder::new(8),
+            ln_trace_state: StringBuilder::new(),
+            ln_flags: Vec::new(),
+            ln_dropped: Vec::new(),
+            ln_attrs: AttrBuilder::default(),
+            times: TimeRange::default(),
+        }
+    }
+}
+
+/// Checks a request can be appended whole.
+pub fn validate(req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> {
+    let mut n = 0;
+    for rs in &req.resource_spans {
+        for ss in &rs.scope_spans {
+            for s in &ss.spans {
+                check_id("trace_id", &s.trace_id, 16)?;
+                check_id("span_id", &s.span_id, 8)?;
+                check_id("parent_span_id", &s.parent_span_id, 8)?;
+                for l in &s.links {
+                    check_id("link trace_id", &l.trace_id, 16)?;
+                    check_id("link span_id", &l.span_id, 8)?;
+                }
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+impl std::fmt::Debug for SpansBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpansBuilder").field("rows", &self.start.len()).finish_non_exhaustive()
+    }
+}
+
+impl SpansBuilder {
+    pub fn rows(&self) -> usize {
+        self.start.len()
+    }
+
+    pub fn approx_bytes(&self) -> usize {
+        self.start.len() * 100
+            + self.ev_time.len() * 24
+            + self.ln_parent.len() * 40
+            + self.attrs.approx_bytes()
+            + self.ev_attrs.approx_bytes()
+            + self.ln_attrs.approx_bytes()
+            + self.ctx.approx_bytes()
+    }
+
+    pub fn append(&mut self, req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> {
+        let n = validate(req)?;
+        for rs in &req.resource_spans {
+            let rid = self.ctx.resource(rs.resource.as_ref(), &rs.schema_url);
+            for ss in &rs.scope_spans {
+                let sid = self.ctx.scope(ss.scope.as_ref(), &ss.schema_url);
+                for s in &ss.spans {
+                    self.append_span(rid, sid, s)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn append_span(&mut self, rid: u32, sid: u32, s: &Span) -> Result<(), ConvertError> {
+        let row = self.start.len() as u32;
+        append_id(&mut self.trace_id, &s.trace_id)?;
+        append_id(&mut self.span_id, &s.span_id)?;
+        append_id(&mut self.parent_span_id, &s.parent_span_id)?;
+        self.trace_state.append_value(&s.trace_state);
+        self.flags.push(s.flags);
+        self.name.append_value(&s.name);
+        self.kind.push(s.kind);
+        self.start.push(s.start_time_unix_nano);
+        self.end.push(s.end_time_unix_nano);
+        self.times.add(s.start_time_unix_nano);
+        match &s.status {
+            Some(st) => {
+                self.status_code.append_value(st.code);
+                self.status_message.append_value(&st.message);
+            }
+            None => {
+                self.status_code.append_null();
+                self.status_message.append_value("");
+            }
+        }
+        self.dropped_attrs.push(s.dropped_attributes_count);
+        self.dropped_events.push(s.dropped_events_count);
+        self.dropped_links.push(s.dropped_links_count);
+        self.resource_id.push(rid);
+        self.scope_id.push(sid);
+        self.attrs.append_all(row, &s.attributes);
+        for e in &s.events {
+            let erow = self.ev_time.len() as u32;
+            self.ev_parent.push(row);
+            self.ev_time.push(e.time_unix_nano);
+            self.ev_name.append_value(&e.name);
+            self.ev_dropped.push(e.dropped_attributes_count);
+            self.ev_attrs.append_all(erow, &e.attributes);
+        }
+        for l in &s.links {
+            let lrow = self.ln_parent.len() as u32;
+            self.ln_parent.push(row);
+            append_id(&mut self.ln_trace_id, &l.trace_id)?;
+            append_id(&mut self.ln_span_id, &l.span_id)?;
+            self.ln_trace_state.append_value(&l.trace_state);
+            self.ln_flags.push(l.flags);
+            self.ln_dropped.push(l.dropped_attributes_count);
+            self.ln_attrs.append_all(lrow, &l.attributes);
+        }
+        Ok(())
+    }
+
+    pub fn finish(&mut self) -> Result<TableSet, ConvertError> {
+        let rows = self.start.len();
+        let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
+        let spans: Vec<ArrayRef> = vec![
+            Arc::new(self.trace_id.finish()),
+            Arc::new(self.span_id.finish()),
+            Arc::new(self.parent_span_id.finish()),
+            Arc::new(self.trace_state.finish()),
+            take32(&mut self.flags),
+            Arc::new(self.name.finish()),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.kind))),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.start))),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.end))),
+            Arc::new(self.status_code.finish()),
+            Arc::new(self.status_message.finish()),
+            take32(&mut self.dropped_attrs),
+            take32(&mut self.dropped_events),
+            take32(&mut self.dropped_links),
+            take32(&mut self.resource_id),
+            take32(&mut self.scope_id),
+        ];
+        let events: Vec<ArrayRef> = vec![
+            take32(&mut self.ev_parent),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.ev_time))),
+            Arc::new(self.ev_name.finish()),
+            take32(&mut self.ev_dropped),
+        ];
+        let links: Vec<ArrayRef> = vec![
+            take32(&mut self.ln_parent),
+            Arc::new(self.ln_trace_id.finish()),
+            Arc::new(self.ln_span_id.finish()),
+            Arc::new(self.ln_trace_state.finish()),
+            take32(&mut self.ln_flags),
+            take32(&mut self.ln_dropped),
+        ];
+        let mut tables = vec![
+            (schema::SPANS, RecordBatch::try_new(schema::spans(), spans)?),
+            (schema::SPAN_ATTRS, self.attrs.finish()?),
+            (schema::SPAN_EVENTS, RecordBatch::try_new(schema::span_events(), events)?),
+            (schema::EVENT_ATTRS, self.ev_attrs.finish()?),
+            (schema::SPAN_LINKS, RecordBatch::try_new(schema::span_links(), links)?),
+            (schema::LINK_ATTRS, self.ln_attrs.finish()?),
+        ];
+        self.ctx.finish(&mut tables)?;
+        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
+        Ok(TableSet { signal: Signal::Traces, tables, rows, min_time, max_time })
+    }
+}
+
+/// Typed view of the `spans` table.
+#[derive(Debug)]
+pub struct SpanColumns<'a> {
+    pub trace_id: &'a FixedSizeBinaryArray,
+    pub span_id: &'a FixedSizeBinaryArray,
+    pub parent_span_id: &'a FixedSizeBinaryArray,
+    pub trace_state: &'a StringArray,
+    pub flags: &'a UInt32Array,
+    pub name: DictStr<'a>,
+    pub kind: &'a Int32Array,
+    pub start: &'a UInt64Array,
+    pub end: &'a UInt64Array,
+    pub status_code: &'a Int32Array,
+    pub status_message: &'a StringArray,
+    pub dropped_attrs: &'a UInt32Array,
+    pub dropped_events: &'a UInt32Array,
+    pub dropped_links: &'a UInt32Array,
+    pub resource_id: &'a UInt32Array,
+    pub scope_id: &'a UInt32Array,
+}
+
+impl<'a> SpanColumns<'a> {
+    pub fn new(b: &'a RecordBatch) -> Result<Self, ConvertError> {
+        let t = schema::SPANS;
+        Ok(SpanColumns {
+            trace_id: col(b, t, "trace_id")?,
+            span_id: col(b, t, "span_id")?,
+            parent_span_id: col(b, t, "parent_span_id")?,
+            trace_state: col(b, t, "trace_state")?,
+            flags: col(b, t, "flags")?,
+            name: DictStr::new(b, t, "name")?,
+            kind: col(b, t, "kind")?,
+            start: col(b, t, "start_time_unix_nano")?,
+            end: col(b, t, "end_time_unix_nano")?,
+            status_code: col(b, t, "status_code")?,
+            status_message: col(b, t, "status_message")?,
+            dropped_attrs: col(b, t, "dropped_attributes_count")?,
+            dropped_events: col(b, t, "dropped_events_count")?,
+            dropped_links: col(b, t, "dropped_links_count")?,
+            resource_id: col(b, t, "resource_id")?,
+            scope_id: col(b, t, "scope_id")?,
+        })
+    }
+}
+
+/// A block's trace tables back as one OTLP request.
+pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, ConvertError> {
+    let root = tables.get(schema::SPANS)?;
+    let n = root.num_rows();
+    let c = SpanColumns::new(root)?;
+    let ctx = Contexts::read(tables)?;
+    let mut attrs = AttrReader::new(tables.get(schema::SPAN_ATTRS)?, schema::SPAN_ATTRS)?.grouped(n)?.into_iter();
+
+    // Events and links, grouped by their span.
+    let mut events: Vec<Vec<span::Event>> = Vec::new();
+    events.resize_with(n, Vec::new);
+    let eb = tables.get(schema::SPAN_EVENTS)?;
+    let t = schema::SPAN_EVENTS;
+    let (ep, et, en, ed) = (
+        col::<UInt32Array>(eb, t, "parent")?,
+        col::<UInt64Array>(eb, t, "time_unix_nano")?,
+        DictStr::new(eb, t, "name")?,
+        col::<UInt32Array>(eb, t, "dropped_attributes_count")?,
+    );
+    let mut eattrs =
+        AttrReader::new(tables.get(schema::EVENT_ATTRS)?, schema::EVENT_ATTRS)?.grouped(eb.num_rows())?.into_iter();
+    for row in 0..eb.num_rows() {
+        let slot = events.get_mut(ep.value(row) as usize).ok_or(ConvertError::BadReference { table: t, row })?;
+        slot.push(span::Event {
+            time_unix_nano: et.value(row),
+            name: en.get(row).unwrap_or("").to_owned(),
+            attributes: eattrs.next().unwrap_or_default(),
+            dropped_attributes_count: ed.value(row),
+        });
+    }
+    let mut links: Vec<Vec<span::Link>> = Vec::new();
+    links.resize_with(n, Vec::new);
+    let lb = tables.get(schema::SPAN_LINKS)?;
+    let t = schema::SPAN_LINKS;
+    let (lp, lt, ls, lst, lf, ld) = (
+        col::<UInt32Array>(lb, t, "parent")?,
+        col::<FixedSizeBinaryArray>(lb, t, "trace_id")?,
+        col::<FixedSizeBinaryArray>(lb, t, "span_id")?,
+        col::<StringArray>(lb, t, "trace_state")?,
+        col::<UInt32Array>(lb, t, "flags")?,
+        col::<UInt32Array>(lb, t, "dropped_attributes_count")?,
+    );
+    let mut lattrs =
+        AttrReader::new(tables.get(schema::LINK_ATTRS)?, schema::LINK_ATTRS)?.grouped(lb.num_rows())?.into_iter();
+    for row in 0..lb.num_rows() {
+        let slot = links.get_mut(lp.value(row) as usize).ok_or(ConvertError::BadReference { table: t, row })?;
+        slot.push(span::Link {
+            trace_id: id_bytes(lt, row),
+            span_id: id_bytes(ls, row),
+            trace_state: lst.value(row).to_owned(),
+            attributes: lattrs.next().unwrap_or_default(),
+            dropped_attributes_count: ld.value(row),
+            flags: lf.value(row),
+        });
+    }
+
+    let mut groups = Grouper::default();
+    for (row, (events, links)) in events.into_iter().zip(links).enumerate() {
+        let status = c
+            .status_code
+            .is_valid(row)
+            .then(|| Status { message: c.status_message.value(row).to_owned(), code: c.status_code.value(row) });
+        let span = Span {
+            trace_id: id_bytes(c.trace_id, row),
+            span_id: id_bytes(c.span_id, row),
+            trace_state: c.trace_state.value(row).to_owned(),
+            parent_span_id: id_bytes(c.parent_span_id, row),
+            flags: c.flags.value(row),
+            name: c.name.get(row).unwrap_or("").to_owned(),
+            kind: c.kind.value(row),
+            start_time_unix_nano: c.start.value(row),
+            end_time_unix_nano: c.end.value(row),
+            attributes: attrs.next().unwrap_or_default(),
+            dropped_attributes_count: c.dropped_attrs.value(row),
+            events,
+            dropped_events_count: c.dropped_events.value(row),
+            links,
+            dropped_links_count: c.dropped_links.value(row),
+            status,
+        };
+        groups.push(c.resource_id.value(row), c.scope_id.value(row), span);
+    }
+    let mut resource_spans = Vec::with_capacity(groups.groups.len());
+    for (rid, scopes) in groups.groups {
+        let (resource, schema_url) = ctx.resource(rid, 0, schema::SPANS)?.clone();
+        let mut scope_spans = Vec::with_capacity(scopes.len());
+        for (sid, spans) in scopes {
+            let (scope, schema_url) = ctx.scope(sid, 0, schema::SPANS)?.clone();
+            scope_spans.push(ScopeSpans { scope, spans, schema_url });
+        }
+        resource_spans.push(ResourceSpans { resource, scope_spans, schema_url });
+    }
+    Ok(ExportTraceServiceRequest { resource_spans })
+}

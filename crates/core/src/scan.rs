@@ -1,0 +1,406 @@
+//! Query evaluation over one block: a [`Predicate`] (time range, resource
+//! and record attribute matchers, line filters, severity, trace id, span
+//! name, duration) evaluated with Arrow kernels over the tables it needs,
+//! returning the matching root rows, newest first with a limit when asked.
+//!
+//! Only the sections a predicate needs are read (the "split"): the root
+//! table always; `resources`' attributes only for resource matchers; the
+//! record attribute table only for record matchers. With a block as the
+//! source, each section read is verified on first read.
+
+use std::cmp::Reverse;
+
+use arrow::array::{
+    Array, BooleanArray, FixedSizeBinaryArray, Int32Array, StringArray, UInt32Array, UInt32Array as U32, UInt64Array,
+};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::comparison::contains;
+use arrow::compute::{and, not, take_record_batch};
+use arrow::record_batch::RecordBatch;
+use regex::Regex;
+
+use crate::attrs::AttrReader;
+use crate::block::Block;
+use crate::convert::{ConvertError, TableSet, root_table};
+use crate::error::Error;
+use crate::ids::Signal;
+use crate::schema::{self, attr_type};
+
+/// Longest regex source accepted; the engine is linear-time, this bounds
+/// compile cost and memory.
+pub const MAX_REGEX_LEN: usize = 4096;
+/// Compiled-program size limit for one regex.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Bad predicates (the caller's fault).
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("regex {pattern:?} is invalid: {reason}")]
+    BadRegex { pattern: String, reason: String },
+    #[error("time range start {start} is after its end {end}")]
+    ReversedTimeRange { start: u64, end: u64 },
+    #[error("{what} does not apply to {signal} blocks")]
+    NotApplicable { what: &'static str, signal: Signal },
+}
+
+/// Compiles a user regex with the linear-time engine and bounded size.
+/// Anchored at both ends, as Prometheus and Loki label matchers are.
+pub fn compile_regex(pattern: &str, anchored: bool) -> Result<Regex, ScanError> {
+    let bad = |reason: String| ScanError::BadRegex { pattern: pattern.chars().take(200).collect(), reason };
+    if pattern.len() > MAX_REGEX_LEN {
+        return Err(bad(format!("longer than {MAX_REGEX_LEN} bytes")));
+    }
+    let source = if anchored { format!("^(?:{pattern})$") } else { pattern.to_owned() };
+    regex::RegexBuilder::new(&source)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// How an attribute's value is compared.
+#[derive(Debug, Clone)]
+pub enum MatchOp {
+    Eq(String),
+    Ne(String),
+    Re(Regex),
+    NotRe(Regex),
+}
+
+impl MatchOp {
+    fn test(&self, v: Option<&str>) -> bool {
+        match self {
+            MatchOp::Eq(want) => v == Some(want.as_str()),
+            MatchOp::Ne(want) => v != Some(want.as_str()),
+            MatchOp::Re(re) => re.is_match(v.unwrap_or("")),
+            MatchOp::NotRe(re) => !re.is_match(v.unwrap_or("")),
+        }
+    }
+}
+
+/// Where an attribute lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrScope {
+    Resource,
+    Record,
+}
+
+/// `key op value` on resource or record attributes. A missing attribute
+/// reads as the empty string, as a missing label does in Prometheus and
+/// Loki (so `k != "x"` and `k =~ ".*"` match rows without `k`).
+#[derive(Debug, Clone)]
+pub struct AttrMatcher {
+    pub scope: AttrScope,
+    pub key: String,
+    pub op: MatchOp,
+}
+
+/// A filter on the log body (string bodies; other bodies read as empty).
+#[derive(Debug, Clone)]
+pub enum LineFilter {
+    Contains(String),
+    NotContains(String),
+    Regex(Regex),
+    NotRegex(Regex),
+}
+
+/// What rows to select. All parts must hold (AND).
+#[derive(Debug, Clone, Default)]
+pub struct Predicate {
+    /// `[start, end)` in Unix nanoseconds, on the record's time (logs: event
+    /// time, or observed time when unset; spans: start; points: time).
+    pub time: Option<(u64, u64)>,
+    pub attrs: Vec<AttrMatcher>,
+    pub lines: Vec<LineFilter>,
+    /// Logs: `severity_number >= n`.
+    pub min_severity: Option<i32>,
+    /// Logs and spans.
+    pub trace_id: Option<[u8; 16]>,
+    /// Spans: name matcher.
+    pub span_name: Option<MatchOp>,
+    /// Spans: `end - start` bounds in nanoseconds, inclusive.
+    pub min_duration: Option<u64>,
+    pub max_duration: Option<u64>,
+    /// Points: metric name equality.
+    pub metric_name: Option<String>,
+}
+
+/// Result order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Latest time first; ties go to the later-arriving row.
+    #[default]
+    NewestFirst,
+    OldestFirst,
+    /// Arrival order.
+    Stored,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ScanRequest {
+    pub predicate: Predicate,
+    pub order: Order,
+    pub limit: Option<usize>,
+}
+
+/// Matching rows of the root table.
+#[derive(Debug, Clone)]
+pub struct ScanOutput {
+    /// Row numbers in the root table, in the requested order.
+    pub rows: Vec<u32>,
+    /// The root table's columns for those rows.
+    pub batch: RecordBatch,
+    /// The record time of each returned row.
+    pub times: Vec<u64>,
+    /// Root rows examined.
+    pub rows_scanned: usize,
+}
+
+/// Something that hands out a block's tables by name.
+pub trait TableSource {
+    fn signal(&self) -> Signal;
+    fn table(&self, name: &'static str) -> Result<RecordBatch, Error>;
+}
+
+impl TableSource for TableSet {
+    fn signal(&self) -> Signal {
+        self.signal
+    }
+
+    fn table(&self, name: &'static str) -> Result<RecordBatch, Error> {
+        Ok(self.get(name)?.clone())
+    }
+}
+
+impl TableSource for Block {
+    fn signal(&self) -> Signal {
+        self.manifest().meta().signal
+    }
+
+    fn table(&self, name: &'static str) -> Result<RecordBatch, Error> {
+        crate::tables::read_table(self, name)
+    }
+}
+
+fn u64_col<'a>(b: &'a RecordBatch, table: &'static str, column: &'static str) -> Result<&'a UInt64Array, Error> {
+    Ok(crate::convert::columns::col(b, table, column)?)
+}
+
+/// Each row's record time.
+pub fn record_times(signal: Signal, root: &RecordBatch) -> Result<Vec<u64>, Error> {
+    let t = root_table(signal);
+    Ok(match signal {
+        Signal::Logs => {
+            let time = u64_col(root, t, "time_unix_nano")?.values();
+            let observed = u64_col(root, t, "observed_time_unix_nano")?.values();
+            time.iter().zip(observed.iter()).map(|(&t, &o)| if t != 0 { t } else { o }).collect()
+        }
+        Signal::Traces => u64_col(root, t, "start_time_unix_nano")?.values().to_vec(),
+        Signal::Metrics => u64_col(root, t, "time_unix_nano")?.values().to_vec(),
+    })
+}
+
+fn record_attr_table(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Logs => schema::LOG_ATTRS,
+        Signal::Traces => schema::SPAN_ATTRS,
+        Signal::Metrics => schema::POINT_ATTRS,
+    }
+}
+
+/// The string form of an attribute value, for matching: strings as they
+/// are, ints/doubles/bools as text, others not matchable (empty).
+fn attr_text(r: &AttrReader<'_>, row: usize) -> Option<String> {
+    match r.type_id(row) {
+        attr_type::STR => r.str_value(row).map(str::to_owned),
+        attr_type::INT | attr_type::DOUBLE | attr_type::BOOL => {
+            let kv = r.key_value(row).ok()?;
+            match kv.value?.value? {
+                opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i) => Some(i.to_string()),
+                opentelemetry_proto::tonic::common::v1::any_value::Value::DoubleValue(d) => Some(d.to_string()),
+                opentelemetry_proto::tonic::common::v1::any_value::Value::BoolValue(b) => Some(b.to_string()),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// For each parent row (`0..n_parents`), whether the matcher holds.
+fn attr_mask(attrs: &RecordBatch, table: &'static str, n_parents: usize, m: &AttrMatcher) -> Result<Vec<bool>, Error> {
+    let r = AttrReader::new(attrs, table)?;
+    // Value each parent has for the key (None = absent).
+    let mut found: Vec<Option<String>> = vec![None; n_parents];
+    for row in 0..r.len() {
+        if r.key(row) == m.key {
+            let p = r.parent(row) as usize;
+            let slot = found.get_mut(p).ok_or(ConvertError::BadReference { table, row })?;
+            *slot = Some(attr_text(&r, row).unwrap_or_default());
+        }
+    }
+    Ok(found.iter().map(|v| m.op.test(Some(v.as_deref().unwrap_or("")))).collect())
+}
+
+fn mask_from(v: impl IntoIterator<Item = bool>) -> BooleanArray {
+    BooleanArray::new(BooleanBuffer::from_iter(v), None)
+}
+
+fn and_mask(acc: &mut Option<BooleanArray>, m: BooleanArray) -> Result<(), Error> {
+    *acc = Some(match acc.take() {
+        Some(a) => and(&a, &m)?,
+        None => m,
+    });
+    Ok(())
+}
+
+/// Evaluates a scan over one block's tables.
+pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Error> {
+    let signal = src.signal();
+    let p = &req.predicate;
+    if let Some((start, end)) = p.time
+        && start > end
+    {
+        return Err(ScanError::ReversedTimeRange { start, end }.into());
+    }
+    let na = |what| -> Error { ScanError::NotApplicable { what, signal }.into() };
+    if (!p.lines.is_empty() || p.min_severity.is_some()) && signal != Signal::Logs {
+        return Err(na("a log line or severity filter"));
+    }
+    if (p.span_name.is_some() || p.min_duration.is_some() || p.max_duration.is_some()) && signal != Signal::Traces {
+        return Err(na("a span name or duration filter"));
+    }
+    if p.metric_name.is_some() && signal != Signal::Metrics {
+        return Err(na("a metric name filter"));
+    }
+    if p.trace_id.is_some() && signal == Signal::Metrics {
+        return Err(na("a trace id filter"));
+    }
+
+    let root_name = root_table(signal);
+    let root = src.table(root_name)?;
+    let n = root.num_rows();
+    let times = record_times(signal, &root)?;
+    let mut mask: Option<BooleanArray> = None;
+
+    if let Some((start, end)) = p.time {
+        and_mask(&mut mask, mask_from(times.iter().map(|&t| t >= start && t < end)))?;
+    }
+    if let Some(min) = p.min_severity {
+        let sev: &Int32Array = crate::convert::columns::col(&root, root_name, "severity_number")?;
+        and_mask(&mut mask, mask_from(sev.values().iter().map(|&s| s >= min)))?;
+    }
+    if let Some(id) = p.trace_id {
+        let ids: &FixedSizeBinaryArray = crate::convert::columns::col(&root, root_name, "trace_id")?;
+        and_mask(&mut mask, mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)))?;
+    }
+    if !p.lines.is_empty() {
+        let body: &StringArray = crate::convert::columns::col(&root, root_name, "body")?;
+        for f in &p.lines {
+            let m = match f {
+                LineFilter::Contains(s) => contains(body, &StringArray::new_scalar(s))?,
+                LineFilter::NotContains(s) => not(&contains(body, &StringArray::new_scalar(s))?)?,
+                LineFilter::Regex(re) => mask_from((0..n).map(|i| re.is_match(body_text(body, i)))),
+                LineFilter::NotRegex(re) => mask_from((0..n).map(|i| !re.is_match(body_text(body, i)))),
+            };
+            // A null body (non-string) reads as "" for every filter.
+            let m = mask_from((0..n).map(|i| if body.is_null(i) { f.test_empty() } else { m.value(i) }));
+            and_mask(&mut mask, m)?;
+        }
+    }
+    if let Some(op) = &p.span_name {
+        let names = crate::convert::columns::DictStr::new(&root, root_name, "name")?;
+        let per_key: Vec<bool> = (0..names.values().len()).map(|k| op.test(Some(names.values().value(k)))).collect();
+        and_mask(&mut mask, mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])))?;
+    }
+    if p.min_duration.is_some() || p.max_duration.is_some() {
+        let start = u64_col(&root, root_name, "start_time_unix_nano")?.values();
+        let end = u64_col(&root, root_name, "end_time_unix_nano")?.values();
+        let (lo, hi) = (p.min_duration.unwrap_or(0), p.max_duration.unwrap_or(u64::MAX));
+        and_mask(
+            &mut mask,
+            mask_from(start.iter().zip(end.iter()).map(|(&s, &e)| {
+                let d = e.saturating_sub(s);
+                d >= lo && d <= hi
+            })),
+        )?;
+    }
+    if let Some(name) = &p.metric_name {
+        let names = crate::convert::columns::DictStr::new(&root, root_name, "metric_name")?;
+        let per_key: Vec<bool> = (0..names.values().len()).map(|k| names.values().value(k) == name).collect();
+        and_mask(&mut mask, mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])))?;
+    }
+    let (resource_matchers, record_matchers): (Vec<&AttrMatcher>, Vec<&AttrMatcher>) =
+        p.attrs.iter().partition(|m| m.scope == AttrScope::Resource);
+    if !resource_matchers.is_empty() {
+        let resources = src.table(schema::RESOURCES)?;
+        let rattrs = src.table(schema::RESOURCE_ATTRS)?;
+        let rid: &U32 = crate::convert::columns::col(&root, root_name, "resource_id")?;
+        for m in resource_matchers {
+            let per_resource = attr_mask(&rattrs, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
+            let bad = rid.values().iter().any(|&r| r as usize >= per_resource.len());
+            if bad {
+                return Err(ConvertError::BadReference { table: root_name, row: 0 }.into());
+            }
+            and_mask(&mut mask, mask_from(rid.values().iter().map(|&r| per_resource[r as usize])))?;
+        }
+    }
+    if !record_matchers.is_empty() {
+        let table = record_attr_table(signal);
+        let attrs = src.table(table)?;
+        for m in record_matchers {
+            and_mask(&mut mask, mask_from(attr_mask(&attrs, table, n, m)?))?;
+        }
+    }
+
+    let selected: Vec<u32> = match &mask {
+        Some(m) => m.values().set_indices().map(|i| i as u32).collect(),
+        None => (0..n as u32).collect(),
+    };
+    let rows = order_and_limit(selected, &times, req.order, req.limit);
+    let batch = take_record_batch(&root, &UInt32Array::from(rows.clone()))?;
+    let out_times = rows.iter().map(|&r| times[r as usize]).collect();
+    Ok(ScanOutput { rows, batch, times: out_times, rows_scanned: n })
+}
+
+fn body_text(body: &StringArray, i: usize) -> &str {
+    if body.is_null(i) { "" } else { body.value(i) }
+}
+
+impl LineFilter {
+    /// The filter's verdict on an empty line.
+    fn test_empty(&self) -> bool {
+        match self {
+            LineFilter::Contains(s) => s.is_empty(),
+            LineFilter::NotContains(s) => !s.is_empty(),
+            LineFilter::Regex(re) => re.is_match(""),
+            LineFilter::NotRegex(re) => !re.is_match(""),
+        }
+    }
+}
+
+/// Orders selected rows and keeps the first `limit`. Newest-first with a
+/// limit uses a partial selection, not a full sort.
+fn order_and_limit(mut rows: Vec<u32>, times: &[u64], order: Order, limit: Option<usize>) -> Vec<u32> {
+    let key_new = |r: &u32| Reverse((times[*r as usize], *r));
+    let key_old = |r: &u32| (times[*r as usize], *r);
+    let limit = limit.unwrap_or(usize::MAX);
+    match order {
+        Order::Stored => rows.truncate(limit),
+        Order::NewestFirst => {
+            if limit < rows.len() {
+                rows.select_nth_unstable_by_key(limit, key_new);
+                rows.truncate(limit);
+            }
+            rows.sort_unstable_by_key(key_new);
+        }
+        Order::OldestFirst => {
+            if limit < rows.len() {
+                rows.select_nth_unstable_by_key(limit, key_old);
+                rows.truncate(limit);
+            }
+            rows.sort_unstable_by_key(key_old);
+        }
+    }
+    rows
+}
+

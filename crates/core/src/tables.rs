@@ -1,0 +1,122 @@
+//! A signal's [`TableSet`] written as a block, and read back.
+//!
+//! Hot blocks hold each table as a plain Arrow IPC section (read zero-copy)
+//! plus the pruning sidecars. Cold blocks ([`crate::cold`]) hold the same
+//! tables in the cold codec; [`read_tables`] hides the difference.
+
+use std::collections::HashMap;
+
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+
+use crate::attrs;
+use crate::block::{Block, BlockMeta, BlockWriter, Codec, Level};
+use crate::convert::{TableSet, table_names};
+use crate::error::Error;
+use crate::ids::{BlockId, TenantId};
+use crate::schema::{self, SCHEMA_VERSION};
+use crate::sidecar::{SidecarSection, Sidecars};
+
+/// True for the attribute tables (their cold layout differs from the hot).
+pub fn is_attr_table(name: &str) -> bool {
+    name.ends_with("_attrs")
+}
+
+/// The block meta a table set is written under.
+pub fn block_meta(tables: &TableSet, block_id: BlockId, tenant: TenantId, level: Level) -> BlockMeta {
+    BlockMeta {
+        block_id,
+        tenant,
+        signal: tables.signal,
+        min_time: tables.min_time,
+        max_time: tables.max_time,
+        rows: tables.rows as u64,
+        schema_version: SCHEMA_VERSION,
+        level,
+    }
+}
+
+/// Adds the sidecar sections to a block being written.
+pub(crate) fn add_sidecars(w: &mut BlockWriter, sidecars: &Sidecars) -> Result<(), Error> {
+    for (name, section) in sidecars.sections()? {
+        match section {
+            SidecarSection::Batch(b) => w.add_batches(name, Codec::Ipc, &[b])?,
+            SidecarSection::Bytes(bytes) => w.add_bytes(name, Codec::Raw, 0, &bytes)?,
+        }
+    }
+    Ok(())
+}
+
+/// Writes a hot block: every table as a plain IPC section, then the
+/// sidecars. Returns the whole object, ready for one PUT.
+pub fn write_hot(tables: &TableSet, block_id: BlockId, tenant: TenantId) -> Result<Bytes, Error> {
+    let mut w = BlockWriter::new(block_meta(tables, block_id, tenant, Level::Hot));
+    for name in table_names(tables.signal) {
+        w.add_batches(name, Codec::Ipc, std::slice::from_ref(tables.get(name)?))?;
+    }
+    add_sidecars(&mut w, &Sidecars::build(tables)?)?;
+    Ok(w.finish()?)
+}
+
+/// One table of a block as a single batch in the hot layout, whatever the
+/// section's codec.
+pub fn read_table(block: &Block, name: &'static str) -> Result<RecordBatch, Error> {
+    let batches = block.read_batches(name)?;
+    table_from_batches(name, batches)
+}
+
+/// Joins a section's batches into one and rebuilds the hot layout of cold
+/// attribute tables. Hot sections hold exactly one batch, so nothing is
+/// copied for them.
+pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> Result<RecordBatch, Error> {
+    let batch = if batches.len() == 1 {
+        batches.pop().ok_or(crate::convert::ConvertError::MissingTable(name))?
+    } else if batches.is_empty() {
+        // An empty Parquet section decodes to no batches at all.
+        let schema = schema::of(name).ok_or(crate::convert::ConvertError::MissingTable(name))?;
+        return Ok(RecordBatch::new_empty(schema));
+    } else {
+        let schema = batches.first().map(RecordBatch::schema).ok_or(crate::convert::ConvertError::MissingTable(name))?;
+        arrow::compute::concat_batches(&schema, &batches)?
+    };
+    if is_attr_table(name) && batch.schema().column_with_name("type").is_some() {
+        return Ok(attrs::from_typed(&batch, name)?);
+    }
+    Ok(batch)
+}
+
+/// Reads the named tables of a block (all of its signal's tables when
+/// `names` is `None`). Only the sections named are fetched and verified.
+pub fn read_tables(block: &Block, names: Option<&[&'static str]>) -> Result<TableSet, Error> {
+    let meta = block.manifest().meta().clone();
+    let names = names.unwrap_or(table_names(meta.signal));
+    let mut tables = HashMap::with_capacity(names.len());
+    for name in names {
+        tables.insert(*name, read_table(block, name)?);
+    }
+    Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
+}
+
+/// Every table name the block format knows, for mapping manifest names
+/// back to `'static` names.
+pub fn known_table(name: &str) -> Option<&'static str> {
+    use schema::*;
+    [
+        RESOURCES,
+        RESOURCE_ATTRS,
+        SCOPES,
+        SCOPE_ATTRS,
+        LOGS,
+        LOG_ATTRS,
+        SPANS,
+        SPAN_ATTRS,
+        SPAN_EVENTS,
+        EVENT_ATTRS,
+        SPAN_LINKS,
+        LINK_ATTRS,
+        POINTS,
+        POINT_ATTRS,
+    ]
+    .into_iter()
+    .find(|n| *n == name)
+}

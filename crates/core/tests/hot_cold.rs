@@ -1,0 +1,271 @@
+//! A cold block answers every query exactly as the hot block it was
+//! rewritten from, and the scan's answers agree with a direct evaluation
+//! over the OTLP records that went in.
+
+use arrow::array::Array;
+use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
+use mira_core::scan::{AttrMatcher, AttrScope, LineFilter, MatchOp, Order, Predicate, ScanRequest, compile_regex, scan};
+use mira_core::tables::read_tables;
+use mira_testkit::corpus::{Cardinality, Corpus};
+use mira_testkit::flatten;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+
+#[path = "support/blocks.rs"]
+mod support;
+use support::hot_and_cold;
+
+fn attr(scope: AttrScope, key: &str, op: MatchOp) -> AttrMatcher {
+    AttrMatcher { scope, key: key.into(), op }
+}
+
+fn re(p: &str) -> regex::Regex {
+    compile_regex(p, true).expect("regex")
+}
+
+fn log_predicates(t0: u64, t1: u64) -> Vec<(&'static str, ScanRequest)> {
+    let mid = t0 + (t1 - t0) / 2;
+    let req = |predicate: Predicate, order: Order, limit: Option<usize>| ScanRequest { predicate, order, limit };
+    vec![
+        ("everything newest first", req(Predicate::default(), Order::NewestFirst, None)),
+        ("newest 100", req(Predicate::default(), Order::NewestFirst, Some(100))),
+        ("oldest 7", req(Predicate::default(), Order::OldestFirst, Some(7))),
+        ("second half", req(Predicate { time: Some((mid, t1 + 1)), ..Default::default() }, Order::Stored, None)),
+        ("errors", req(Predicate { min_severity: Some(17), ..Default::default() }, Order::NewestFirst, None)),
+        (
+            "body contains",
+            req(
+                Predicate { lines: vec![LineFilter::Contains("users".into())], ..Default::default() },
+                Order::NewestFirst,
+                Some(50),
+            ),
+        ),
+        (
+            "body regex and not contains",
+            req(
+                Predicate {
+                    lines: vec![
+                        LineFilter::Regex(compile_regex("in [0-9]+ms", false).expect("re")),
+                        LineFilter::NotContains("GET".into()),
+                    ],
+                    ..Default::default()
+                },
+                Order::NewestFirst,
+                None,
+            ),
+        ),
+        (
+            "service equality",
+            req(
+                Predicate {
+                    attrs: vec![attr(AttrScope::Resource, "service.name", MatchOp::Eq("checkout".into()))],
+                    ..Default::default()
+                },
+                Order::NewestFirst,
+                None,
+            ),
+        ),
+        (
+            "service regex, record attr not equal",
+            req(
+                Predicate {
+                    attrs: vec![
+                        attr(AttrScope::Resource, "service.name", MatchOp::Re(re("(checkout|cart).*"))),
+                        attr(AttrScope::Record, "http.method", MatchOp::Ne("GET".into())),
+                    ],
+                    ..Default::default()
+                },
+                Order::OldestFirst,
+                Some(1000),
+            ),
+        ),
+        (
+            "int attribute as text",
+            req(
+                Predicate {
+                    attrs: vec![attr(AttrScope::Record, "http.status_code", MatchOp::Eq("500".into()))],
+                    ..Default::default()
+                },
+                Order::NewestFirst,
+                None,
+            ),
+        ),
+        (
+            "absent key reads as empty",
+            req(
+                Predicate {
+                    attrs: vec![attr(AttrScope::Record, "no.such.key", MatchOp::NotRe(re(".+")))],
+                    ..Default::default()
+                },
+                Order::Stored,
+                Some(10),
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn cold_logs_answer_like_hot() {
+    let mut corpus = Corpus::new(11, Cardinality::Low);
+    let mut b = LogsBuilder::default();
+    for _ in 0..4 {
+        b.append(&corpus.logs(5000)).expect("append");
+    }
+    let tables = b.finish().expect("finish");
+    let (hot, cold) = hot_and_cold(&tables);
+    let mut nonempty = 0;
+    for (name, req) in log_predicates(tables.min_time, tables.max_time) {
+        let h = scan(&hot, &req).expect("hot scan");
+        let c = scan(&cold, &req).expect("cold scan");
+        assert_eq!(h.rows, c.rows, "{name}: rows differ");
+        assert_eq!(h.batch, c.batch, "{name}: columns differ");
+        let t = scan(&tables, &req).expect("table scan");
+        assert_eq!(h.rows, t.rows, "{name}: block and in-memory tables differ");
+        nonempty += usize::from(!h.rows.is_empty());
+    }
+    assert!(nonempty >= 8, "too few predicates matched anything ({nonempty}); the corpus changed?");
+    let hot_req = logs_to_otlp(&read_tables(&hot, None).expect("hot")).expect("otlp");
+    let cold_req = logs_to_otlp(&read_tables(&cold, None).expect("cold")).expect("otlp");
+    assert_eq!(flatten::logs(&hot_req), flatten::logs(&cold_req));
+}
+
+#[test]
+fn cold_spans_and_points_answer_like_hot() {
+    let mut corpus = Corpus::new(12, Cardinality::High);
+    let mut s = SpansBuilder::default();
+    s.append(&corpus.traces(4000)).expect("append");
+    let spans = s.finish().expect("finish");
+    let (hot, cold) = hot_and_cold(&spans);
+    let some_trace = {
+        let root = spans.get(mira_core::schema::SPANS).expect("spans");
+        let ids = root
+            .column_by_name("trace_id")
+            .and_then(|c| c.as_any().downcast_ref::<arrow::array::FixedSizeBinaryArray>().cloned())
+            .expect("trace ids");
+        let mut id = [0u8; 16];
+        id.copy_from_slice(ids.value(ids.len() / 2));
+        id
+    };
+    let reqs = [
+        Predicate { trace_id: Some(some_trace), ..Default::default() },
+        Predicate { min_duration: Some(1_000_000), ..Default::default() },
+        Predicate { span_name: Some(MatchOp::Re(re("GET.*"))), ..Default::default() },
+    ];
+    for p in reqs {
+        let req = ScanRequest { predicate: p.clone(), ..Default::default() };
+        let h = scan(&hot, &req).expect("hot");
+        assert_eq!(h.rows, scan(&cold, &req).expect("cold").rows, "{p:?}");
+        if p.trace_id.is_some() {
+            assert!(!h.rows.is_empty(), "the trace we picked was not found");
+        }
+    }
+    assert_eq!(
+        flatten::traces(&spans_to_otlp(&read_tables(&hot, None).expect("hot")).expect("otlp")),
+        flatten::traces(&spans_to_otlp(&read_tables(&cold, None).expect("cold")).expect("otlp"))
+    );
+
+    let mut m = PointsBuilder::default();
+    m.append(&corpus.metrics(4000)).expect("append");
+    let points = m.finish().expect("finish");
+    let (hot, cold) = hot_and_cold(&points);
+    let name = mira_core::convert::columns::DictStr::new(
+        points.get(mira_core::schema::POINTS).expect("points"),
+        "points",
+        "metric_name",
+    )
+    .expect("names")
+    .get(0)
+    .expect("a name")
+    .to_owned();
+    let req = ScanRequest { predicate: Predicate { metric_name: Some(name), ..Default::default() }, ..Default::default() };
+    let h = scan(&hot, &req).expect("hot");
+    assert!(!h.rows.is_empty());
+    assert_eq!(h.rows, scan(&cold, &req).expect("cold").rows);
+    assert_eq!(
+        flatten::metrics(&points_to_otlp(&read_tables(&hot, None).expect("hot")).expect("otlp")),
+        flatten::metrics(&points_to_otlp(&read_tables(&cold, None).expect("cold")).expect("otlp"))
+    );
+}
+
+fn body(r: &LogRecord) -> &str {
+    match r.body.as_ref().and_then(|b| b.value.as_ref()) {
+        Some(Value::StringValue(s)) => s,
+        _ => "",
+    }
+}
+
+/// The scan agrees with filtering the OTLP records by hand.
+#[test]
+fn scan_matches_a_direct_evaluation() {
+    let mut corpus = Corpus::new(13, Cardinality::Low);
+    let req = corpus.logs(20_000);
+    let mut b = LogsBuilder::default();
+    b.append(&req).expect("append");
+    let tables = b.finish().expect("finish");
+    let (hot, _) = hot_and_cold(&tables);
+
+    // Expected: errors from service "checkout" whose body contains "in ".
+    let mut want: Vec<(u64, String)> = Vec::new();
+    for rl in &req.resource_logs {
+        let service = rl
+            .resource
+            .as_ref()
+            .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+            .and_then(|kv| kv.value.as_ref())
+            .and_then(|v| v.value.as_ref());
+        let is_checkout = matches!(service, Some(Value::StringValue(s)) if s == "checkout");
+        for sl in &rl.scope_logs {
+            for r in &sl.log_records {
+                if is_checkout && r.severity_number >= 17 && body(r).contains("in ") {
+                    want.push((r.time_unix_nano, body(r).to_owned()));
+                }
+            }
+        }
+    }
+    want.sort_by(|a, b| b.0.cmp(&a.0));
+    want.truncate(25);
+    assert!(!want.is_empty(), "the corpus has no checkout errors; pick another predicate");
+
+    let out = scan(
+        &hot,
+        &ScanRequest {
+            predicate: Predicate {
+                attrs: vec![attr(AttrScope::Resource, "service.name", MatchOp::Eq("checkout".into()))],
+                min_severity: Some(17),
+                lines: vec![LineFilter::Contains("in ".into())],
+                ..Default::default()
+            },
+            order: Order::NewestFirst,
+            limit: Some(25),
+        },
+    )
+    .expect("scan");
+    let bodies = out
+        .batch
+        .column_by_name("body")
+        .and_then(|c| c.as_any().downcast_ref::<arrow::array::StringArray>().cloned())
+        .expect("body");
+    let got: Vec<(u64, String)> =
+        out.times.iter().enumerate().map(|(i, t)| (*t, bodies.value(i).to_owned())).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn bad_predicates_are_refused() {
+    let mut corpus = Corpus::new(14, Cardinality::Low);
+    let mut b = LogsBuilder::default();
+    b.append(&corpus.logs(100)).expect("append");
+    let tables = b.finish().expect("finish");
+    let reversed = ScanRequest { predicate: Predicate { time: Some((10, 5)), ..Default::default() }, ..Default::default() };
+    assert!(scan(&tables, &reversed).expect_err("reversed range").to_string().contains("after its end"));
+    let wrong_signal =
+        ScanRequest { predicate: Predicate { metric_name: Some("x".into()), ..Default::default() }, ..Default::default() };
+    assert!(scan(&tables, &wrong_signal).is_err());
+    assert!(compile_regex("(", true).is_err());
+    assert!(compile_regex(&"a".repeat(10_000), true).is_err());
+    // Nested repetition compiles to a linear-time automaton or is refused
+    // for size; either way it never backtracks.
+    if let Ok(r) = compile_regex("(a+)+$", true) {
+        assert!(!r.is_match(&format!("{}b", "a".repeat(50_000))));
+    }
+}
