@@ -22,6 +22,7 @@
 //! take well under a second in debug builds. Compare round-tripped requests with
 //! [`crate::flatten`], not `==`: NaN is not equal to itself under `PartialEq`.
 
+use crate::corpus::mix;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
