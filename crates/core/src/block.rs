@@ -200,25 +200,65 @@ pub enum BlockError {
     #[error("block {block}: section {section:?} appears more than once")]
     DuplicateSection { block: BlockId, section: String },
     #[error("block {block}: section {section:?} has unknown codec {codec:?}")]
-    UnknownCodec { block: BlockId, section: String, codec: String },
+    UnknownCodec {
+        block: BlockId,
+        section: String,
+        codec: String,
+    },
     #[error("block {block}: {rows} rows claimed by {}, over the {MAX_ROWS} limit", .section.as_deref().unwrap_or("the block meta"))]
-    AbsurdRows { block: BlockId, section: Option<String>, rows: u64 },
+    AbsurdRows {
+        block: BlockId,
+        section: Option<String>,
+        rows: u64,
+    },
     #[error("block {block}: section {section:?} at offset {offset} is not {ALIGNMENT}-byte aligned")]
-    UnalignedSection { block: BlockId, section: String, offset: u64 },
-    #[error("block {block}: section {section:?} ({length} bytes at {offset}) lies outside the data area {HEADER_LEN}..{data_end}")]
-    SectionOutOfBounds { block: BlockId, section: String, offset: u64, length: u64, data_end: u64 },
+    UnalignedSection {
+        block: BlockId,
+        section: String,
+        offset: u64,
+    },
+    #[error(
+        "block {block}: section {section:?} ({length} bytes at {offset}) lies outside the data area {HEADER_LEN}..{data_end}"
+    )]
+    SectionOutOfBounds {
+        block: BlockId,
+        section: String,
+        offset: u64,
+        length: u64,
+        data_end: u64,
+    },
     #[error("block {block}: sections {first:?} and {second:?} overlap")]
-    OverlappingSections { block: BlockId, first: String, second: String },
+    OverlappingSections {
+        block: BlockId,
+        first: String,
+        second: String,
+    },
     #[error("block {block}: {len} unaccounted bytes at offset {offset} (more than alignment padding)")]
     UnexpectedGap { block: BlockId, offset: u64, len: u64 },
     #[error("block {block}: padding byte at offset {offset} is not zero")]
     NonZeroPadding { block: BlockId, offset: u64 },
-    #[error("block {block}: section {section:?} CRC32 mismatch: manifest says {expected:08x}, bytes hash to {actual:08x}")]
-    SectionCrcMismatch { block: BlockId, section: String, expected: u32, actual: u32 },
+    #[error(
+        "block {block}: section {section:?} CRC32 mismatch: manifest says {expected:08x}, bytes hash to {actual:08x}"
+    )]
+    SectionCrcMismatch {
+        block: BlockId,
+        section: String,
+        expected: u32,
+        actual: u32,
+    },
     #[error("block {block}: section {section:?} read returned {actual} bytes, manifest says {expected}")]
-    SectionTruncated { block: BlockId, section: String, expected: u64, actual: u64 },
+    SectionTruncated {
+        block: BlockId,
+        section: String,
+        expected: u64,
+        actual: u64,
+    },
     #[error("block {block}: section {section:?} is not a valid Arrow IPC file: {reason}")]
-    MalformedIpc { block: BlockId, section: String, reason: String },
+    MalformedIpc {
+        block: BlockId,
+        section: String,
+        reason: String,
+    },
     #[error("block {block}: section {section:?} does not decode as Arrow IPC")]
     Ipc {
         block: BlockId,
@@ -234,9 +274,19 @@ pub enum BlockError {
         source: parquet::errors::ParquetError,
     },
     #[error("block {block}: the {codec} decoder panicked on section {section:?}: {message}")]
-    DecoderPanicked { block: BlockId, section: String, codec: Codec, message: String },
+    DecoderPanicked {
+        block: BlockId,
+        section: String,
+        codec: Codec,
+        message: String,
+    },
     #[error("block {block}: section {section:?} holds {actual} rows, manifest says {expected}")]
-    RowCountMismatch { block: BlockId, section: String, expected: u64, actual: u64 },
+    RowCountMismatch {
+        block: BlockId,
+        section: String,
+        expected: u64,
+        actual: u64,
+    },
     #[error("invalid block path {path:?}: {reason}")]
     InvalidPath { path: String, reason: &'static str },
 
@@ -245,7 +295,11 @@ pub enum BlockError {
     #[error("block {block} has no section {section:?}")]
     NoSuchSection { block: BlockId, section: String },
     #[error("block {block}: section {section:?} has codec {codec}, which holds no Arrow batches")]
-    NotBatches { block: BlockId, section: String, codec: Codec },
+    NotBatches {
+        block: BlockId,
+        section: String,
+        codec: Codec,
+    },
     #[error("cannot add section {section:?}: a section of that name was already added")]
     WriteDuplicateSection { section: String },
     #[error("cannot add section {section:?}: {reason}")]
@@ -271,7 +325,11 @@ pub enum BlockError {
         source: object_store::Error,
     },
     #[error("object store returned bytes {got:?} of {path} for a request of {requested}")]
-    UnexpectedRange { path: String, requested: String, got: std::ops::Range<u64> },
+    UnexpectedRange {
+        path: String,
+        requested: String,
+        got: std::ops::Range<u64>,
+    },
 }
 
 impl BlockError {

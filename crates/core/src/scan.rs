@@ -25,6 +25,8 @@ use crate::convert::{ConvertError, TableSet, root_table};
 use crate::error::Error;
 use crate::ids::Signal;
 use crate::schema::{self, attr_type};
+pub use crate::sidecar::AttrScope;
+use crate::sidecar::{Probe, Verdict, field as sidecar_field};
 
 /// Longest regex source accepted; the engine is linear-time, this bounds
 /// compile cost and memory.
@@ -78,16 +80,11 @@ impl MatchOp {
     }
 }
 
-/// Where an attribute lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttrScope {
-    Resource,
-    Record,
-}
-
-/// `key op value` on resource or record attributes. A missing attribute
-/// reads as the empty string, as a missing label does in Prometheus and
-/// Loki (so `k != "x"` and `k =~ ".*"` match rows without `k`).
+/// `key op value` on resource attributes, record attributes, or (scope
+/// `Field`) a root dictionary column named by [`sidecar_field`] (severity
+/// text, span name, metric name). A missing attribute reads as the empty
+/// string, as a missing label does in Prometheus and Loki (so `k != "x"`
+/// and `k =~ ".*"` match rows without `k`).
 #[derive(Debug, Clone)]
 pub struct AttrMatcher {
     pub scope: AttrScope,
@@ -329,8 +326,19 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         let per_key: Vec<bool> = (0..names.values().len()).map(|k| names.values().value(k) == name).collect();
         and_mask(&mut mask, mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])))?;
     }
-    let (resource_matchers, record_matchers): (Vec<&AttrMatcher>, Vec<&AttrMatcher>) =
-        p.attrs.iter().partition(|m| m.scope == AttrScope::Resource);
+    for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
+        let column = match (signal, m.key.as_str()) {
+            (Signal::Logs, sidecar_field::SEVERITY_TEXT) => sidecar_field::SEVERITY_TEXT,
+            (Signal::Traces, sidecar_field::SPAN_NAME) => sidecar_field::SPAN_NAME,
+            (Signal::Metrics, sidecar_field::METRIC_NAME) => sidecar_field::METRIC_NAME,
+            _ => return Err(na("this field matcher")),
+        };
+        let values = crate::convert::columns::DictStr::new(&root, root_name, column)?;
+        let per_key: Vec<bool> = (0..values.values().len()).map(|k| m.op.test(Some(values.values().value(k)))).collect();
+        and_mask(&mut mask, mask_from(values.keys().values().iter().map(|&k| per_key[k as usize])))?;
+    }
+    let resource_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Resource).collect();
+    let record_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Record).collect();
     if !resource_matchers.is_empty() {
         let resources = src.table(schema::RESOURCES)?;
         let rattrs = src.table(schema::RESOURCE_ATTRS)?;
@@ -404,3 +412,47 @@ fn order_and_limit(mut rows: Vec<u32>, times: &[u64], order: Order, limit: Optio
     rows
 }
 
+
+/// What the sidecars can check of a predicate: the time range, positive
+/// equality matchers (a negative or regex matcher, or one that matches the
+/// empty string and so rows without the key, cannot prune), severity, span
+/// name and duration, metric name and trace id.
+pub fn probe(p: &Predicate) -> Probe {
+    let mut probe = Probe {
+        // The probe's range is inclusive; ours is [start, end). An empty
+        // range becomes lo > hi, which prunes every block, as it should.
+        time: p.time.map(|(start, end)| if end > start { (start, end - 1) } else { (1, 0) }),
+        trace_id: p.trace_id,
+        min_severity: p.min_severity,
+        min_duration: p.min_duration,
+        max_duration: p.max_duration,
+        ..Default::default()
+    };
+    for m in &p.attrs {
+        if let MatchOp::Eq(v) = &m.op
+            && !v.is_empty()
+        {
+            let pair = (m.key.clone(), v.clone());
+            match m.scope {
+                AttrScope::Resource => probe.resource_eq.push(pair),
+                AttrScope::Record => probe.attr_eq.push(pair),
+                AttrScope::Field => probe.field_eq.push(pair),
+            }
+        }
+    }
+    if let Some(MatchOp::Eq(name)) = &p.span_name {
+        probe.field_eq.push((sidecar_field::SPAN_NAME.to_owned(), name.clone()));
+    }
+    if let Some(name) = &p.metric_name {
+        probe.field_eq.push((sidecar_field::METRIC_NAME.to_owned(), name.clone()));
+    }
+    probe
+}
+
+/// Whether `block` may hold a row matching `p`, judged from its manifest and
+/// sidecars alone: no row section is read.
+pub fn prune(block: &Block, p: &Predicate) -> Result<Verdict, Error> {
+    let meta = block.manifest().meta();
+    let sidecars = crate::tables::read_sidecars(block)?;
+    Ok(sidecars.may_match(&probe(p), meta.min_time, meta.max_time))
+}

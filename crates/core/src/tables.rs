@@ -120,3 +120,23 @@ pub fn known_table(name: &str) -> Option<&'static str> {
     .into_iter()
     .find(|n| *n == name)
 }
+
+/// The block's pruning sidecars, reading only their sections.
+pub fn read_sidecars(block: &Block) -> Result<Sidecars, Error> {
+    use crate::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ZONE_MAP_SECTION};
+    let one = |name: &'static str| -> Result<RecordBatch, Error> {
+        let mut batches = block.read_batches(name)?;
+        if batches.len() != 1 {
+            let reason = format!("holds {} batches, expected 1", batches.len());
+            return Err(crate::sidecar::SidecarError::InvalidEntry { section: name, row: 0, reason }.into());
+        }
+        Ok(batches.remove(0))
+    };
+    let zone = one(ZONE_MAP_SECTION)?;
+    let attrs = one(ATTR_INDEX_SECTION)?;
+    let ids = match block.manifest().section(ID_BLOOM_SECTION) {
+        Some(_) => Some(block.section_bytes(ID_BLOOM_SECTION)?),
+        None => None,
+    };
+    Ok(Sidecars::from_sections(&zone, &attrs, ids.as_deref())?)
+}

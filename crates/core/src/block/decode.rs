@@ -49,7 +49,11 @@ pub fn decode_section(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Res
         Codec::Ipc => decode_ipc(block, entry, bytes, true),
         Codec::IpcZstd => decode_ipc(block, entry, bytes, false),
         Codec::Parquet => decode_parquet(block, entry, bytes),
-        Codec::Raw => Err(BlockError::NotBatches { block, section: entry.name.clone(), codec: entry.codec }),
+        Codec::Raw => Err(BlockError::NotBatches {
+            block,
+            section: entry.name.clone(),
+            codec: entry.codec,
+        }),
     });
     let batches = match std::panic::catch_unwind(decode) {
         Ok(decoded) => decoded?,
@@ -59,12 +63,22 @@ pub fn decode_section(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Res
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            return Err(BlockError::DecoderPanicked { block, section: entry.name.clone(), codec: entry.codec, message });
+            return Err(BlockError::DecoderPanicked {
+                block,
+                section: entry.name.clone(),
+                codec: entry.codec,
+                message,
+            });
         }
     };
     let actual: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     if actual != entry.rows {
-        return Err(BlockError::RowCountMismatch { block, section: entry.name.clone(), expected: entry.rows, actual });
+        return Err(BlockError::RowCountMismatch {
+            block,
+            section: entry.name.clone(),
+            expected: entry.rows,
+            actual,
+        });
     }
     Ok(batches)
 }
@@ -79,9 +93,22 @@ const ZERO_COPY_BUFFER_ALIGN: usize = 16;
 /// silently copied. Compressed sections allocate on decompression anyway,
 /// and buffers the writer left uncompressed sit 8 bytes past an aligned
 /// offset, so there the decoder may realign.
-fn decode_ipc(block: BlockId, entry: &SectionEntry, bytes: Bytes, zero_copy: bool) -> Result<Vec<RecordBatch>, BlockError> {
-    let malformed = |reason: String| BlockError::MalformedIpc { block, section: entry.name.clone(), reason };
-    let arrow = |source| BlockError::Ipc { block, section: entry.name.clone(), source };
+fn decode_ipc(
+    block: BlockId,
+    entry: &SectionEntry,
+    bytes: Bytes,
+    zero_copy: bool,
+) -> Result<Vec<RecordBatch>, BlockError> {
+    let malformed = |reason: String| BlockError::MalformedIpc {
+        block,
+        section: entry.name.clone(),
+        reason,
+    };
+    let arrow = |source| BlockError::Ipc {
+        block,
+        section: entry.name.clone(),
+        source,
+    };
 
     let buffer = if zero_copy && !(bytes.as_ptr() as usize).is_multiple_of(ALIGNMENT as usize) {
         Buffer::from_slice_ref(&bytes)
@@ -93,14 +120,21 @@ fn decode_ipc(block: BlockId, entry: &SectionEntry, bytes: Bytes, zero_copy: boo
         return Err(malformed("missing ARROW1 magic".into()));
     }
     let footer_end = len - 10;
-    let footer_len = i32::from_le_bytes([buffer[footer_end], buffer[footer_end + 1], buffer[footer_end + 2], buffer[footer_end + 3]]);
+    let footer_len = i32::from_le_bytes([
+        buffer[footer_end],
+        buffer[footer_end + 1],
+        buffer[footer_end + 2],
+        buffer[footer_end + 3],
+    ]);
     let footer_len = usize::try_from(footer_len)
         .ok()
         .filter(|&n| n <= footer_end - 8)
         .ok_or_else(|| malformed(format!("footer length {footer_len} out of bounds")))?;
     let data_end = footer_end - footer_len;
     let footer = root_as_footer(&buffer[data_end..footer_end]).map_err(|e| malformed(format!("footer: {e}")))?;
-    let fb_schema = footer.schema().ok_or_else(|| malformed("footer has no schema".into()))?;
+    let fb_schema = footer
+        .schema()
+        .ok_or_else(|| malformed("footer has no schema".into()))?;
     if !fb_schema.endianness().equals_to_target_endianness() {
         return Err(malformed("written with the other endianness".into()));
     }
@@ -112,7 +146,9 @@ fn decode_ipc(block: BlockId, entry: &SectionEntry, bytes: Bytes, zero_copy: boo
         let data = message_slice(&buffer, dict, data_end, zero_copy, &mut budget).map_err(malformed)?;
         decoder.read_dictionary(dict, &data).map_err(arrow)?;
     }
-    let blocks = footer.recordBatches().ok_or_else(|| malformed("footer lists no record batches".into()))?;
+    let blocks = footer
+        .recordBatches()
+        .ok_or_else(|| malformed("footer lists no record batches".into()))?;
     let mut batches = Vec::with_capacity(blocks.len());
     for b in blocks {
         let data = message_slice(&buffer, b, data_end, zero_copy, &mut budget).map_err(malformed)?;
@@ -146,7 +182,9 @@ fn message_slice(
     };
     let end = offset.checked_add(meta_len).and_then(|n| n.checked_add(body_len));
     if end.is_none_or(|end| end > data_end) {
-        return Err(format!("message at {offset} ({meta_len}+{body_len} bytes) runs past the data"));
+        return Err(format!(
+            "message at {offset} ({meta_len}+{body_len} bytes) runs past the data"
+        ));
     }
     let meta = &buffer[offset..offset + meta_len];
     let body = &buffer[offset + meta_len..offset + meta_len + body_len];
@@ -172,7 +210,11 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
     }
     for node in batch.nodes().iter().flatten() {
         if !in_rows(node.length()) || !in_rows(node.null_count()) {
-            return Err(format!("array claims {} values, {} nulls", node.length(), node.null_count()));
+            return Err(format!(
+                "array claims {} values, {} nulls",
+                node.length(),
+                node.null_count()
+            ));
         }
     }
     let compressed = batch.compression().is_some();
@@ -182,11 +224,21 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
             .zip(usize::try_from(buf.length()).ok())
             .and_then(|(o, l)| Some(o..o.checked_add(l)?))
             .filter(|r| r.end <= body.len())
-            .ok_or_else(|| format!("buffer at {} of {} bytes outside a {}-byte body", buf.offset(), buf.length(), body.len()))?;
+            .ok_or_else(|| {
+                format!(
+                    "buffer at {} of {} bytes outside a {}-byte body",
+                    buf.offset(),
+                    buf.length(),
+                    body.len()
+                )
+            })?;
         if let Some(start) = body_start
             && !(start + range.start).is_multiple_of(ZERO_COPY_BUFFER_ALIGN)
         {
-            return Err(format!("buffer at {} not {ZERO_COPY_BUFFER_ALIGN}-byte aligned", start + range.start));
+            return Err(format!(
+                "buffer at {} not {ZERO_COPY_BUFFER_ALIGN}-byte aligned",
+                start + range.start
+            ));
         }
         if !compressed || range.is_empty() {
             continue;
@@ -200,9 +252,9 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
         match i64::from_le_bytes(prefix) {
             -1 | 0 => {}
             n if n > 0 => {
-                *budget = budget.checked_sub(n as u64).ok_or_else(|| {
-                    format!("decompressed size exceeds the {MAX_DECODED_SECTION_BYTES}-byte limit")
-                })?;
+                *budget = budget
+                    .checked_sub(n as u64)
+                    .ok_or_else(|| format!("decompressed size exceeds the {MAX_DECODED_SECTION_BYTES}-byte limit"))?;
             }
             n => return Err(format!("bad decompressed length {n}")),
         }
@@ -211,7 +263,11 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
 }
 
 fn decode_parquet(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Result<Vec<RecordBatch>, BlockError> {
-    let parquet = |source| BlockError::Parquet { block, section: entry.name.clone(), source };
+    let parquet = |source| BlockError::Parquet {
+        block,
+        section: entry.name.clone(),
+        source,
+    };
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet)?;
     let rows = builder.metadata().file_metadata().num_rows();
     if u64::try_from(rows).ok() != Some(entry.rows) {
@@ -223,7 +279,5 @@ fn decode_parquet(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Result<
         });
     }
     let reader = builder.with_batch_size(PARQUET_BATCH_ROWS).build().map_err(parquet)?;
-    reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| parquet(e.into()))
+    reader.collect::<Result<Vec<_>, _>>().map_err(|e| parquet(e.into()))
 }

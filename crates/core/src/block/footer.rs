@@ -116,7 +116,10 @@ impl Manifest {
             check_header(tail)?;
         }
         if tail_len < TRAILER_LEN {
-            return Err(BlockError::TailTooShort { have: tail_len, need: TRAILER_LEN });
+            return Err(BlockError::TailTooShort {
+                have: tail_len,
+                need: TRAILER_LEN,
+            });
         }
         let trailer = &tail[tail.len() - TRAILER_LEN as usize..];
         let found = word(trailer, 8);
@@ -139,7 +142,10 @@ impl Manifest {
         let footer = &tail[tail.len() - need as usize..tail.len() - TRAILER_LEN as usize];
         let actual = crc32fast::hash(footer);
         if actual != footer_crc {
-            return Err(BlockError::FooterCrcMismatch { expected: footer_crc, actual });
+            return Err(BlockError::FooterCrcMismatch {
+                expected: footer_crc,
+                actual,
+            });
         }
         let count = count_field(footer, SECTIONS_FIELD)?;
         if count > MAX_SECTIONS {
@@ -196,7 +202,9 @@ impl Manifest {
 
     fn from_proto(p: FooterProto, object_len: u64, footer_len: u64) -> Result<Manifest, BlockError> {
         if p.format_version != FORMAT_VERSION {
-            return Err(BlockError::UnsupportedVersion { version: p.format_version });
+            return Err(BlockError::UnsupportedVersion {
+                version: p.format_version,
+            });
         }
         let block = BlockId::from_u128((u128::from(p.block_id_hi) << 64) | u128::from(p.block_id_lo));
         let invalid = |reason: String| BlockError::InvalidMeta { block, reason };
@@ -207,10 +215,17 @@ impl Manifest {
             .ok_or_else(|| invalid(format!("unknown signal code {}", p.signal)))?;
         let level = Level::from_code(p.level).ok_or_else(|| invalid(format!("unknown level code {}", p.level)))?;
         if p.min_time > p.max_time {
-            return Err(invalid(format!("min time {} after max time {}", p.min_time, p.max_time)));
+            return Err(invalid(format!(
+                "min time {} after max time {}",
+                p.min_time, p.max_time
+            )));
         }
         if p.rows > MAX_ROWS {
-            return Err(BlockError::AbsurdRows { block, section: None, rows: p.rows });
+            return Err(BlockError::AbsurdRows {
+                block,
+                section: None,
+                rows: p.rows,
+            });
         }
         let meta = BlockMeta {
             block_id: block,
@@ -232,15 +247,28 @@ impl Manifest {
                 return Err(BlockError::DuplicateSection { block, section: s.name });
             }
             let Some(codec) = Codec::parse(&s.codec) else {
-                return Err(BlockError::UnknownCodec { block, section: s.name, codec: s.codec });
+                return Err(BlockError::UnknownCodec {
+                    block,
+                    section: s.name,
+                    codec: s.codec,
+                });
             };
             if s.rows > MAX_ROWS {
-                return Err(BlockError::AbsurdRows { block, section: Some(s.name), rows: s.rows });
+                return Err(BlockError::AbsurdRows {
+                    block,
+                    section: Some(s.name),
+                    rows: s.rows,
+                });
             }
             if s.offset % ALIGNMENT != 0 {
-                return Err(BlockError::UnalignedSection { block, section: s.name, offset: s.offset });
+                return Err(BlockError::UnalignedSection {
+                    block,
+                    section: s.name,
+                    offset: s.offset,
+                });
             }
-            let in_bounds = s.offset >= HEADER_LEN && s.offset.checked_add(s.length).is_some_and(|end| end <= footer_start);
+            let in_bounds =
+                s.offset >= HEADER_LEN && s.offset.checked_add(s.length).is_some_and(|end| end <= footer_start);
             if !in_bounds {
                 return Err(BlockError::SectionOutOfBounds {
                     block,
@@ -260,7 +288,12 @@ impl Manifest {
             });
         }
         check_tiling(block, &sections, footer_start)?;
-        Ok(Manifest { meta, sections, object_len, footer_len })
+        Ok(Manifest {
+            meta,
+            sections,
+            object_len,
+            footer_len,
+        })
     }
 
     /// The footer bytes for this manifest.
@@ -295,7 +328,12 @@ impl Manifest {
     /// Builds a manifest for the writer (not validated; the writer checks
     /// its inputs as they arrive).
     pub(crate) fn new_unchecked(meta: BlockMeta, sections: Vec<SectionEntry>) -> Manifest {
-        Manifest { meta, sections, object_len: 0, footer_len: 0 }
+        Manifest {
+            meta,
+            sections,
+            object_len: 0,
+            footer_len: 0,
+        }
     }
 }
 
@@ -311,16 +349,28 @@ fn check_tiling(block: BlockId, sections: &[SectionEntry], footer_start: u64) ->
     for s in by_offset {
         if s.offset < pos {
             let first = prev.map_or_else(|| "(header)".to_owned(), |p| p.name.clone());
-            return Err(BlockError::OverlappingSections { block, first, second: s.name.clone() });
+            return Err(BlockError::OverlappingSections {
+                block,
+                first,
+                second: s.name.clone(),
+            });
         }
         if s.offset != align_up(pos) {
-            return Err(BlockError::UnexpectedGap { block, offset: pos, len: s.offset - pos });
+            return Err(BlockError::UnexpectedGap {
+                block,
+                offset: pos,
+                len: s.offset - pos,
+            });
         }
         pos = s.offset + s.length;
         prev = Some(s);
     }
     if footer_start != pos {
-        return Err(BlockError::UnexpectedGap { block, offset: pos, len: footer_start - pos });
+        return Err(BlockError::UnexpectedGap {
+            block,
+            offset: pos,
+            len: footer_start - pos,
+        });
     }
     Ok(())
 }
@@ -328,7 +378,9 @@ fn check_tiling(block: BlockId, sections: &[SectionEntry], footer_start: u64) ->
 /// Checks magic, version and zero padding of a whole object's header.
 pub(crate) fn check_header(object: &[u8]) -> Result<(), BlockError> {
     if (object.len() as u64) < MIN_BLOCK_LEN {
-        return Err(BlockError::TooShort { len: object.len() as u64 });
+        return Err(BlockError::TooShort {
+            len: object.len() as u64,
+        });
     }
     let found = word(object, 0);
     if found != MAGIC {
@@ -373,7 +425,9 @@ fn word(b: &[u8], at: usize) -> [u8; 4] {
 /// protobuf message without decoding it, so a footer of tiny empty section
 /// entries cannot make the decoder allocate a huge `Vec`.
 fn count_field(mut buf: &[u8], field: u64) -> Result<usize, BlockError> {
-    let malformed = |reason: &str| BlockError::FooterMalformed { reason: reason.to_owned() };
+    let malformed = |reason: &str| BlockError::FooterMalformed {
+        reason: reason.to_owned(),
+    };
     let mut count = 0usize;
     while !buf.is_empty() {
         let key = read_varint(&mut buf).ok_or_else(|| malformed("truncated field key"))?;
@@ -392,7 +446,10 @@ fn count_field(mut buf: &[u8], field: u64) -> Result<usize, BlockError> {
             5 => 4,
             _ => return Err(malformed("unsupported wire type")),
         };
-        let skip = usize::try_from(skip).ok().filter(|&n| n <= buf.len()).ok_or_else(|| malformed("field past end"))?;
+        let skip = usize::try_from(skip)
+            .ok()
+            .filter(|&n| n <= buf.len())
+            .ok_or_else(|| malformed("field past end"))?;
         buf = &buf[skip..];
     }
     Ok(count)
@@ -420,7 +477,13 @@ mod tests {
         let proto = FooterProto {
             format_version: 1,
             tenant: "t".into(),
-            sections: vec![SectionProto { name: "a".into(), ..Default::default() }; 3],
+            sections: vec![
+                SectionProto {
+                    name: "a".into(),
+                    ..Default::default()
+                };
+                3
+            ],
             ..Default::default()
         };
         let bytes = prost::Message::encode_to_vec(&proto);

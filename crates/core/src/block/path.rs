@@ -24,7 +24,13 @@ pub struct BlockLocation {
 /// `min_time_unix_nanos`.
 pub fn block_path(tenant: &TenantId, signal: Signal, min_time_unix_nanos: u64, block_id: BlockId) -> Path {
     let (date, hour) = date_hour(min_time_unix_nanos);
-    Path::from_iter([tenant.as_str(), signal.as_str(), date.as_str(), hour.as_str(), &format!("{block_id}{SUFFIX}")])
+    Path::from_iter([
+        tenant.as_str(),
+        signal.as_str(),
+        date.as_str(),
+        hour.as_str(),
+        &format!("{block_id}{SUFFIX}"),
+    ])
 }
 
 /// The directory holding all blocks of `tenant`'s `signal` whose min time
@@ -37,7 +43,10 @@ pub fn partition_prefix(tenant: &TenantId, signal: Signal, time_unix_nanos: u64)
 /// Inverse of [`block_path`]; rejects anything [`block_path`] would not
 /// produce.
 pub fn parse_block_path(path: &Path) -> Result<BlockLocation, BlockError> {
-    let bad = |reason| BlockError::InvalidPath { path: path.as_ref().chars().take(512).collect(), reason };
+    let bad = |reason| BlockError::InvalidPath {
+        path: path.as_ref().chars().take(512).collect(),
+        reason,
+    };
     let parts: Vec<_> = path.parts().collect();
     let [tenant, signal, date, hour, file] = parts.as_slice() else {
         return Err(bad("expected tenant/signal/YYYY-MM-DD/HH/block-id.mira"));
@@ -45,8 +54,13 @@ pub fn parse_block_path(path: &Path) -> Result<BlockLocation, BlockError> {
     let tenant = TenantId::new(tenant.as_ref()).map_err(|_| bad("invalid tenant"))?;
     let signal = signal.as_ref().parse::<Signal>().map_err(|_| bad("invalid signal"))?;
     let days = parse_date(date.as_ref()).ok_or_else(|| bad("invalid date"))?;
-    let hour = parse_digits(hour.as_ref(), 2).filter(|&h| h < 24).ok_or_else(|| bad("invalid hour"))?;
-    let id = file.as_ref().strip_suffix(SUFFIX).ok_or_else(|| bad("missing .mira suffix"))?;
+    let hour = parse_digits(hour.as_ref(), 2)
+        .filter(|&h| h < 24)
+        .ok_or_else(|| bad("invalid hour"))?;
+    let id = file
+        .as_ref()
+        .strip_suffix(SUFFIX)
+        .ok_or_else(|| bad("missing .mira suffix"))?;
     let block_id = id.parse::<BlockId>().map_err(|_| bad("invalid block id"))?;
     let hour_start = days
         .checked_mul(24)
@@ -57,7 +71,12 @@ pub fn parse_block_path(path: &Path) -> Result<BlockLocation, BlockError> {
     if block_path(&tenant, signal, hour_start, block_id) != *path {
         return Err(bad("not in canonical form"));
     }
-    Ok(BlockLocation { tenant, signal, hour_start, block_id })
+    Ok(BlockLocation {
+        tenant,
+        signal,
+        hour_start,
+        block_id,
+    })
 }
 
 /// `("YYYY-MM-DD", "HH")` of a Unix-nanosecond time, in UTC.
@@ -166,7 +185,10 @@ mod tests {
             let loc = parse_block_path(&p).expect("own path parses");
             assert_eq!(loc.hour_start, t / (3_600 * SEC) * 3_600 * SEC);
             assert_eq!((loc.tenant, loc.signal, loc.block_id), (tenant(), Signal::Logs, id));
-            assert_eq!(partition_prefix(&tenant(), Signal::Logs, t).as_ref(), format!("acme/logs/{date}/{hour}"));
+            assert_eq!(
+                partition_prefix(&tenant(), Signal::Logs, t).as_ref(),
+                format!("acme/logs/{date}/{hour}")
+            );
         }
     }
 

@@ -99,16 +99,20 @@ fn check_padding(manifest: &Manifest, object: &[u8]) -> Result<(), BlockError> {
     for range in manifest.padding_ranges() {
         let pad = &object[range.start as usize..range.end as usize];
         if let Some(i) = pad.iter().position(|&b| b != 0) {
-            return Err(BlockError::NonZeroPadding { block: manifest.meta.block_id, offset: range.start + i as u64 });
+            return Err(BlockError::NonZeroPadding {
+                block: manifest.meta.block_id,
+                offset: range.start + i as u64,
+            });
         }
     }
     Ok(())
 }
 
 fn lookup<'m>(manifest: &'m Manifest, name: &str) -> Result<(usize, &'m SectionEntry), BlockError> {
-    manifest
-        .section(name)
-        .ok_or_else(|| BlockError::NoSuchSection { block: manifest.meta.block_id, section: name.to_owned() })
+    manifest.section(name).ok_or_else(|| BlockError::NoSuchSection {
+        block: manifest.meta.block_id,
+        section: name.to_owned(),
+    })
 }
 
 /// A whole block in memory: owned bytes, or a memory-mapped file whose
@@ -131,7 +135,10 @@ impl Block {
     /// Memory-maps a block file. Blocking (open + mmap); call from a
     /// blocking context.
     pub fn open_file(path: &std::path::Path, verify: Arc<VerifyCache>) -> Result<Block, BlockError> {
-        let io = |source| BlockError::Io { path: path.to_owned(), source };
+        let io = |source| BlockError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < MIN_BLOCK_LEN {
@@ -162,7 +169,9 @@ impl Block {
     pub fn section_bytes(&self, name: &str) -> Result<Bytes, BlockError> {
         let (index, entry) = lookup(&self.manifest, name)?;
         // The manifest keeps sections inside the object.
-        let bytes = self.data.slice(entry.offset as usize..(entry.offset + entry.length) as usize);
+        let bytes = self
+            .data
+            .slice(entry.offset as usize..(entry.offset + entry.length) as usize);
         self.verify.check(self.manifest.meta.block_id, index, entry, &bytes)?;
         Ok(bytes)
     }
@@ -177,7 +186,10 @@ impl Block {
 
 impl fmt::Debug for Block {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Block").field("len", &self.data.len()).field("manifest", &self.manifest).finish()
+        f.debug_struct("Block")
+            .field("len", &self.data.len())
+            .field("manifest", &self.manifest)
+            .finish()
     }
 }
 
@@ -199,7 +211,11 @@ pub struct RemoteBlock {
 }
 
 impl RemoteBlock {
-    pub async fn open(store: Arc<dyn ObjectStore>, path: &Path, verify: Arc<VerifyCache>) -> Result<RemoteBlock, BlockError> {
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        path: &Path,
+        verify: Arc<VerifyCache>,
+    ) -> Result<RemoteBlock, BlockError> {
         let (tail, object_len) = fetch_tail(store.as_ref(), path).await?;
         let manifest = match Manifest::from_tail(&tail, object_len) {
             Err(BlockError::TailTooShort { have, need }) if need <= object_len => {
@@ -214,7 +230,12 @@ impl RemoteBlock {
         if tail.len() as u64 == object_len {
             check_padding(&manifest, &tail)?;
         }
-        Ok(RemoteBlock { store, path: path.clone(), manifest, verify })
+        Ok(RemoteBlock {
+            store,
+            path: path.clone(),
+            manifest,
+            verify,
+        })
     }
 
     pub fn manifest(&self) -> &Manifest {
@@ -232,8 +253,11 @@ impl RemoteBlock {
     /// Fetches the section (one range GET), CRC-verified on first read.
     pub async fn section_bytes(&self, name: &str) -> Result<Bytes, BlockError> {
         let (index, entry) = lookup(&self.manifest, name)?;
-        let bytes =
-            if entry.length == 0 { Bytes::new() } else { get_range(self.store.as_ref(), &self.path, entry.range()).await? };
+        let bytes = if entry.length == 0 {
+            Bytes::new()
+        } else {
+            get_range(self.store.as_ref(), &self.path, entry.range()).await?
+        };
         self.verify.check(self.manifest.meta.block_id, index, entry, &bytes)?;
         Ok(bytes)
     }
@@ -250,12 +274,18 @@ impl RemoteBlock {
 
 impl fmt::Debug for RemoteBlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RemoteBlock").field("path", &self.path).field("manifest", &self.manifest).finish()
+        f.debug_struct("RemoteBlock")
+            .field("path", &self.path)
+            .field("manifest", &self.manifest)
+            .finish()
     }
 }
 
 fn store_error(path: &Path) -> impl Fn(object_store::Error) -> BlockError + '_ {
-    move |source| BlockError::ObjectStore { path: path.to_string(), source }
+    move |source| BlockError::ObjectStore {
+        path: path.to_string(),
+        source,
+    }
 }
 
 /// The last [`TAIL_FETCH_LEN`] bytes (or the whole object) and the object
@@ -269,7 +299,8 @@ async fn fetch_tail(store: &dyn ObjectStore, path: &Path) -> Result<(Bytes, u64)
             let range = result.range.clone();
             let bytes = result.bytes().await.map_err(store_error(path))?;
             let expected_start = object_len.saturating_sub(TAIL_FETCH_LEN);
-            if range.start != expected_start || range.end != object_len || bytes.len() as u64 != range.end - range.start {
+            if range.start != expected_start || range.end != object_len || bytes.len() as u64 != range.end - range.start
+            {
                 return Err(BlockError::UnexpectedRange {
                     path: path.to_string(),
                     requested: format!("the last {TAIL_FETCH_LEN} bytes"),

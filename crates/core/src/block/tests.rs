@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{
-    ArrayData, ArrayRef, BooleanArray, Decimal128Array, DictionaryArray, Int32Array, ListArray, StringArray, UInt64Array,
+    ArrayData, ArrayRef, BooleanArray, Decimal128Array, DictionaryArray, Int32Array, ListArray, StringArray,
+    UInt64Array,
 };
 use arrow::compute::concat_batches;
 use arrow::datatypes::{Int32Type, Int64Type};
@@ -28,8 +29,12 @@ use crate::ids::{BlockId, Signal, TenantId};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-const SECTIONS: [(&str, Codec); 4] =
-    [("root", Codec::Ipc), ("resources", Codec::IpcZstd), ("attrs", Codec::Parquet), ("bloom", Codec::Raw)];
+const SECTIONS: [(&str, Codec); 4] = [
+    ("root", Codec::Ipc),
+    ("resources", Codec::IpcZstd),
+    ("attrs", Codec::Parquet),
+    ("bloom", Codec::Raw),
+];
 
 fn meta(level: Level) -> BlockMeta {
     BlockMeta {
@@ -102,8 +107,10 @@ fn bloom_bytes() -> Vec<u8> {
 fn build(level: Level) -> Bytes {
     let mut w = BlockWriter::new(meta(level));
     w.add_batches("root", Codec::Ipc, &root_batches()).expect("root");
-    w.add_batches("resources", Codec::IpcZstd, &resource_batches()).expect("resources");
-    w.add_bytes("attrs", Codec::Parquet, 120, &parquet_bytes(&parquet_batch())).expect("attrs");
+    w.add_batches("resources", Codec::IpcZstd, &resource_batches())
+        .expect("resources");
+    w.add_bytes("attrs", Codec::Parquet, 120, &parquet_bytes(&parquet_batch()))
+        .expect("attrs");
     w.add_bytes("bloom", Codec::Raw, 0, &bloom_bytes()).expect("bloom");
     w.finish().expect("finish")
 }
@@ -137,7 +144,12 @@ fn assert_contents(mut read: impl FnMut(&str) -> Result<Vec<RecordBatch>, BlockE
 fn round_trip_from_bytes() {
     let block = Block::from_bytes(sample(), cache()).expect("opens");
     assert_eq!(block.meta(), &meta(Level::Hot));
-    let names: Vec<_> = block.manifest().sections.iter().map(|s| (s.name.as_str(), s.codec)).collect();
+    let names: Vec<_> = block
+        .manifest()
+        .sections
+        .iter()
+        .map(|s| (s.name.as_str(), s.codec))
+        .collect();
     assert_eq!(names, SECTIONS);
     let rows: Vec<_> = block.manifest().sections.iter().map(|s| s.rows).collect();
     assert_eq!(rows, [300, 150, 120, 0]);
@@ -162,10 +174,16 @@ fn round_trip_open_file() -> TestResult {
 fn open_file_errors_are_typed() -> TestResult {
     let dir = tempfile::tempdir()?;
     let missing = Block::open_file(&dir.path().join("missing.mira"), cache());
-    assert!(matches!(&missing, Err(e @ BlockError::Io { .. }) if !e.is_corrupt()), "{missing:?}");
+    assert!(
+        matches!(&missing, Err(e @ BlockError::Io { .. }) if !e.is_corrupt()),
+        "{missing:?}"
+    );
     let empty = dir.path().join("empty.mira");
     std::fs::write(&empty, b"")?;
-    assert!(matches!(Block::open_file(&empty, cache()), Err(BlockError::TooShort { len: 0 })));
+    assert!(matches!(
+        Block::open_file(&empty, cache()),
+        Err(BlockError::TooShort { len: 0 })
+    ));
     Ok(())
 }
 
@@ -196,7 +214,9 @@ fn round_trip_remote_in_memory() -> TestResult {
 #[test]
 fn round_trip_remote_local_file_system() -> TestResult {
     let dir = tempfile::tempdir()?;
-    remote_round_trip(Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path())?))
+    remote_round_trip(Arc::new(object_store::local::LocalFileSystem::new_with_prefix(
+        dir.path(),
+    )?))
 }
 
 /// Calls `f` on every buffer (values, offsets, nulls) of `data` and its
@@ -228,12 +248,17 @@ fn hot_block_from_file_is_zero_copy() -> TestResult {
             let data = column.to_data();
             for_each_buffer(&data, &mut |ptr, len| {
                 let ptr = ptr as usize;
-                assert!(map.contains(&ptr) && ptr + len <= map.end, "buffer {ptr:#x}+{len} outside map {map:x?}");
+                assert!(
+                    map.contains(&ptr) && ptr + len <= map.end,
+                    "buffer {ptr:#x}+{len} outside map {map:x?}"
+                );
                 checked += 1;
             });
             // Dictionary values live in the dictionary message, also mapped.
             if let Some(dict) = column.as_any().downcast_ref::<DictionaryArray<Int32Type>>() {
-                for_each_buffer(&dict.values().to_data(), &mut |ptr, _| assert!(map.contains(&(ptr as usize))));
+                for_each_buffer(&dict.values().to_data(), &mut |ptr, _| {
+                    assert!(map.contains(&(ptr as usize)))
+                });
             }
         }
     }
@@ -280,7 +305,10 @@ fn crc_mismatch_is_counted_and_not_remembered() {
     bad[(root.offset + root.length / 2) as usize] ^= 1;
     let bad = Block::from_bytes(Bytes::from(bad), verify.clone()).expect("opens");
     for _ in 0..2 {
-        assert!(matches!(bad.read_batches("root"), Err(BlockError::SectionCrcMismatch { .. })));
+        assert!(matches!(
+            bad.read_batches("root"),
+            Err(BlockError::SectionCrcMismatch { .. })
+        ));
     }
     assert_eq!((verify.verifications(), verify.mismatches()), (2, 2));
 }
@@ -430,7 +458,10 @@ fn crafted_block_is_valid() {
 #[test]
 fn hostile_inputs_get_typed_errors() {
     assert!(matches!(open_err(Bytes::new()), BlockError::TooShort { len: 0 }));
-    assert!(matches!(open_err(Bytes::from_static(b"MIRA\x01\0\0\0MIR")), BlockError::TooShort { len: 11 }));
+    assert!(matches!(
+        open_err(Bytes::from_static(b"MIRA\x01\0\0\0MIR")),
+        BlockError::TooShort { len: 11 }
+    ));
 
     let mut v = sample().to_vec();
     v[3] = b'B';
@@ -441,13 +472,25 @@ fn hostile_inputs_get_typed_errors() {
     assert!(matches!(open_err(Bytes::from(v)), BlockError::BadTrailingMagic { .. }));
     let mut v = sample().to_vec();
     v[4] = 2;
-    assert!(matches!(open_err(Bytes::from(v)), BlockError::UnsupportedVersion { version: 2 }));
+    assert!(matches!(
+        open_err(Bytes::from(v)),
+        BlockError::UnsupportedVersion { version: 2 }
+    ));
 
-    assert!(matches!(open_err(with_trailer(sample().to_vec(), u32::MAX)), BlockError::FooterPastStart { .. }));
+    assert!(matches!(
+        open_err(with_trailer(sample().to_vec(), u32::MAX)),
+        BlockError::FooterPastStart { .. }
+    ));
     // A footer reaching back into the header.
     let len = sample().len() as u32;
-    assert!(matches!(open_err(with_trailer(sample().to_vec(), len - 12 - 10)), BlockError::FooterPastStart { .. }));
-    assert!(matches!(open_err(with_trailer(sample().to_vec(), 3)), BlockError::FooterCrcMismatch { .. }));
+    assert!(matches!(
+        open_err(with_trailer(sample().to_vec(), len - 12 - 10)),
+        BlockError::FooterPastStart { .. }
+    ));
+    assert!(matches!(
+        open_err(with_trailer(sample().to_vec(), 3)),
+        BlockError::FooterCrcMismatch { .. }
+    ));
 
     // Garbage with a matching CRC.
     let mut garbage = header().to_vec();
@@ -456,12 +499,18 @@ fn hostile_inputs_get_typed_errors() {
     garbage.extend_from_slice(&40u32.to_le_bytes());
     garbage.extend_from_slice(&crc32fast::hash(&junk).to_le_bytes());
     garbage.extend_from_slice(&MAGIC);
-    assert!(matches!(open_err(Bytes::from(garbage)), BlockError::FooterMalformed { .. }));
+    assert!(matches!(
+        open_err(Bytes::from(garbage)),
+        BlockError::FooterMalformed { .. }
+    ));
     let mut p = proto_one_section(10);
     p.tenant = String::from_utf8_lossy(&[0xff]).into_owned();
     let mut bytes = craft(&p, 10).to_vec();
     // Replace the U+FFFD with invalid UTF-8 of the same length, fix the CRC.
-    let at = bytes.windows(3).position(|w| w == "\u{fffd}".as_bytes()).expect("tenant");
+    let at = bytes
+        .windows(3)
+        .position(|w| w == "\u{fffd}".as_bytes())
+        .expect("tenant");
     bytes[at..at + 3].copy_from_slice(&[0xff, 0xfe, 0xfd]);
     let footer_len = u32::from_le_bytes(bytes[bytes.len() - 12..bytes.len() - 8].try_into().expect("4 bytes")) as usize;
     let footer = bytes[bytes.len() - 12 - footer_len..bytes.len() - 12].to_vec();
@@ -471,12 +520,23 @@ fn hostile_inputs_get_typed_errors() {
 
     let mut p = proto_one_section(10);
     p.format_version = 2;
-    assert!(matches!(open_err(craft(&p, 10)), BlockError::UnsupportedVersion { version: 2 }));
+    assert!(matches!(
+        open_err(craft(&p, 10)),
+        BlockError::UnsupportedVersion { version: 2 }
+    ));
 
     // Overlapping sections.
     let mut p = proto_one_section(128);
-    p.sections.push(SectionProto { name: "t".into(), offset: 128, length: 64, ..p.sections[0].clone() });
-    assert!(matches!(open_err(craft(&p, 128)), BlockError::OverlappingSections { .. }));
+    p.sections.push(SectionProto {
+        name: "t".into(),
+        offset: 128,
+        length: 64,
+        ..p.sections[0].clone()
+    });
+    assert!(matches!(
+        open_err(craft(&p, 128)),
+        BlockError::OverlappingSections { .. }
+    ));
     // A section over the header.
     let mut p = proto_one_section(128);
     p.sections[0].offset = 0;
@@ -488,30 +548,62 @@ fn hostile_inputs_get_typed_errors() {
     // Absurd rows, in a section and in the meta.
     let mut p = proto_one_section(10);
     p.sections[0].rows = u64::MAX;
-    assert!(matches!(open_err(craft(&p, 10)), BlockError::AbsurdRows { section: Some(_), rows: u64::MAX, .. }));
+    assert!(matches!(
+        open_err(craft(&p, 10)),
+        BlockError::AbsurdRows {
+            section: Some(_),
+            rows: u64::MAX,
+            ..
+        }
+    ));
     let mut p = proto_one_section(10);
     p.rows = u64::MAX;
-    assert!(matches!(open_err(craft(&p, 10)), BlockError::AbsurdRows { section: None, .. }));
+    assert!(matches!(
+        open_err(craft(&p, 10)),
+        BlockError::AbsurdRows { section: None, .. }
+    ));
     // A 1 GiB section claimed in a 1 KiB file.
     let mut p = proto_one_section(10);
     p.sections[0].length = 1 << 30;
     let bytes = craft(&p, 1_024 - 64 - 200);
     assert!(bytes.len() <= 1_024);
-    assert!(matches!(open_err(bytes), BlockError::SectionOutOfBounds { length: 0x4000_0000, .. }));
+    assert!(matches!(
+        open_err(bytes),
+        BlockError::SectionOutOfBounds {
+            length: 0x4000_0000,
+            ..
+        }
+    ));
     let mut p = proto_one_section(10);
     p.sections[0].length = u64::MAX;
     assert!(matches!(open_err(craft(&p, 10)), BlockError::SectionOutOfBounds { .. }));
     // Unaligned, gap, trailing bytes.
     let mut p = proto_one_section(10);
     p.sections[0].offset = 65;
-    assert!(matches!(open_err(craft(&p, 11)), BlockError::UnalignedSection { offset: 65, .. }));
+    assert!(matches!(
+        open_err(craft(&p, 11)),
+        BlockError::UnalignedSection { offset: 65, .. }
+    ));
     let mut p = proto_one_section(10);
     p.sections[0].offset = 128;
-    assert!(matches!(open_err(craft(&p, 74)), BlockError::UnexpectedGap { offset: 64, len: 64, .. }));
-    assert!(matches!(open_err(craft(&proto_one_section(10), 20)), BlockError::UnexpectedGap { offset: 74, .. }));
+    assert!(matches!(
+        open_err(craft(&p, 74)),
+        BlockError::UnexpectedGap {
+            offset: 64,
+            len: 64,
+            ..
+        }
+    ));
+    assert!(matches!(
+        open_err(craft(&proto_one_section(10), 20)),
+        BlockError::UnexpectedGap { offset: 74, .. }
+    ));
     // Duplicate names.
     let mut p = proto_one_section(10);
-    p.sections.push(SectionProto { offset: 128, ..p.sections[0].clone() });
+    p.sections.push(SectionProto {
+        offset: 128,
+        ..p.sections[0].clone()
+    });
     assert!(matches!(open_err(craft(&p, 74)), BlockError::DuplicateSection { .. }));
     let mut p = proto_one_section(10);
     p.sections[0].name = String::new();
@@ -529,12 +621,19 @@ fn hostile_inputs_get_typed_errors() {
     }
     // Many tiny section entries are refused before they are decoded.
     let mut p = proto_one_section(10);
-    p.sections.extend(std::iter::repeat_n(SectionProto::default(), MAX_SECTIONS));
-    assert!(matches!(open_err(craft(&p, 10)), BlockError::TooManySections { count: 1_025 }));
+    p.sections
+        .extend(std::iter::repeat_n(SectionProto::default(), MAX_SECTIONS));
+    assert!(matches!(
+        open_err(craft(&p, 10)),
+        BlockError::TooManySections { count: 1_025 }
+    ));
     // Non-zero padding and header padding.
     let mut v = craft(&proto_one_section(10), 10).to_vec();
     v[HEADER_LEN as usize - 1] = 1;
-    assert!(matches!(open_err(Bytes::from(v)), BlockError::BadHeaderPadding { offset: 63 }));
+    assert!(matches!(
+        open_err(Bytes::from(v)),
+        BlockError::BadHeaderPadding { offset: 63 }
+    ));
     let block = Block::from_bytes(sample(), cache()).expect("opens");
     let pad = block.manifest().padding_ranges()[0].clone();
     let mut v = sample().to_vec();
@@ -557,25 +656,55 @@ fn short_tail_reports_exact_need() {
     }
     let tail = &bytes[bytes.len() - need as usize..];
     assert_eq!(Manifest::from_tail(tail, bytes.len() as u64).expect("exact tail"), full);
-    assert!(matches!(Manifest::from_tail(&bytes, 10), Err(BlockError::TooShort { len: 10 })));
-    assert!(matches!(Manifest::from_tail(&bytes, 100), Err(BlockError::TailLongerThanObject { .. })));
+    assert!(matches!(
+        Manifest::from_tail(&bytes, 10),
+        Err(BlockError::TooShort { len: 10 })
+    ));
+    assert!(matches!(
+        Manifest::from_tail(&bytes, 100),
+        Err(BlockError::TailLongerThanObject { .. })
+    ));
 }
 
 #[test]
 fn writer_rejects_misuse() {
     let mut w = BlockWriter::new(meta(Level::Hot));
     w.add_bytes("a", Codec::Raw, 0, b"x").expect("a");
-    assert!(matches!(w.add_bytes("a", Codec::Raw, 0, b"y"), Err(BlockError::WriteDuplicateSection { .. })));
-    assert!(matches!(w.add_batches("a", Codec::Ipc, &root_batches()), Err(BlockError::WriteDuplicateSection { .. })));
+    assert!(matches!(
+        w.add_bytes("a", Codec::Raw, 0, b"y"),
+        Err(BlockError::WriteDuplicateSection { .. })
+    ));
+    assert!(matches!(
+        w.add_batches("a", Codec::Ipc, &root_batches()),
+        Err(BlockError::WriteDuplicateSection { .. })
+    ));
     for codec in [Codec::Parquet, Codec::Raw] {
-        assert!(matches!(w.add_batches("b", codec, &root_batches()), Err(BlockError::WriteInvalidSection { .. })));
+        assert!(matches!(
+            w.add_batches("b", codec, &root_batches()),
+            Err(BlockError::WriteInvalidSection { .. })
+        ));
     }
-    assert!(matches!(w.add_batches("b", Codec::Ipc, &[]), Err(BlockError::WriteInvalidSection { .. })));
-    assert!(matches!(w.add_bytes("", Codec::Raw, 0, b""), Err(BlockError::WriteInvalidSection { .. })));
-    assert!(matches!(w.add_bytes("b", Codec::Raw, u64::MAX, b""), Err(BlockError::WriteInvalidSection { .. })));
-    let mixed = [batch(0, 3), RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()))];
+    assert!(matches!(
+        w.add_batches("b", Codec::Ipc, &[]),
+        Err(BlockError::WriteInvalidSection { .. })
+    ));
+    assert!(matches!(
+        w.add_bytes("", Codec::Raw, 0, b""),
+        Err(BlockError::WriteInvalidSection { .. })
+    ));
+    assert!(matches!(
+        w.add_bytes("b", Codec::Raw, u64::MAX, b""),
+        Err(BlockError::WriteInvalidSection { .. })
+    ));
+    let mixed = [
+        batch(0, 3),
+        RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty())),
+    ];
     let before = w.bytes_written();
-    assert!(matches!(w.add_batches("b", Codec::Ipc, &mixed), Err(BlockError::WriteInvalidSection { .. })));
+    assert!(matches!(
+        w.add_batches("b", Codec::Ipc, &mixed),
+        Err(BlockError::WriteInvalidSection { .. })
+    ));
     assert_eq!(w.bytes_written(), before, "a failed section leaves nothing behind");
     let err = w.add_bytes("a", Codec::Raw, 0, b"").expect_err("duplicate");
     assert!(!err.is_corrupt());
@@ -585,7 +714,10 @@ fn writer_rejects_misuse() {
 
     let mut m = meta(Level::Hot);
     m.min_time = m.max_time + 1;
-    assert!(matches!(BlockWriter::new(m).finish(), Err(BlockError::WriteInvalidBlock { .. })));
+    assert!(matches!(
+        BlockWriter::new(m).finish(),
+        Err(BlockError::WriteInvalidBlock { .. })
+    ));
 }
 
 #[test]
@@ -597,7 +729,10 @@ fn empty_and_zero_length_sections() -> TestResult {
     w.add_bytes("after", Codec::Raw, 0, b"z")?;
     let bytes = w.finish()?;
     let block = Block::from_bytes(bytes.clone(), cache())?;
-    assert_eq!(block.read_batches("empty")?.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+    assert_eq!(
+        block.read_batches("empty")?.iter().map(|b| b.num_rows()).sum::<usize>(),
+        0
+    );
     assert!(block.section_bytes("nothing")?.is_empty());
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
     rt.block_on(async {
@@ -614,10 +749,21 @@ fn empty_and_zero_length_sections() -> TestResult {
 #[test]
 fn row_count_mismatch_is_corrupt() {
     let mut w = BlockWriter::new(meta(Level::Cold));
-    w.add_bytes("attrs", Codec::Parquet, 7, &parquet_bytes(&parquet_batch())).expect("attrs");
+    w.add_bytes("attrs", Codec::Parquet, 7, &parquet_bytes(&parquet_batch()))
+        .expect("attrs");
     let block = Block::from_bytes(w.finish().expect("finish"), cache()).expect("opens");
     let err = block.read_batches("attrs").expect_err("rows differ");
-    assert!(matches!(err, BlockError::RowCountMismatch { expected: 7, actual: 120, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            BlockError::RowCountMismatch {
+                expected: 7,
+                actual: 120,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.is_corrupt());
 }
 
@@ -630,7 +776,10 @@ struct CountingStore {
 
 impl CountingStore {
     fn new() -> Self {
-        CountingStore { inner: InMemory::new(), gets: Mutex::new(Vec::new()) }
+        CountingStore {
+            inner: InMemory::new(),
+            gets: Mutex::new(Vec::new()),
+        }
     }
 
     fn take(&self) -> Vec<Option<GetRange>> {
@@ -648,7 +797,12 @@ type BoxFut<'a, T> = Pin<Box<dyn Future<Output = object_store::Result<T>> + Send
 
 // `ObjectStore` is an `async_trait`; these are its desugared signatures.
 impl ObjectStore for CountingStore {
-    fn put_opts<'a, 'b, 'c>(&'a self, location: &'b Path, payload: PutPayload, opts: PutOptions) -> BoxFut<'c, PutResult>
+    fn put_opts<'a, 'b, 'c>(
+        &'a self,
+        location: &'b Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> BoxFut<'c, PutResult>
     where
         'a: 'c,
         'b: 'c,
@@ -766,7 +920,13 @@ fn remote_fetches_a_long_footer_in_a_second_get() -> TestResult {
         store.put(&path, bytes.clone().into()).await?;
         let block = RemoteBlock::open(store, &path, cache()).await?;
         let len = bytes.len() as u64;
-        assert_eq!(counting.take(), [Some(GetRange::Suffix(TAIL_FETCH_LEN)), bounded(len - need..len - TAIL_FETCH_LEN)]);
+        assert_eq!(
+            counting.take(),
+            [
+                Some(GetRange::Suffix(TAIL_FETCH_LEN)),
+                bounded(len - need..len - TAIL_FETCH_LEN)
+            ]
+        );
         assert_eq!(block.manifest().sections.len(), 701);
         assert_eq!(block.section_bytes(&format!("{:0>120}", 699)).await?.as_ref(), b"s");
         Ok(())
@@ -779,8 +939,14 @@ fn remote_errors_are_typed() -> TestResult {
     rt.block_on(async {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let missing = RemoteBlock::open(store.clone(), &Path::from("missing.mira"), cache()).await;
-        assert!(matches!(&missing, Err(e @ BlockError::ObjectStore { .. }) if !e.is_corrupt()), "{missing:?}");
-        for (name, bytes) in [("empty", Bytes::new()), ("short", Bytes::from_static(b"MIRA\x01\0\0\0MIR"))] {
+        assert!(
+            matches!(&missing, Err(e @ BlockError::ObjectStore { .. }) if !e.is_corrupt()),
+            "{missing:?}"
+        );
+        for (name, bytes) in [
+            ("empty", Bytes::new()),
+            ("short", Bytes::from_static(b"MIRA\x01\0\0\0MIR")),
+        ] {
             let path = Path::from(name);
             store.put(&path, bytes.into()).await?;
             let err = RemoteBlock::open(store.clone(), &path, cache()).await.expect_err(name);
@@ -794,13 +960,17 @@ fn remote_errors_are_typed() -> TestResult {
 /// bytes were changed, so the change reaches the decoders.
 fn reseal(bytes: &[u8]) -> Bytes {
     let m = Manifest::from_tail(bytes, bytes.len() as u64).ok();
-    let Some(m) = m else { return Bytes::copy_from_slice(bytes) };
+    let Some(m) = m else {
+        return Bytes::copy_from_slice(bytes);
+    };
     let mut sections = m.sections.clone();
     for s in &mut sections {
         s.crc32 = crc32fast::hash(&bytes[s.range().start as usize..s.range().end as usize]);
     }
     let mut v = bytes[..m.footer_start() as usize].to_vec();
-    v.extend_from_slice(&encode_tail(&Manifest::new_unchecked(m.meta.clone(), sections).to_proto()));
+    v.extend_from_slice(&encode_tail(
+        &Manifest::new_unchecked(m.meta.clone(), sections).to_proto(),
+    ));
     Bytes::from(v)
 }
 
@@ -808,7 +978,9 @@ fn reseal(bytes: &[u8]) -> Bytes {
 /// that read successfully with their bytes.
 fn read_everything(bytes: Bytes) -> Vec<(String, Bytes)> {
     let mut ok = Vec::new();
-    let Ok(block) = Block::from_bytes(bytes, cache()) else { return ok };
+    let Ok(block) = Block::from_bytes(bytes, cache()) else {
+        return ok;
+    };
     for s in &block.manifest().sections {
         let _ = block.read_batches(&s.name);
         if let Ok(b) = block.section_bytes(&s.name) {
@@ -819,7 +991,10 @@ fn read_everything(bytes: Bytes) -> Vec<(String, Bytes)> {
 }
 
 fn section_of_sample(name: &str) -> Bytes {
-    Block::from_bytes(sample(), cache()).expect("opens").section_bytes(name).expect("section")
+    Block::from_bytes(sample(), cache())
+        .expect("opens")
+        .section_bytes(name)
+        .expect("section")
 }
 
 proptest! {

@@ -26,7 +26,11 @@ pub struct BlockWriter {
 
 impl BlockWriter {
     pub fn new(meta: BlockMeta) -> BlockWriter {
-        BlockWriter { meta, buf: header().to_vec(), sections: Vec::new() }
+        BlockWriter {
+            meta,
+            buf: header().to_vec(),
+            sections: Vec::new(),
+        }
     }
 
     /// Bytes written so far (header and sections, without the footer).
@@ -41,12 +45,17 @@ impl BlockWriter {
     /// `RecordBatch::new_empty(schema)` for an empty table) and all must
     /// share its schema.
     pub fn add_batches(&mut self, name: &str, codec: Codec, batches: &[RecordBatch]) -> Result<(), BlockError> {
-        let invalid = |reason: &str| BlockError::WriteInvalidSection { section: name.to_owned(), reason: reason.into() };
+        let invalid = |reason: &str| BlockError::WriteInvalidSection {
+            section: name.to_owned(),
+            reason: reason.into(),
+        };
         let compression = match codec {
             Codec::Ipc => None,
             Codec::IpcZstd => Some(CompressionType::ZSTD),
             Codec::Parquet | Codec::Raw => {
-                return Err(invalid("add_batches encodes Arrow IPC only; add pre-encoded bytes with add_bytes"));
+                return Err(invalid(
+                    "add_batches encodes Arrow IPC only; add pre-encoded bytes with add_bytes",
+                ));
             }
         };
         let Some(first) = batches.first() else {
@@ -58,7 +67,10 @@ impl BlockWriter {
         }
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         self.check_new_section(name, rows)?;
-        let encode = |source| BlockError::WriteEncode { section: name.to_owned(), source };
+        let encode = |source| BlockError::WriteEncode {
+            section: name.to_owned(),
+            source,
+        };
         let options = IpcWriteOptions::try_new(ALIGNMENT as usize, false, MetadataVersion::V5)
             .and_then(|o| o.try_with_compression(compression))
             .and_then(|o| o.try_with_compression_level(compression.map(|_| IPC_ZSTD_LEVEL)))
@@ -96,7 +108,10 @@ impl BlockWriter {
         let block = self.meta.block_id;
         let invalid = |reason: String| BlockError::WriteInvalidBlock { block, reason };
         if self.meta.min_time > self.meta.max_time {
-            return Err(invalid(format!("min time {} after max time {}", self.meta.min_time, self.meta.max_time)));
+            return Err(invalid(format!(
+                "min time {} after max time {}",
+                self.meta.min_time, self.meta.max_time
+            )));
         }
         if self.meta.rows > MAX_ROWS {
             return Err(invalid(format!("{} rows, over the {MAX_ROWS} limit", self.meta.rows)));
@@ -105,7 +120,9 @@ impl BlockWriter {
         let tail = encode_tail(&manifest.to_proto());
         let footer_len = tail.len() as u64 - TRAILER_LEN;
         if footer_len > MAX_FOOTER_LEN {
-            return Err(invalid(format!("footer of {footer_len} bytes, over the {MAX_FOOTER_LEN} limit")));
+            return Err(invalid(format!(
+                "footer of {footer_len} bytes, over the {MAX_FOOTER_LEN} limit"
+            )));
         }
         let mut buf = self.buf;
         buf.extend_from_slice(&tail);
@@ -113,12 +130,17 @@ impl BlockWriter {
     }
 
     fn check_new_section(&self, name: &str, rows: u64) -> Result<(), BlockError> {
-        let invalid = |reason: String| BlockError::WriteInvalidSection { section: name.to_owned(), reason };
+        let invalid = |reason: String| BlockError::WriteInvalidSection {
+            section: name.to_owned(),
+            reason,
+        };
         if name.is_empty() || name.len() > MAX_SECTION_NAME_LEN {
             return Err(invalid(format!("names are 1 to {MAX_SECTION_NAME_LEN} bytes")));
         }
         if self.sections.iter().any(|s| s.name == name) {
-            return Err(BlockError::WriteDuplicateSection { section: name.to_owned() });
+            return Err(BlockError::WriteDuplicateSection {
+                section: name.to_owned(),
+            });
         }
         if self.sections.len() >= MAX_SECTIONS {
             return Err(invalid(format!("a block holds at most {MAX_SECTIONS} sections")));

@@ -231,10 +231,13 @@ impl Contexts {
     }
 }
 
+/// Items of one scope: (scope id, items).
+pub(crate) type ScopeGroup<T> = (u32, Vec<T>);
+
 /// Collects items under (resource id, scope id) in first-seen order.
 #[derive(Debug)]
 pub(crate) struct Grouper<T> {
-    pub groups: Vec<(u32, Vec<(u32, Vec<T>)>)>,
+    pub groups: Vec<(u32, Vec<ScopeGroup<T>>)>,
     resource_index: HashMap<u32, usize>,
     scope_index: HashMap<(u32, u32), usize>,
 }
