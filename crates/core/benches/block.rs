@@ -92,12 +92,20 @@ fn variant(t: &TableSet, codec: Codec, typed_attrs: bool) -> Bytes {
     let mut w = BlockWriter::new(meta);
     for name in table_names(t.signal) {
         let batch = t.get(name).expect("table");
-        let batch = if typed_attrs { cold_layout(name, batch).expect("typed") } else { batch.clone() };
+        let batch = if typed_attrs {
+            cold_layout(name, batch).expect("typed")
+        } else {
+            batch.clone()
+        };
         match codec {
-            Codec::Parquet => {
-                w.add_bytes(name, codec, batch.num_rows() as u64, &encode_parquet(&batch).expect("parquet"))
-                    .expect("add")
-            }
+            Codec::Parquet => w
+                .add_bytes(
+                    name,
+                    codec,
+                    batch.num_rows() as u64,
+                    &encode_parquet(&batch).expect("parquet"),
+                )
+                .expect("add"),
             _ => w.add_batches(name, codec, &[batch]).expect("add"),
         }
     }
@@ -127,7 +135,10 @@ fn scan_secs(blocks: &[Bytes]) -> f64 {
 }
 
 fn main() {
-    let records: usize = std::env::var("MIRA_BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
+    let records: usize = std::env::var("MIRA_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
     println!("records per log corpus: {records}; spans and points: {}\n", records / 4);
 
     println!("## Bytes on disk per OTLP wire byte (protobuf, uncompressed)\n");
@@ -145,7 +156,9 @@ fn main() {
                 .collect();
             let cold: Vec<Bytes> = hot
                 .iter()
-                .map(|b| rewrite_cold(&Block::from_bytes(b.clone(), cache()).expect("open"), BlockId::new()).expect("cold"))
+                .map(|b| {
+                    rewrite_cold(&Block::from_bytes(b.clone(), cache()).expect("open"), BlockId::new()).expect("cold")
+                })
                 .collect();
             let hot_bytes: usize = hot.iter().map(Bytes::len).sum();
             let cold_bytes: usize = cold.iter().map(Bytes::len).sum();

@@ -68,7 +68,10 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let mut n = 0;
                 for r in reqs {
-                    n += ExportLogsServiceRequest::decode(r.as_slice()).expect("decode").resource_logs.len();
+                    n += ExportLogsServiceRequest::decode(r.as_slice())
+                        .expect("decode")
+                        .resource_logs
+                        .len();
                 }
                 black_box(n)
             })
@@ -92,7 +95,11 @@ fn bench(c: &mut Criterion) {
             },
             |mut builder| {
                 let t = builder.finish().expect("finish");
-                black_box(tables::write_hot(&t, BlockId::new(), TenantId::default_tenant()).expect("write").len())
+                black_box(
+                    tables::write_hot(&t, BlockId::new(), TenantId::default_tenant())
+                        .expect("write")
+                        .len(),
+                )
             },
             criterion::BatchSize::LargeInput,
         )

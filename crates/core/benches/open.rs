@@ -17,7 +17,10 @@ use mira_core::{BlockId, TenantId};
 use mira_testkit::corpus::{Cardinality, Corpus};
 
 fn newest_100() -> ScanRequest {
-    ScanRequest { limit: Some(100), ..Default::default() }
+    ScanRequest {
+        limit: Some(100),
+        ..Default::default()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -28,7 +31,11 @@ fn bench(c: &mut Criterion) {
     }
     let tables = b.finish().expect("finish");
     let hot = write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("hot");
-    let cold = rewrite_cold(&Block::from_bytes(hot.clone(), Arc::new(VerifyCache::new(64))).expect("open"), BlockId::new()).expect("cold");
+    let cold = rewrite_cold(
+        &Block::from_bytes(hot.clone(), Arc::new(VerifyCache::new(64))).expect("open"),
+        BlockId::new(),
+    )
+    .expect("cold");
     let dir = tempfile::tempdir().expect("tempdir");
     let hot_path = dir.path().join("hot.mira");
     let cold_path = dir.path().join("cold.mira");

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayBuilder, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, DictionaryArray, Float64Array,
-    Float64Builder, Int8Array, Int64Array, Int64Builder, StringDictionaryBuilder, UInt32Array, UnionArray,
+    Array, ArrayBuilder, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, DictionaryArray,
+    Float64Array, Float64Builder, Int8Array, Int64Array, Int64Builder, StringDictionaryBuilder, UInt32Array,
+    UnionArray,
 };
 use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::UInt32Type;
@@ -38,7 +39,9 @@ pub struct AttrBuilder {
 
 impl std::fmt::Debug for AttrBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AttrBuilder").field("rows", &self.parent.len()).finish_non_exhaustive()
+        f.debug_struct("AttrBuilder")
+            .field("rows", &self.parent.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,7 +100,8 @@ impl AttrBuilder {
                 }
                 Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {
                     let o = self.any.len();
-                    self.any.append_value(kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default());
+                    self.any
+                        .append_value(kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default());
                     (attr_type::ANY, o)
                 }
             },
@@ -136,7 +140,10 @@ impl AttrBuilder {
             Some(ScalarBuffer::from(std::mem::take(&mut self.offsets))),
             children,
         )?;
-        Ok(RecordBatch::try_new(schema::attrs(), vec![Arc::new(parent), Arc::new(key), Arc::new(value)])?)
+        Ok(RecordBatch::try_new(
+            schema::attrs(),
+            vec![Arc::new(parent), Arc::new(key), Arc::new(value)],
+        )?)
     }
 }
 
@@ -157,7 +164,10 @@ pub struct AttrReader<'a> {
 }
 
 fn child<'a, T: 'static>(u: &'a UnionArray, id: i8, table: &'static str) -> Result<&'a T, ConvertError> {
-    u.child(id).as_any().downcast_ref::<T>().ok_or(ConvertError::WrongType { table, column: "value" })
+    u.child(id)
+        .as_any()
+        .downcast_ref::<T>()
+        .ok_or(ConvertError::WrongType { table, column: "value" })
 }
 
 impl<'a> AttrReader<'a> {
@@ -213,7 +223,10 @@ impl<'a> AttrReader<'a> {
     }
 
     fn bad(&self, column: &'static str) -> ConvertError {
-        ConvertError::WrongType { table: self.table, column }
+        ConvertError::WrongType {
+            table: self.table,
+            column,
+        }
     }
 
     fn checked<T: Array>(&self, arr: &T, o: usize) -> Result<usize, ConvertError> {
@@ -232,14 +245,22 @@ impl<'a> AttrReader<'a> {
             attr_type::ANY => {
                 let raw = self.any.value(self.checked(self.any, o)?);
                 let v = AnyValue::decode(raw).map_err(|_| self.bad("value"))?;
-                return Ok(KeyValue { key: self.key(row).to_owned(), value: Some(v), key_strindex: 0 });
+                return Ok(KeyValue {
+                    key: self.key(row).to_owned(),
+                    value: Some(v),
+                    key_strindex: 0,
+                });
             }
             _ => {
                 let raw = self.kv.value(self.checked(self.kv, o)?);
                 return KeyValue::decode(raw).map_err(|_| self.bad("value"));
             }
         };
-        Ok(KeyValue { key: self.key(row).to_owned(), value: Some(AnyValue { value: Some(value) }), key_strindex: 0 })
+        Ok(KeyValue {
+            key: self.key(row).to_owned(),
+            value: Some(AnyValue { value: Some(value) }),
+            key_strindex: 0,
+        })
     }
 
     /// All attributes grouped by parent, for parents `0..n_parents`.
@@ -248,7 +269,9 @@ impl<'a> AttrReader<'a> {
         out.resize_with(n_parents, Vec::new);
         for row in 0..self.len() {
             let p = self.parent(row) as usize;
-            let slot = out.get_mut(p).ok_or(ConvertError::BadReference { table: self.table, row })?;
+            let slot = out
+                .get_mut(p)
+                .ok_or(ConvertError::BadReference { table: self.table, row })?;
             slot.push(self.key_value(row)?);
         }
         Ok(out)
@@ -364,7 +387,11 @@ mod tests {
     use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
 
     fn kv(key: &str, v: Option<Value>) -> KeyValue {
-        KeyValue { key: key.into(), value: Some(AnyValue { value: v }), key_strindex: 0 }
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: v }),
+            key_strindex: 0,
+        }
     }
 
     fn sample() -> Vec<Vec<KeyValue>> {
@@ -380,19 +407,39 @@ mod tests {
                 kv("y", Some(Value::BytesValue(vec![0, 255]))),
                 kv(
                     "a",
-                    Some(Value::ArrayValue(ArrayValue { values: vec![AnyValue { value: Some(Value::IntValue(1)) }] })),
+                    Some(Value::ArrayValue(ArrayValue {
+                        values: vec![AnyValue {
+                            value: Some(Value::IntValue(1)),
+                        }],
+                    })),
                 ),
-                kv("l", Some(Value::KvlistValue(KeyValueList { values: vec![kv("n", None)] }))),
+                kv(
+                    "l",
+                    Some(Value::KvlistValue(KeyValueList {
+                        values: vec![kv("n", None)],
+                    })),
+                ),
                 kv("e", None),
-                KeyValue { key: "none".into(), value: None, key_strindex: 0 },
-                KeyValue { key: "idx".into(), value: None, key_strindex: 7 },
+                KeyValue {
+                    key: "none".into(),
+                    value: None,
+                    key_strindex: 0,
+                },
+                KeyValue {
+                    key: "idx".into(),
+                    value: None,
+                    key_strindex: 7,
+                },
                 kv("s", Some(Value::StringValue("x".into()))),
             ],
         ]
     }
 
     fn encoded(groups: &[Vec<KeyValue>]) -> Vec<Vec<Vec<u8>>> {
-        groups.iter().map(|g| g.iter().map(Message::encode_to_vec).collect()).collect()
+        groups
+            .iter()
+            .map(|g| g.iter().map(Message::encode_to_vec).collect())
+            .collect()
     }
 
     #[test]

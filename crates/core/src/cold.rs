@@ -48,14 +48,20 @@ pub fn encode_parquet(batch: &RecordBatch) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(batch.get_array_memory_size() / 4);
     let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties(batch)))
         .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-    w.write(batch).map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
-    w.close().map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
+    w.write(batch)
+        .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
+    w.close()
+        .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
     Ok(out)
 }
 
 /// The table in its cold layout (attribute tables as typed columns).
 pub fn cold_layout(name: &'static str, batch: &RecordBatch) -> Result<RecordBatch, Error> {
-    if is_attr_table(name) { Ok(attrs::to_typed(batch, name)?) } else { Ok(batch.clone()) }
+    if is_attr_table(name) {
+        Ok(attrs::to_typed(batch, name)?)
+    } else {
+        Ok(batch.clone())
+    }
 }
 
 /// Rewrites a block into the cold tier under a new id. Every table is read
@@ -63,7 +69,11 @@ pub fn cold_layout(name: &'static str, batch: &RecordBatch) -> Result<RecordBatc
 pub fn rewrite_cold(src: &Block, new_id: BlockId) -> Result<Bytes, Error> {
     let manifest = src.manifest();
     let meta = manifest.meta();
-    let mut w = BlockWriter::new(BlockMeta { block_id: new_id, level: Level::Cold, ..meta.clone() });
+    let mut w = BlockWriter::new(BlockMeta {
+        block_id: new_id,
+        level: Level::Cold,
+        ..meta.clone()
+    });
     let tables = table_names(meta.signal);
     for name in tables {
         let batch = read_table(src, name)?;
@@ -78,4 +88,3 @@ pub fn rewrite_cold(src: &Block, new_id: BlockId) -> Result<Bytes, Error> {
     }
     Ok(w.finish()?)
 }
-

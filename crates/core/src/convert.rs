@@ -26,7 +26,11 @@ pub use traces::{SpansBuilder, spans_to_otlp};
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
     #[error("{field} must be {expected} bytes or empty, got {len} bytes")]
-    InvalidId { field: &'static str, expected: usize, len: usize },
+    InvalidId {
+        field: &'static str,
+        expected: usize,
+        len: usize,
+    },
     #[error("block has no {0} table")]
     MissingTable(&'static str),
     #[error("table {table} has no column {column}")]
@@ -54,7 +58,11 @@ pub struct TableSet {
 
 impl TableSet {
     pub fn get(&self, name: &'static str) -> Result<&RecordBatch, ConvertError> {
-        self.tables.iter().find(|(n, _)| *n == name).map(|(_, b)| b).ok_or(ConvertError::MissingTable(name))
+        self.tables
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| b)
+            .ok_or(ConvertError::MissingTable(name))
     }
 
     /// Sum of the tables' Arrow buffer sizes.
@@ -64,10 +72,21 @@ impl TableSet {
 
     /// Builds a set from tables read back from a block; rows and times are
     /// taken from the caller (the block's manifest).
-    pub fn from_tables(signal: Signal, tables: HashMap<&'static str, RecordBatch>, min_time: u64, max_time: u64) -> Self {
+    pub fn from_tables(
+        signal: Signal,
+        tables: HashMap<&'static str, RecordBatch>,
+        min_time: u64,
+        max_time: u64,
+    ) -> Self {
         let root = root_table(signal);
         let rows = tables.get(root).map_or(0, RecordBatch::num_rows);
-        TableSet { signal, tables: tables.into_iter().collect(), rows, min_time, max_time }
+        TableSet {
+            signal,
+            tables: tables.into_iter().collect(),
+            rows,
+            min_time,
+            max_time,
+        }
     }
 }
 
@@ -122,6 +141,10 @@ impl TimeRange {
 
     /// (min, max), or (0, 0) when nothing was added.
     pub fn bounds(&self) -> (u64, u64) {
-        if self.min > self.max { (0, 0) } else { (self.min, self.max) }
+        if self.min > self.max {
+            (0, 0)
+        } else {
+            (self.min, self.max)
+        }
     }
 }

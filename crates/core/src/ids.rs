@@ -80,7 +80,9 @@ impl fmt::Display for BlockId {
 impl FromStr for BlockId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
-        ulid::Ulid::from_string(s).map(BlockId).map_err(|_| Error::InvalidBlockId(s.chars().take(64).collect()))
+        ulid::Ulid::from_string(s)
+            .map(BlockId)
+            .map_err(|_| Error::InvalidBlockId(s.chars().take(64).collect()))
     }
 }
 
@@ -149,7 +151,10 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(129)] {
             assert!(TenantId::new(bad).is_err(), "{bad:?} accepted");
         }
-        assert_eq!(TenantId::new("team-a.prod_1").map(|t| t.to_string()).ok(), Some("team-a.prod_1".to_owned()));
+        assert_eq!(
+            TenantId::new("team-a.prod_1").map(|t| t.to_string()).ok(),
+            Some("team-a.prod_1".to_owned())
+        );
     }
 
     #[test]

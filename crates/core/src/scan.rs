@@ -48,11 +48,18 @@ pub enum ScanError {
 /// Compiles a user regex with the linear-time engine and bounded size.
 /// Anchored at both ends, as Prometheus and Loki label matchers are.
 pub fn compile_regex(pattern: &str, anchored: bool) -> Result<Regex, ScanError> {
-    let bad = |reason: String| ScanError::BadRegex { pattern: pattern.chars().take(200).collect(), reason };
+    let bad = |reason: String| ScanError::BadRegex {
+        pattern: pattern.chars().take(200).collect(),
+        reason,
+    };
     if pattern.len() > MAX_REGEX_LEN {
         return Err(bad(format!("longer than {MAX_REGEX_LEN} bytes")));
     }
-    let source = if anchored { format!("^(?:{pattern})$") } else { pattern.to_owned() };
+    let source = if anchored {
+        format!("^(?:{pattern})$")
+    } else {
+        pattern.to_owned()
+    };
     regex::RegexBuilder::new(&source)
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_SIZE_LIMIT)
@@ -190,7 +197,10 @@ pub fn record_times(signal: Signal, root: &RecordBatch) -> Result<Vec<u64>, Erro
         Signal::Logs => {
             let time = u64_col(root, t, "time_unix_nano")?.values();
             let observed = u64_col(root, t, "observed_time_unix_nano")?.values();
-            time.iter().zip(observed.iter()).map(|(&t, &o)| if t != 0 { t } else { o }).collect()
+            time.iter()
+                .zip(observed.iter())
+                .map(|(&t, &o)| if t != 0 { t } else { o })
+                .collect()
         }
         Signal::Traces => u64_col(root, t, "start_time_unix_nano")?.values().to_vec(),
         Signal::Metrics => u64_col(root, t, "time_unix_nano")?.values().to_vec(),
@@ -235,7 +245,10 @@ fn attr_mask(attrs: &RecordBatch, table: &'static str, n_parents: usize, m: &Att
             *slot = Some(attr_text(&r, row).unwrap_or_default());
         }
     }
-    Ok(found.iter().map(|v| m.op.test(Some(v.as_deref().unwrap_or("")))).collect())
+    Ok(found
+        .iter()
+        .map(|v| m.op.test(Some(v.as_deref().unwrap_or(""))))
+        .collect())
 }
 
 fn mask_from(v: impl IntoIterator<Item = bool>) -> BooleanArray {
@@ -288,7 +301,10 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     }
     if let Some(id) = p.trace_id {
         let ids: &FixedSizeBinaryArray = crate::convert::columns::col(&root, root_name, "trace_id")?;
-        and_mask(&mut mask, mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)))?;
+        and_mask(
+            &mut mask,
+            mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)),
+        )?;
     }
     if !p.lines.is_empty() {
         let body: &StringArray = crate::convert::columns::col(&root, root_name, "body")?;
@@ -306,8 +322,13 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     }
     if let Some(op) = &p.span_name {
         let names = crate::convert::columns::DictStr::new(&root, root_name, "name")?;
-        let per_key: Vec<bool> = (0..names.values().len()).map(|k| op.test(Some(names.values().value(k)))).collect();
-        and_mask(&mut mask, mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])))?;
+        let per_key: Vec<bool> = (0..names.values().len())
+            .map(|k| op.test(Some(names.values().value(k))))
+            .collect();
+        and_mask(
+            &mut mask,
+            mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])),
+        )?;
     }
     if p.min_duration.is_some() || p.max_duration.is_some() {
         let start = u64_col(&root, root_name, "start_time_unix_nano")?.values();
@@ -323,8 +344,13 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     }
     if let Some(name) = &p.metric_name {
         let names = crate::convert::columns::DictStr::new(&root, root_name, "metric_name")?;
-        let per_key: Vec<bool> = (0..names.values().len()).map(|k| names.values().value(k) == name).collect();
-        and_mask(&mut mask, mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])))?;
+        let per_key: Vec<bool> = (0..names.values().len())
+            .map(|k| names.values().value(k) == name)
+            .collect();
+        and_mask(
+            &mut mask,
+            mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])),
+        )?;
     }
     for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
         let column = match (signal, m.key.as_str()) {
@@ -334,8 +360,13 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
             _ => return Err(na("this field matcher")),
         };
         let values = crate::convert::columns::DictStr::new(&root, root_name, column)?;
-        let per_key: Vec<bool> = (0..values.values().len()).map(|k| m.op.test(Some(values.values().value(k)))).collect();
-        and_mask(&mut mask, mask_from(values.keys().values().iter().map(|&k| per_key[k as usize])))?;
+        let per_key: Vec<bool> = (0..values.values().len())
+            .map(|k| m.op.test(Some(values.values().value(k))))
+            .collect();
+        and_mask(
+            &mut mask,
+            mask_from(values.keys().values().iter().map(|&k| per_key[k as usize])),
+        )?;
     }
     let resource_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Resource).collect();
     let record_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Record).collect();
@@ -347,9 +378,16 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
             let per_resource = attr_mask(&rattrs, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
             let bad = rid.values().iter().any(|&r| r as usize >= per_resource.len());
             if bad {
-                return Err(ConvertError::BadReference { table: root_name, row: 0 }.into());
+                return Err(ConvertError::BadReference {
+                    table: root_name,
+                    row: 0,
+                }
+                .into());
             }
-            and_mask(&mut mask, mask_from(rid.values().iter().map(|&r| per_resource[r as usize])))?;
+            and_mask(
+                &mut mask,
+                mask_from(rid.values().iter().map(|&r| per_resource[r as usize])),
+            )?;
         }
     }
     if !record_matchers.is_empty() {
@@ -367,7 +405,12 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     let rows = order_and_limit(selected, &times, req.order, req.limit);
     let batch = take_record_batch(&root, &UInt32Array::from(rows.clone()))?;
     let out_times = rows.iter().map(|&r| times[r as usize]).collect();
-    Ok(ScanOutput { rows, batch, times: out_times, rows_scanned: n })
+    Ok(ScanOutput {
+        rows,
+        batch,
+        times: out_times,
+        rows_scanned: n,
+    })
 }
 
 fn body_text(body: &StringArray, i: usize) -> &str {
@@ -412,7 +455,6 @@ fn order_and_limit(mut rows: Vec<u32>, times: &[u64], order: Order, limit: Optio
     rows
 }
 
-
 /// What the sidecars can check of a predicate: the time range, positive
 /// equality matchers (a negative or regex matcher, or one that matches the
 /// empty string and so rows without the key, cannot prune), severity, span
@@ -421,7 +463,9 @@ pub fn probe(p: &Predicate) -> Probe {
     let mut probe = Probe {
         // The probe's range is inclusive; ours is [start, end). An empty
         // range becomes lo > hi, which prunes every block, as it should.
-        time: p.time.map(|(start, end)| if end > start { (start, end - 1) } else { (1, 0) }),
+        time: p
+            .time
+            .map(|(start, end)| if end > start { (start, end - 1) } else { (1, 0) }),
         trace_id: p.trace_id,
         min_severity: p.min_severity,
         min_duration: p.min_duration,
@@ -444,7 +488,9 @@ pub fn probe(p: &Predicate) -> Probe {
         probe.field_eq.push((sidecar_field::SPAN_NAME.to_owned(), name.clone()));
     }
     if let Some(name) = &p.metric_name {
-        probe.field_eq.push((sidecar_field::METRIC_NAME.to_owned(), name.clone()));
+        probe
+            .field_eq
+            .push((sidecar_field::METRIC_NAME.to_owned(), name.clone()));
     }
     probe
 }

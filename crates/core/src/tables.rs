@@ -76,7 +76,10 @@ pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> 
         let schema = schema::of(name).ok_or(crate::convert::ConvertError::MissingTable(name))?;
         return Ok(RecordBatch::new_empty(schema));
     } else {
-        let schema = batches.first().map(RecordBatch::schema).ok_or(crate::convert::ConvertError::MissingTable(name))?;
+        let schema = batches
+            .first()
+            .map(RecordBatch::schema)
+            .ok_or(crate::convert::ConvertError::MissingTable(name))?;
         arrow::compute::concat_batches(&schema, &batches)?
     };
     if is_attr_table(name) && batch.schema().column_with_name("type").is_some() {
@@ -128,7 +131,12 @@ pub fn read_sidecars(block: &Block) -> Result<Sidecars, Error> {
         let mut batches = block.read_batches(name)?;
         if batches.len() != 1 {
             let reason = format!("holds {} batches, expected 1", batches.len());
-            return Err(crate::sidecar::SidecarError::InvalidEntry { section: name, row: 0, reason }.into());
+            return Err(crate::sidecar::SidecarError::InvalidEntry {
+                section: name,
+                row: 0,
+                reason,
+            }
+            .into());
         }
         Ok(batches.remove(0))
     };

@@ -4,7 +4,9 @@
 
 use arrow::array::Array;
 use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
-use mira_core::scan::{AttrMatcher, AttrScope, LineFilter, MatchOp, Order, Predicate, ScanRequest, compile_regex, scan};
+use mira_core::scan::{
+    AttrMatcher, AttrScope, LineFilter, MatchOp, Order, Predicate, ScanRequest, compile_regex, scan,
+};
 use mira_core::tables::read_tables;
 use mira_testkit::corpus::{Cardinality, Corpus};
 use mira_testkit::flatten;
@@ -12,11 +14,16 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 #[path = "support/blocks.rs"]
+#[allow(dead_code)] // each test binary uses part of the support module
 mod support;
 use support::hot_and_cold;
 
 fn attr(scope: AttrScope, key: &str, op: MatchOp) -> AttrMatcher {
-    AttrMatcher { scope, key: key.into(), op }
+    AttrMatcher {
+        scope,
+        key: key.into(),
+        op,
+    }
 }
 
 fn re(p: &str) -> regex::Regex {
@@ -25,17 +32,47 @@ fn re(p: &str) -> regex::Regex {
 
 fn log_predicates(t0: u64, t1: u64) -> Vec<(&'static str, ScanRequest)> {
     let mid = t0 + (t1 - t0) / 2;
-    let req = |predicate: Predicate, order: Order, limit: Option<usize>| ScanRequest { predicate, order, limit };
+    let req = |predicate: Predicate, order: Order, limit: Option<usize>| ScanRequest {
+        predicate,
+        order,
+        limit,
+    };
     vec![
-        ("everything newest first", req(Predicate::default(), Order::NewestFirst, None)),
+        (
+            "everything newest first",
+            req(Predicate::default(), Order::NewestFirst, None),
+        ),
         ("newest 100", req(Predicate::default(), Order::NewestFirst, Some(100))),
         ("oldest 7", req(Predicate::default(), Order::OldestFirst, Some(7))),
-        ("second half", req(Predicate { time: Some((mid, t1 + 1)), ..Default::default() }, Order::Stored, None)),
-        ("errors", req(Predicate { min_severity: Some(17), ..Default::default() }, Order::NewestFirst, None)),
+        (
+            "second half",
+            req(
+                Predicate {
+                    time: Some((mid, t1 + 1)),
+                    ..Default::default()
+                },
+                Order::Stored,
+                None,
+            ),
+        ),
+        (
+            "errors",
+            req(
+                Predicate {
+                    min_severity: Some(17),
+                    ..Default::default()
+                },
+                Order::NewestFirst,
+                None,
+            ),
+        ),
         (
             "body contains",
             req(
-                Predicate { lines: vec![LineFilter::Contains("users".into())], ..Default::default() },
+                Predicate {
+                    lines: vec![LineFilter::Contains("users".into())],
+                    ..Default::default()
+                },
                 Order::NewestFirst,
                 Some(50),
             ),
@@ -58,7 +95,11 @@ fn log_predicates(t0: u64, t1: u64) -> Vec<(&'static str, ScanRequest)> {
             "service equality",
             req(
                 Predicate {
-                    attrs: vec![attr(AttrScope::Resource, "service.name", MatchOp::Eq("checkout".into()))],
+                    attrs: vec![attr(
+                        AttrScope::Resource,
+                        "service.name",
+                        MatchOp::Eq("checkout".into()),
+                    )],
                     ..Default::default()
                 },
                 Order::NewestFirst,
@@ -70,7 +111,11 @@ fn log_predicates(t0: u64, t1: u64) -> Vec<(&'static str, ScanRequest)> {
             req(
                 Predicate {
                     attrs: vec![
-                        attr(AttrScope::Resource, "service.name", MatchOp::Re(re("(checkout|cart).*"))),
+                        attr(
+                            AttrScope::Resource,
+                            "service.name",
+                            MatchOp::Re(re("(checkout|cart).*")),
+                        ),
                         attr(AttrScope::Record, "http.method", MatchOp::Ne("GET".into())),
                     ],
                     ..Default::default()
@@ -123,7 +168,10 @@ fn cold_logs_answer_like_hot() {
         assert_eq!(h.rows, t.rows, "{name}: block and in-memory tables differ");
         nonempty += usize::from(!h.rows.is_empty());
     }
-    assert!(nonempty >= 8, "too few predicates matched anything ({nonempty}); the corpus changed?");
+    assert!(
+        nonempty >= 8,
+        "too few predicates matched anything ({nonempty}); the corpus changed?"
+    );
     let hot_req = logs_to_otlp(&read_tables(&hot, None).expect("hot")).expect("otlp");
     let cold_req = logs_to_otlp(&read_tables(&cold, None).expect("cold")).expect("otlp");
     assert_eq!(flatten::logs(&hot_req), flatten::logs(&cold_req));
@@ -147,12 +195,24 @@ fn cold_spans_and_points_answer_like_hot() {
         id
     };
     let reqs = [
-        Predicate { trace_id: Some(some_trace), ..Default::default() },
-        Predicate { min_duration: Some(1_000_000), ..Default::default() },
-        Predicate { span_name: Some(MatchOp::Re(re("GET.*"))), ..Default::default() },
+        Predicate {
+            trace_id: Some(some_trace),
+            ..Default::default()
+        },
+        Predicate {
+            min_duration: Some(1_000_000),
+            ..Default::default()
+        },
+        Predicate {
+            span_name: Some(MatchOp::Re(re("GET.*"))),
+            ..Default::default()
+        },
     ];
     for p in reqs {
-        let req = ScanRequest { predicate: p.clone(), ..Default::default() };
+        let req = ScanRequest {
+            predicate: p.clone(),
+            ..Default::default()
+        };
         let h = scan(&hot, &req).expect("hot");
         assert_eq!(h.rows, scan(&cold, &req).expect("cold").rows, "{p:?}");
         if p.trace_id.is_some() {
@@ -177,7 +237,13 @@ fn cold_spans_and_points_answer_like_hot() {
     .get(0)
     .expect("a name")
     .to_owned();
-    let req = ScanRequest { predicate: Predicate { metric_name: Some(name), ..Default::default() }, ..Default::default() };
+    let req = ScanRequest {
+        predicate: Predicate {
+            metric_name: Some(name),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     let h = scan(&hot, &req).expect("hot");
     assert!(!h.rows.is_empty());
     assert_eq!(h.rows, scan(&cold, &req).expect("cold").rows);
@@ -222,15 +288,22 @@ fn scan_matches_a_direct_evaluation() {
             }
         }
     }
-    want.sort_by(|a, b| b.0.cmp(&a.0));
+    want.sort_by_key(|w| std::cmp::Reverse(w.0));
     want.truncate(25);
-    assert!(!want.is_empty(), "the corpus has no checkout errors; pick another predicate");
+    assert!(
+        !want.is_empty(),
+        "the corpus has no checkout errors; pick another predicate"
+    );
 
     let out = scan(
         &hot,
         &ScanRequest {
             predicate: Predicate {
-                attrs: vec![attr(AttrScope::Resource, "service.name", MatchOp::Eq("checkout".into()))],
+                attrs: vec![attr(
+                    AttrScope::Resource,
+                    "service.name",
+                    MatchOp::Eq("checkout".into()),
+                )],
                 min_severity: Some(17),
                 lines: vec![LineFilter::Contains("in ".into())],
                 ..Default::default()
@@ -245,8 +318,12 @@ fn scan_matches_a_direct_evaluation() {
         .column_by_name("body")
         .and_then(|c| c.as_any().downcast_ref::<arrow::array::StringArray>().cloned())
         .expect("body");
-    let got: Vec<(u64, String)> =
-        out.times.iter().enumerate().map(|(i, t)| (*t, bodies.value(i).to_owned())).collect();
+    let got: Vec<(u64, String)> = out
+        .times
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (*t, bodies.value(i).to_owned()))
+        .collect();
     assert_eq!(got, want);
 }
 
@@ -256,10 +333,26 @@ fn bad_predicates_are_refused() {
     let mut b = LogsBuilder::default();
     b.append(&corpus.logs(100)).expect("append");
     let tables = b.finish().expect("finish");
-    let reversed = ScanRequest { predicate: Predicate { time: Some((10, 5)), ..Default::default() }, ..Default::default() };
-    assert!(scan(&tables, &reversed).expect_err("reversed range").to_string().contains("after its end"));
-    let wrong_signal =
-        ScanRequest { predicate: Predicate { metric_name: Some("x".into()), ..Default::default() }, ..Default::default() };
+    let reversed = ScanRequest {
+        predicate: Predicate {
+            time: Some((10, 5)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert!(
+        scan(&tables, &reversed)
+            .expect_err("reversed range")
+            .to_string()
+            .contains("after its end")
+    );
+    let wrong_signal = ScanRequest {
+        predicate: Predicate {
+            metric_name: Some("x".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     assert!(scan(&tables, &wrong_signal).is_err());
     assert!(compile_regex("(", true).is_err());
     assert!(compile_regex(&"a".repeat(10_000), true).is_err());

@@ -12,7 +12,11 @@ use mira_core::{BlockId, TenantId};
 use mira_testkit::corpus::{Cardinality, Corpus};
 
 fn eq(scope: AttrScope, key: &str, v: &str) -> AttrMatcher {
-    AttrMatcher { scope, key: key.into(), op: MatchOp::Eq(v.into()) }
+    AttrMatcher {
+        scope,
+        key: key.into(),
+        op: MatchOp::Eq(v.into()),
+    }
 }
 
 #[test]
@@ -26,22 +30,61 @@ fn pruning_reads_only_sidecars_and_never_loses_a_match() {
     let block = Block::from_bytes(bytes, cache.clone()).expect("open");
     let (t0, t1) = (tables.min_time, tables.max_time);
 
-    let absent_trace = Predicate { trace_id: Some([0xAB; 16]), ..Default::default() };
+    let absent_trace = Predicate {
+        trace_id: Some([0xAB; 16]),
+        ..Default::default()
+    };
     let cases = [
-        (Predicate { time: Some((t1 + 1, t1 + 1000)), ..Default::default() }, Some(PruneRule::Time)),
-        (Predicate { time: Some((t0, t0)), ..Default::default() }, Some(PruneRule::Time)),
-        (Predicate { min_duration: Some(u64::MAX / 2), ..Default::default() }, Some(PruneRule::ZoneMap)),
         (
-            Predicate { attrs: vec![eq(AttrScope::Resource, "service.name", "no-such-service")], ..Default::default() },
+            Predicate {
+                time: Some((t1 + 1, t1 + 1000)),
+                ..Default::default()
+            },
+            Some(PruneRule::Time),
+        ),
+        (
+            Predicate {
+                time: Some((t0, t0)),
+                ..Default::default()
+            },
+            Some(PruneRule::Time),
+        ),
+        (
+            Predicate {
+                min_duration: Some(u64::MAX / 2),
+                ..Default::default()
+            },
+            Some(PruneRule::ZoneMap),
+        ),
+        (
+            Predicate {
+                attrs: vec![eq(AttrScope::Resource, "service.name", "no-such-service")],
+                ..Default::default()
+            },
             Some(PruneRule::AttrIndex),
         ),
         (
-            Predicate { attrs: vec![eq(AttrScope::Field, "name", "no such span name")], ..Default::default() },
+            Predicate {
+                attrs: vec![eq(AttrScope::Field, "name", "no such span name")],
+                ..Default::default()
+            },
             Some(PruneRule::AttrIndex),
         ),
         (absent_trace, Some(PruneRule::Bloom)),
-        (Predicate { attrs: vec![eq(AttrScope::Resource, "service.name", "checkout")], ..Default::default() }, None),
-        (Predicate { time: Some((t0, t1 + 1)), ..Default::default() }, None),
+        (
+            Predicate {
+                attrs: vec![eq(AttrScope::Resource, "service.name", "checkout")],
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            Predicate {
+                time: Some((t0, t1 + 1)),
+                ..Default::default()
+            },
+            None,
+        ),
     ];
     for (p, want) in &cases {
         let v = prune(&block, p).expect("prune");
@@ -56,9 +99,20 @@ fn pruning_reads_only_sidecars_and_never_loses_a_match() {
     // Every trace id present in the block is reported as possibly present,
     // and a pruned predicate really had no match.
     for (p, want) in &cases {
-        let matched = scan(&block, &ScanRequest { predicate: p.clone(), ..Default::default() }).expect("scan");
+        let matched = scan(
+            &block,
+            &ScanRequest {
+                predicate: p.clone(),
+                ..Default::default()
+            },
+        )
+        .expect("scan");
         if want.is_some() {
-            assert!(matched.rows.is_empty(), "pruned but {} rows match: {p:?}", matched.rows.len());
+            assert!(
+                matched.rows.is_empty(),
+                "pruned but {} rows match: {p:?}",
+                matched.rows.len()
+            );
         }
     }
 }
@@ -76,9 +130,17 @@ fn every_logged_trace_id_survives_pruning() {
     )
     .expect("open");
     let mut checked = 0;
-    for r in req.resource_logs.iter().flat_map(|r| &r.scope_logs).flat_map(|s| &s.log_records) {
+    for r in req
+        .resource_logs
+        .iter()
+        .flat_map(|r| &r.scope_logs)
+        .flat_map(|s| &s.log_records)
+    {
         if let Ok(id) = <[u8; 16]>::try_from(r.trace_id.as_slice()) {
-            let p = Predicate { trace_id: Some(id), ..Default::default() };
+            let p = Predicate {
+                trace_id: Some(id),
+                ..Default::default()
+            };
             assert_eq!(prune(&block, &p).expect("prune"), Verdict::MayMatch);
             checked += 1;
         }

@@ -69,7 +69,11 @@ proptest! {
 fn a_bad_id_refuses_the_whole_request() {
     let mut corpus = mira_testkit::corpus::Corpus::new(7, mira_testkit::corpus::Cardinality::Low);
     let mut req = corpus.logs(100);
-    let last = req.resource_logs.last_mut().and_then(|r| r.scope_logs.last_mut()).and_then(|s| s.log_records.last_mut());
+    let last = req
+        .resource_logs
+        .last_mut()
+        .and_then(|r| r.scope_logs.last_mut())
+        .and_then(|s| s.log_records.last_mut());
     last.expect("a record").trace_id = vec![1, 2, 3];
     let mut b = LogsBuilder::default();
     let err = b.append(&req).expect_err("3-byte trace id accepted");

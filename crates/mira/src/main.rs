@@ -55,6 +55,9 @@ mod tests {
     #[test]
     fn unknown_subcommand_is_an_error() {
         assert!(Cli::try_parse_from(["mira", "frobnicate"]).is_err());
-        assert!(matches!(Cli::try_parse_from(["mira", "version"]).map(|c| c.command), Ok(Command::Version)));
+        assert!(matches!(
+            Cli::try_parse_from(["mira", "version"]).map(|c| c.command),
+            Ok(Command::Version)
+        ));
     }
 }

@@ -36,8 +36,11 @@ impl<'a> DictStr<'a> {
         table: &'static str,
         column: &'static str,
     ) -> Result<Self, ConvertError> {
-        let values =
-            arr.values().as_any().downcast_ref::<StringArray>().ok_or(ConvertError::WrongType { table, column })?;
+        let values = arr
+            .values()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or(ConvertError::WrongType { table, column })?;
         let keys = arr.keys();
         // Keys index the values; a block whose keys point past them is corrupt.
         if keys.iter().flatten().any(|k| k as usize >= values.len()) {
@@ -66,7 +69,11 @@ impl<'a> DictStr<'a> {
 /// Bytes of a nullable fixed-size id column; null gives an empty vector
 /// (OTLP's "no id").
 pub fn id_bytes(arr: &FixedSizeBinaryArray, row: usize) -> Vec<u8> {
-    if arr.is_null(row) { Vec::new() } else { arr.value(row).to_vec() }
+    if arr.is_null(row) {
+        Vec::new()
+    } else {
+        arr.value(row).to_vec()
+    }
 }
 
 /// Checks an OTLP id is empty or exactly `expected` bytes.
@@ -74,7 +81,11 @@ pub fn check_id(field: &'static str, id: &[u8], expected: usize) -> Result<(), C
     if id.is_empty() || id.len() == expected {
         Ok(())
     } else {
-        Err(ConvertError::InvalidId { field, expected, len: id.len() })
+        Err(ConvertError::InvalidId {
+            field,
+            expected,
+            len: id.len(),
+        })
     }
 }
 

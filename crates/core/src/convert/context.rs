@@ -47,7 +47,9 @@ pub(crate) struct ContextBuilder {
 
 impl std::fmt::Debug for ContextBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ContextBuilder").field("resources", &self.resource_hashes.len()).finish_non_exhaustive()
+        f.debug_struct("ContextBuilder")
+            .field("resources", &self.resource_hashes.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -77,7 +79,10 @@ impl ContextBuilder {
                 if r.entity_refs.is_empty() {
                     self.r_entity_refs.append_null();
                 } else {
-                    let refs = Resource { entity_refs: r.entity_refs.clone(), ..Default::default() };
+                    let refs = Resource {
+                        entity_refs: r.entity_refs.clone(),
+                        ..Default::default()
+                    };
                     self.r_entity_refs.append_value(refs.encode_to_vec());
                 }
                 self.r_attrs.append_all(id, &r.attributes);
@@ -187,10 +192,17 @@ impl Contexts {
                     Vec::new()
                 } else {
                     Resource::decode(refs.value(row))
-                        .map_err(|_| ConvertError::WrongType { table: t, column: "entity_refs" })?
+                        .map_err(|_| ConvertError::WrongType {
+                            table: t,
+                            column: "entity_refs",
+                        })?
                         .entity_refs
                 };
-                Some(Resource { attributes, dropped_attributes_count: dropped.value(row), entity_refs })
+                Some(Resource {
+                    attributes,
+                    dropped_attributes_count: dropped.value(row),
+                    entity_refs,
+                })
             };
             resources.push((resource, url.value(row).to_owned()));
         }
@@ -201,8 +213,9 @@ impl Contexts {
         let version: &StringArray = col(sb, t, "version")?;
         let dropped: &UInt32Array = col(sb, t, "dropped_attributes_count")?;
         let url: &StringArray = col(sb, t, "schema_url")?;
-        let mut sattrs =
-            AttrReader::new(tables.get(schema::SCOPE_ATTRS)?, schema::SCOPE_ATTRS)?.grouped(sb.num_rows())?.into_iter();
+        let mut sattrs = AttrReader::new(tables.get(schema::SCOPE_ATTRS)?, schema::SCOPE_ATTRS)?
+            .grouped(sb.num_rows())?
+            .into_iter();
         let mut scopes = Vec::with_capacity(sb.num_rows());
         for row in 0..sb.num_rows() {
             let attributes = sattrs.next().unwrap_or_default();
@@ -217,8 +230,15 @@ impl Contexts {
         Ok(Contexts { resources, scopes })
     }
 
-    pub fn resource(&self, id: u32, row: usize, table: &'static str) -> Result<&(Option<Resource>, String), ConvertError> {
-        self.resources.get(id as usize).ok_or(ConvertError::BadReference { table, row })
+    pub fn resource(
+        &self,
+        id: u32,
+        row: usize,
+        table: &'static str,
+    ) -> Result<&(Option<Resource>, String), ConvertError> {
+        self.resources
+            .get(id as usize)
+            .ok_or(ConvertError::BadReference { table, row })
     }
 
     pub fn scope(
@@ -227,7 +247,9 @@ impl Contexts {
         row: usize,
         table: &'static str,
     ) -> Result<&(Option<InstrumentationScope>, String), ConvertError> {
-        self.scopes.get(id as usize).ok_or(ConvertError::BadReference { table, row })
+        self.scopes
+            .get(id as usize)
+            .ok_or(ConvertError::BadReference { table, row })
     }
 }
 
@@ -244,7 +266,11 @@ pub(crate) struct Grouper<T> {
 
 impl<T> Default for Grouper<T> {
     fn default() -> Self {
-        Grouper { groups: Vec::new(), resource_index: HashMap::new(), scope_index: HashMap::new() }
+        Grouper {
+            groups: Vec::new(),
+            resource_index: HashMap::new(),
+            scope_index: HashMap::new(),
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array,
-    StringArray, StringBuilder, StringDictionaryBuilder, UInt32Array, UInt64Array,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array, StringArray,
+    StringBuilder, StringDictionaryBuilder, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::UInt32Type;
 use arrow::record_batch::RecordBatch;
@@ -87,7 +87,9 @@ pub fn validate(req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
 
 impl std::fmt::Debug for LogsBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogsBuilder").field("rows", &self.time.len()).finish_non_exhaustive()
+        f.debug_struct("LogsBuilder")
+            .field("rows", &self.time.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -121,11 +123,14 @@ impl LogsBuilder {
         let row = self.time.len() as u32;
         self.time.push(r.time_unix_nano);
         self.observed.push(r.observed_time_unix_nano);
-        self.times.add(effective_time(r.time_unix_nano, r.observed_time_unix_nano));
+        self.times
+            .add(effective_time(r.time_unix_nano, r.observed_time_unix_nano));
         self.severity.push(r.severity_number);
         self.severity_text.append_value(&r.severity_text);
         match &r.body {
-            Some(AnyValue { value: Some(Value::StringValue(s)) }) => {
+            Some(AnyValue {
+                value: Some(Value::StringValue(s)),
+            }) => {
                 self.body.append_value(s);
                 self.body_any.append_null();
             }
@@ -171,7 +176,13 @@ impl LogsBuilder {
         tables.push((schema::LOG_ATTRS, self.attrs.finish()?));
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
-        Ok(TableSet { signal: Signal::Logs, tables, rows, min_time, max_time })
+        Ok(TableSet {
+            signal: Signal::Logs,
+            tables,
+            rows,
+            min_time,
+            max_time,
+        })
     }
 }
 
@@ -220,11 +231,15 @@ impl<'a> LogColumns<'a> {
         attributes: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
     ) -> Result<LogRecord, ConvertError> {
         let body = if self.body.is_valid(row) {
-            Some(AnyValue { value: Some(Value::StringValue(self.body.value(row).to_owned())) })
+            Some(AnyValue {
+                value: Some(Value::StringValue(self.body.value(row).to_owned())),
+            })
         } else if self.body_any.is_valid(row) {
             Some(
-                AnyValue::decode(self.body_any.value(row))
-                    .map_err(|_| ConvertError::WrongType { table: schema::LOGS, column: "body_any" })?,
+                AnyValue::decode(self.body_any.value(row)).map_err(|_| ConvertError::WrongType {
+                    table: schema::LOGS,
+                    column: "body_any",
+                })?,
             )
         } else {
             None
@@ -250,8 +265,9 @@ pub fn logs_to_otlp(tables: &TableSet) -> Result<ExportLogsServiceRequest, Conve
     let root = tables.get(schema::LOGS)?;
     let cols = LogColumns::new(root)?;
     let ctx = Contexts::read(tables)?;
-    let mut attrs =
-        AttrReader::new(tables.get(schema::LOG_ATTRS)?, schema::LOG_ATTRS)?.grouped(root.num_rows())?.into_iter();
+    let mut attrs = AttrReader::new(tables.get(schema::LOG_ATTRS)?, schema::LOG_ATTRS)?
+        .grouped(root.num_rows())?
+        .into_iter();
     let mut groups = Grouper::default();
     for row in 0..root.num_rows() {
         let record = cols.record(row, attrs.next().unwrap_or_default())?;
@@ -263,9 +279,17 @@ pub fn logs_to_otlp(tables: &TableSet) -> Result<ExportLogsServiceRequest, Conve
         let mut scope_logs = Vec::with_capacity(scopes.len());
         for (sid, log_records) in scopes {
             let (scope, schema_url) = ctx.scope(sid, 0, schema::LOGS)?.clone();
-            scope_logs.push(ScopeLogs { scope, log_records, schema_url });
+            scope_logs.push(ScopeLogs {
+                scope,
+                log_records,
+                schema_url,
+            });
         }
-        resource_logs.push(ResourceLogs { resource, scope_logs, schema_url });
+        resource_logs.push(ResourceLogs {
+            resource,
+            scope_logs,
+            schema_url,
+        });
     }
     Ok(ExportLogsServiceRequest { resource_logs })
 }

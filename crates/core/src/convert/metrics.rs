@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Float64Array, Float64Builder, Int32Array,
-    Int32Builder, Int64Array, Int64Builder, ListArray, ListBuilder, StringDictionaryBuilder, UInt8Array, UInt32Array,
-    UInt64Array, UInt64Builder,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Float64Array, Float64Builder, Int32Array, Int32Builder,
+    Int64Array, Int64Builder, ListArray, ListBuilder, StringDictionaryBuilder, UInt8Array, UInt32Array, UInt64Array,
+    UInt64Builder,
 };
 use arrow::datatypes::{DataType, Field, UInt32Type};
 use arrow::record_batch::RecordBatch;
@@ -214,7 +214,9 @@ pub fn validate(req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError
 
 impl std::fmt::Debug for PointsBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PointsBuilder").field("rows", &self.time.len()).finish_non_exhaustive()
+        f.debug_struct("PointsBuilder")
+            .field("rows", &self.time.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -242,7 +244,12 @@ impl PointsBuilder {
     }
 
     fn append_metric(&mut self, rid: u32, sid: u32, m: &Metric) {
-        let metadata = (!m.metadata.is_empty()).then(|| KeyValueList { values: m.metadata.clone() }.encode_to_vec());
+        let metadata = (!m.metadata.is_empty()).then(|| {
+            KeyValueList {
+                values: m.metadata.clone(),
+            }
+            .encode_to_vec()
+        });
         let mf = |kind, temporality, monotonic| MetricFields {
             metric: m,
             metadata: metadata.as_deref(),
@@ -379,7 +386,12 @@ impl PointsBuilder {
         if p.exemplars.is_empty() {
             self.exemplars.append_null();
         } else {
-            self.exemplars.append_value(Exemplars { items: p.exemplars.to_vec() }.encode_to_vec());
+            self.exemplars.append_value(
+                Exemplars {
+                    items: p.exemplars.to_vec(),
+                }
+                .encode_to_vec(),
+            );
         }
         self.resource_id.push(rid);
         self.scope_id.push(sid);
@@ -427,7 +439,13 @@ impl PointsBuilder {
         tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
-        Ok(TableSet { signal: Signal::Metrics, tables, rows, min_time, max_time })
+        Ok(TableSet {
+            signal: Signal::Metrics,
+            tables,
+            rows,
+            min_time,
+            max_time,
+        })
     }
 }
 
@@ -524,17 +542,28 @@ impl<'a> PointColumns<'a> {
     }
 
     fn bad(column: &'static str) -> ConvertError {
-        ConvertError::WrongType { table: schema::POINTS, column }
+        ConvertError::WrongType {
+            table: schema::POINTS,
+            column,
+        }
     }
 
     fn u64s(list: &ListArray, row: usize, column: &'static str) -> Result<Vec<u64>, ConvertError> {
         let v = list.value(row);
-        Ok(v.as_any().downcast_ref::<UInt64Array>().ok_or(Self::bad(column))?.values().to_vec())
+        Ok(v.as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or(Self::bad(column))?
+            .values()
+            .to_vec())
     }
 
     fn f64s(list: &ListArray, row: usize, column: &'static str) -> Result<Vec<f64>, ConvertError> {
         let v = list.value(row);
-        Ok(v.as_any().downcast_ref::<Float64Array>().ok_or(Self::bad(column))?.values().to_vec())
+        Ok(v.as_any()
+            .downcast_ref::<Float64Array>()
+            .ok_or(Self::bad(column))?
+            .values()
+            .to_vec())
     }
 
     fn opt<T: arrow::datatypes::ArrowPrimitiveType>(
@@ -548,14 +577,24 @@ impl<'a> PointColumns<'a> {
         if self.exemplars.is_null(row) {
             return Ok(Vec::new());
         }
-        Ok(Exemplars::decode(self.exemplars.value(row)).map_err(|_| Self::bad("exemplars"))?.items)
+        Ok(Exemplars::decode(self.exemplars.value(row))
+            .map_err(|_| Self::bad("exemplars"))?
+            .items)
     }
 
-    fn buckets(offset: &Int32Array, counts: &ListArray, row: usize, column: &'static str) -> Result<Option<Buckets>, ConvertError> {
+    fn buckets(
+        offset: &Int32Array,
+        counts: &ListArray,
+        row: usize,
+        column: &'static str,
+    ) -> Result<Option<Buckets>, ConvertError> {
         if offset.is_null(row) {
             return Ok(None);
         }
-        Ok(Some(Buckets { offset: offset.value(row), bucket_counts: Self::u64s(counts, row, column)? }))
+        Ok(Some(Buckets {
+            offset: offset.value(row),
+            bucket_counts: Self::u64s(counts, row, column)?,
+        }))
     }
 
     /// The point at `row` as OTLP.
@@ -637,7 +676,9 @@ impl<'a> PointColumns<'a> {
         let metadata = if self.metadata.is_null(row) {
             Vec::new()
         } else {
-            KeyValueList::decode(self.metadata.value(row)).map_err(|_| Self::bad("metric_metadata"))?.values
+            KeyValueList::decode(self.metadata.value(row))
+                .map_err(|_| Self::bad("metric_metadata"))?
+                .values
         };
         let metric = Metric {
             name: self.name.get(row).unwrap_or("").to_owned(),
@@ -646,7 +687,12 @@ impl<'a> PointColumns<'a> {
             metadata,
             data: None,
         };
-        Ok((metric, self.kind.value(row), self.temporality.value(row), self.monotonic.value(row)))
+        Ok((
+            metric,
+            self.kind.value(row),
+            self.temporality.value(row),
+            self.monotonic.value(row),
+        ))
     }
 }
 
@@ -662,12 +708,15 @@ pub enum Point {
 fn add_point(m: &mut Metric, kind: u8, temporality: i32, monotonic: bool, p: Point) -> Result<(), ConvertError> {
     let data = m.data.get_or_insert_with(|| match kind {
         metric_type::GAUGE => Data::Gauge(Gauge::default()),
-        metric_type::SUM => {
-            Data::Sum(Sum { data_points: Vec::new(), aggregation_temporality: temporality, is_monotonic: monotonic })
-        }
-        metric_type::HISTOGRAM => {
-            Data::Histogram(Histogram { data_points: Vec::new(), aggregation_temporality: temporality })
-        }
+        metric_type::SUM => Data::Sum(Sum {
+            data_points: Vec::new(),
+            aggregation_temporality: temporality,
+            is_monotonic: monotonic,
+        }),
+        metric_type::HISTOGRAM => Data::Histogram(Histogram {
+            data_points: Vec::new(),
+            aggregation_temporality: temporality,
+        }),
         metric_type::EXP_HISTOGRAM => Data::ExponentialHistogram(ExponentialHistogram {
             data_points: Vec::new(),
             aggregation_temporality: temporality,
@@ -692,8 +741,9 @@ pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, 
     let root = tables.get(schema::POINTS)?;
     let c = PointColumns::new(root)?;
     let ctx = Contexts::read(tables)?;
-    let mut attrs =
-        AttrReader::new(tables.get(schema::POINT_ATTRS)?, schema::POINT_ATTRS)?.grouped(root.num_rows())?.into_iter();
+    let mut attrs = AttrReader::new(tables.get(schema::POINT_ATTRS)?, schema::POINT_ATTRS)?
+        .grouped(root.num_rows())?
+        .into_iter();
     let mut groups = Grouper::default();
     for row in 0..root.num_rows() {
         let point = c.point(row, attrs.next().unwrap_or_default())?;
@@ -719,9 +769,17 @@ pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, 
                 });
                 add_point(&mut metrics[i], kind, temporality, monotonic, point)?;
             }
-            scope_metrics.push(ScopeMetrics { scope, metrics, schema_url });
+            scope_metrics.push(ScopeMetrics {
+                scope,
+                metrics,
+                schema_url,
+            });
         }
-        resource_metrics.push(ResourceMetrics { resource, scope_metrics, schema_url });
+        resource_metrics.push(ResourceMetrics {
+            resource,
+            scope_metrics,
+            schema_url,
+        });
     }
     Ok(ExportMetricsServiceRequest { resource_metrics })
 }

@@ -114,7 +114,9 @@ pub fn validate(req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> 
 
 impl std::fmt::Debug for SpansBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpansBuilder").field("rows", &self.start.len()).finish_non_exhaustive()
+        f.debug_struct("SpansBuilder")
+            .field("rows", &self.start.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -234,14 +236,23 @@ impl SpansBuilder {
         let mut tables = vec![
             (schema::SPANS, RecordBatch::try_new(schema::spans(), spans)?),
             (schema::SPAN_ATTRS, self.attrs.finish()?),
-            (schema::SPAN_EVENTS, RecordBatch::try_new(schema::span_events(), events)?),
+            (
+                schema::SPAN_EVENTS,
+                RecordBatch::try_new(schema::span_events(), events)?,
+            ),
             (schema::EVENT_ATTRS, self.ev_attrs.finish()?),
             (schema::SPAN_LINKS, RecordBatch::try_new(schema::span_links(), links)?),
             (schema::LINK_ATTRS, self.ln_attrs.finish()?),
         ];
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
-        Ok(TableSet { signal: Signal::Traces, tables, rows, min_time, max_time })
+        Ok(TableSet {
+            signal: Signal::Traces,
+            tables,
+            rows,
+            min_time,
+            max_time,
+        })
     }
 }
 
@@ -296,7 +307,9 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
     let n = root.num_rows();
     let c = SpanColumns::new(root)?;
     let ctx = Contexts::read(tables)?;
-    let mut attrs = AttrReader::new(tables.get(schema::SPAN_ATTRS)?, schema::SPAN_ATTRS)?.grouped(n)?.into_iter();
+    let mut attrs = AttrReader::new(tables.get(schema::SPAN_ATTRS)?, schema::SPAN_ATTRS)?
+        .grouped(n)?
+        .into_iter();
 
     // Events and links, grouped by their span.
     let mut events: Vec<Vec<span::Event>> = Vec::new();
@@ -309,10 +322,13 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
         DictStr::new(eb, t, "name")?,
         col::<UInt32Array>(eb, t, "dropped_attributes_count")?,
     );
-    let mut eattrs =
-        AttrReader::new(tables.get(schema::EVENT_ATTRS)?, schema::EVENT_ATTRS)?.grouped(eb.num_rows())?.into_iter();
+    let mut eattrs = AttrReader::new(tables.get(schema::EVENT_ATTRS)?, schema::EVENT_ATTRS)?
+        .grouped(eb.num_rows())?
+        .into_iter();
     for row in 0..eb.num_rows() {
-        let slot = events.get_mut(ep.value(row) as usize).ok_or(ConvertError::BadReference { table: t, row })?;
+        let slot = events
+            .get_mut(ep.value(row) as usize)
+            .ok_or(ConvertError::BadReference { table: t, row })?;
         slot.push(span::Event {
             time_unix_nano: et.value(row),
             name: en.get(row).unwrap_or("").to_owned(),
@@ -332,10 +348,13 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
         col::<UInt32Array>(lb, t, "flags")?,
         col::<UInt32Array>(lb, t, "dropped_attributes_count")?,
     );
-    let mut lattrs =
-        AttrReader::new(tables.get(schema::LINK_ATTRS)?, schema::LINK_ATTRS)?.grouped(lb.num_rows())?.into_iter();
+    let mut lattrs = AttrReader::new(tables.get(schema::LINK_ATTRS)?, schema::LINK_ATTRS)?
+        .grouped(lb.num_rows())?
+        .into_iter();
     for row in 0..lb.num_rows() {
-        let slot = links.get_mut(lp.value(row) as usize).ok_or(ConvertError::BadReference { table: t, row })?;
+        let slot = links
+            .get_mut(lp.value(row) as usize)
+            .ok_or(ConvertError::BadReference { table: t, row })?;
         slot.push(span::Link {
             trace_id: id_bytes(lt, row),
             span_id: id_bytes(ls, row),
@@ -348,10 +367,10 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
 
     let mut groups = Grouper::default();
     for (row, (events, links)) in events.into_iter().zip(links).enumerate() {
-        let status = c
-            .status_code
-            .is_valid(row)
-            .then(|| Status { message: c.status_message.value(row).to_owned(), code: c.status_code.value(row) });
+        let status = c.status_code.is_valid(row).then(|| Status {
+            message: c.status_message.value(row).to_owned(),
+            code: c.status_code.value(row),
+        });
         let span = Span {
             trace_id: id_bytes(c.trace_id, row),
             span_id: id_bytes(c.span_id, row),
@@ -378,9 +397,17 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
         let mut scope_spans = Vec::with_capacity(scopes.len());
         for (sid, spans) in scopes {
             let (scope, schema_url) = ctx.scope(sid, 0, schema::SPANS)?.clone();
-            scope_spans.push(ScopeSpans { scope, spans, schema_url });
+            scope_spans.push(ScopeSpans {
+                scope,
+                spans,
+                schema_url,
+            });
         }
-        resource_spans.push(ResourceSpans { resource, scope_spans, schema_url });
+        resource_spans.push(ResourceSpans {
+            resource,
+            scope_spans,
+            schema_url,
+        });
     }
     Ok(ExportTraceServiceRequest { resource_spans })
 }

@@ -24,5 +24,9 @@ pub fn hot_and_cold(tables: &TableSet) -> (Block, Block) {
 /// The tables as built, as read back from a hot block, and from a cold one.
 pub fn through_blocks(tables: &TableSet) -> Vec<TableSet> {
     let (hot, cold) = hot_and_cold(tables);
-    vec![tables.clone(), read_tables(&hot, None).expect("read hot"), read_tables(&cold, None).expect("read cold")]
+    vec![
+        tables.clone(),
+        read_tables(&hot, None).expect("read hot"),
+        read_tables(&cold, None).expect("read cold"),
+    ]
 }
