@@ -21,7 +21,7 @@ use arrow_ipc::{MessageHeader, root_as_footer, root_as_message};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::{ALIGNMENT, BlockError, Codec, MAX_DECODED_SECTION_BYTES, MAX_ROWS, SectionEntry};
+use super::{BlockError, Codec, MAX_DECODED_SECTION_BYTES, MAX_ROWS, SectionEntry};
 use crate::ids::BlockId;
 
 const ARROW_MAGIC: &[u8; 6] = b"ARROW1";
@@ -32,10 +32,11 @@ const PARQUET_BATCH_ROWS: usize = 64 * 1024;
 
 /// Decodes a verified section of block `block` into record batches.
 ///
-/// [`Codec::Ipc`] is zero-copy: every array buffer points into `bytes`
-/// (which must therefore stay 64-byte aligned in memory, as it is for a
-/// memory-mapped block; unaligned input is copied once into an aligned
-/// buffer and then decoded without further copies).
+/// [`Codec::Ipc`] is zero-copy: every array buffer points into `bytes`.
+/// That needs `bytes` to start 16-byte aligned in memory, as it does for a
+/// memory-mapped block (page-aligned map, 64-byte aligned sections) or a
+/// heap allocation; otherwise the section is copied once into an aligned
+/// buffer and then decoded without further copies.
 /// [`Codec::IpcZstd`] and [`Codec::Parquet`] allocate decoded buffers.
 /// [`Codec::Raw`] holds no batches and is an error. The rows decoded must
 /// match the manifest's count.
@@ -110,7 +111,7 @@ fn decode_ipc(
         source,
     };
 
-    let buffer = if zero_copy && !(bytes.as_ptr() as usize).is_multiple_of(ALIGNMENT as usize) {
+    let buffer = if zero_copy && !(bytes.as_ptr() as usize).is_multiple_of(ZERO_COPY_BUFFER_ALIGN) {
         Buffer::from_slice_ref(&bytes)
     } else {
         Buffer::from(bytes)
@@ -233,6 +234,7 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
                 )
             })?;
         if let Some(start) = body_start
+            && !range.is_empty()
             && !(start + range.start).is_multiple_of(ZERO_COPY_BUFFER_ALIGN)
         {
             return Err(format!(

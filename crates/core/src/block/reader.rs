@@ -134,6 +134,11 @@ impl Block {
 
     /// Memory-maps a block file. Blocking (open + mmap); call from a
     /// blocking context.
+    ///
+    /// Contract: the file must stay unmodified and untruncated while this
+    /// `Block` or any `Bytes`/batch taken from it lives (write block files
+    /// under a temporary name and rename them into place; delete by
+    /// unlinking). A file truncated under a mapping makes reads fault.
     pub fn open_file(path: &std::path::Path, verify: Arc<VerifyCache>) -> Result<Block, BlockError> {
         let io = |source| BlockError::Io {
             path: path.to_owned(),
@@ -144,10 +149,11 @@ impl Block {
         if len < MIN_BLOCK_LEN {
             return Err(BlockError::TooShort { len });
         }
-        // SAFETY: block files are immutable: written once under a temporary
-        // name, renamed into place, never modified or truncated while open
-        // (the cache evicts by unlinking, which keeps the mapping valid). So
-        // the mapped bytes cannot change under the `&[u8]` we hand out.
+        // SAFETY: a mapping is sound only while the file is neither modified
+        // nor truncated. Block files are immutable (written in full, renamed
+        // into place, removed by unlinking, which keeps a mapping valid) and
+        // `open_file`'s contract forbids opening anything else, so the bytes
+        // behind the `&[u8]` handed out cannot change.
         let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Block::from_bytes(Bytes::from_owner(mmap), verify)
     }
