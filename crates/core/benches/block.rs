@@ -175,6 +175,24 @@ fn main() {
         }
     }
 
+    println!("\n## Where the bytes go: first log block of each corpus, bytes per record by section\n");
+    println!("| corpus | section | hot B/rec | cold B/rec |");
+    println!("|---|---|---|---|");
+    for (card, _, hot) in &log_corpora {
+        let h = Block::from_bytes(hot[0].clone(), cache()).expect("open");
+        let c = Block::from_bytes(rewrite_cold(&h, BlockId::new()).expect("cold"), cache()).expect("open");
+        let rows = h.meta().rows as f64;
+        for e in &h.manifest().sections {
+            let cold_len = c.manifest().section(&e.name).map_or(0, |(_, ce)| ce.length);
+            println!(
+                "| {card:?} | {} | {:.2} | {:.2} |",
+                e.name,
+                e.length as f64 / rows,
+                cold_len as f64 / rows
+            );
+        }
+    }
+
     println!("\n## Log tables only: attribute layout × codec (B/B), scan cost vs plain IPC\n");
     println!("| corpus | layout | codec | B/B | scan s | scan ratio vs ipc/union |");
     println!("|---|---|---|---|---|---|");

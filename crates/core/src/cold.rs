@@ -33,11 +33,21 @@ fn properties(batch: &RecordBatch) -> WriterProperties {
         .set_statistics_enabled(EnabledStatistics::None)
         .set_dictionary_enabled(true);
     for f in batch.schema().fields() {
-        if matches!(f.data_type(), DataType::UInt64 | DataType::Int64) && f.name().contains("time") {
-            let path = ColumnPath::from(f.name().as_str());
+        let path = ColumnPath::from(f.name().as_str());
+        let delta = match f.data_type() {
+            DataType::UInt64 | DataType::Int64 => f.name().contains("time"),
+            // Attribute rows point at their parent in ascending order: the
+            // deltas are mostly 0 and 1.
+            DataType::UInt32 => f.name() == "parent",
+            _ => false,
+        };
+        if delta {
             p = p
                 .set_column_dictionary_enabled(path.clone(), false)
                 .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+        } else if matches!(f.data_type(), DataType::FixedSizeBinary(_)) {
+            // Trace and span ids are random: a dictionary never pays.
+            p = p.set_column_dictionary_enabled(path, false);
         }
     }
     p.build()
