@@ -33,7 +33,18 @@ fn bench(c: &mut Criterion) {
         let logs = encoded(|| corpus.logs(BATCH));
         let spans = encoded(|| corpus.traces(BATCH));
         let points = encoded(|| corpus.metrics(BATCH));
+        // What the ingester runs: the wire reader straight into the builders.
         g.bench_with_input(BenchmarkId::new("logs", &name), &logs, |b, reqs| {
+            b.iter(|| {
+                let mut builder = LogsBuilder::default();
+                for r in reqs {
+                    builder.append_encoded(r).expect("append");
+                }
+                black_box(builder.rows())
+            })
+        });
+        // The reference path: prost decode, then append.
+        g.bench_with_input(BenchmarkId::new("logs_prost", &name), &logs, |b, reqs| {
             b.iter(|| {
                 let mut builder = LogsBuilder::default();
                 for r in reqs {

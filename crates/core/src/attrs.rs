@@ -18,6 +18,7 @@ use prost::Message;
 
 use crate::convert::ConvertError;
 use crate::convert::columns::{DictStr, col};
+use crate::convert::wire::Val;
 use crate::schema::{self, attr_type};
 
 /// Appends attributes of many parents; parents must be appended in
@@ -71,55 +72,61 @@ impl AttrBuilder {
     }
 
     pub fn append(&mut self, parent: u32, kv: &KeyValue) {
-        self.parent.push(parent);
-        self.key.append_value(&kv.key);
-        let (type_id, offset) = match (&kv.value, kv.key_strindex) {
+        match (&kv.value, kv.key_strindex) {
             (Some(AnyValue { value: Some(v) }), 0) => match v {
-                Value::StringValue(s) => {
-                    let o = self.str.len();
-                    self.str.append_value(s);
-                    (attr_type::STR, o)
-                }
-                Value::IntValue(i) => {
-                    self.int.push(*i);
-                    (attr_type::INT, self.int.len() - 1)
-                }
-                Value::DoubleValue(d) => {
-                    self.double.push(*d);
-                    (attr_type::DOUBLE, self.double.len() - 1)
-                }
-                Value::BoolValue(b) => {
-                    let o = self.boolean.len();
-                    self.boolean.append_value(*b);
-                    (attr_type::BOOL, o)
-                }
-                Value::BytesValue(b) => {
-                    let o = self.bytes.len();
-                    self.bytes.append_value(b);
-                    (attr_type::BYTES, o)
-                }
+                Value::StringValue(s) => self.append_val(parent, &kv.key, &Val::Str(s)),
+                Value::IntValue(i) => self.append_val(parent, &kv.key, &Val::Int(*i)),
+                Value::DoubleValue(d) => self.append_val(parent, &kv.key, &Val::Double(*d)),
+                Value::BoolValue(b) => self.append_val(parent, &kv.key, &Val::Bool(*b)),
+                Value::BytesValue(b) => self.append_val(parent, &kv.key, &Val::Bytes(b)),
                 Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {
-                    let o = self.any.len();
-                    self.any
-                        .append_value(kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default());
-                    (attr_type::ANY, o)
+                    let encoded = kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default();
+                    self.push(parent, &kv.key, attr_type::ANY, |b| b.any.append_value(encoded));
                 }
             },
             (Some(AnyValue { value: None }), 0) => {
-                let o = self.any.len();
-                self.any.append_value([]);
-                (attr_type::ANY, o)
+                self.push(parent, &kv.key, attr_type::ANY, |b| b.any.append_value([]))
             }
-            _ => {
-                let o = self.kv.len();
-                self.kv.append_value(kv.encode_to_vec());
-                (attr_type::KV, o)
-            }
-        };
+            _ => self.push(parent, &kv.key, attr_type::KV, |b| {
+                b.kv.append_value(kv.encode_to_vec())
+            }),
+        }
+    }
+
+    /// Appends a value the wire reader decoded without prost.
+    pub(crate) fn append_val(&mut self, parent: u32, key: &str, v: &Val<'_>) {
+        match v {
+            Val::Str(s) => self.push(parent, key, attr_type::STR, |b| b.str.append_value(s)),
+            Val::Int(i) => self.push(parent, key, attr_type::INT, |b| b.int.push(*i)),
+            Val::Double(d) => self.push(parent, key, attr_type::DOUBLE, |b| b.double.push(*d)),
+            Val::Bool(x) => self.push(parent, key, attr_type::BOOL, |b| b.boolean.append_value(*x)),
+            Val::Bytes(x) => self.push(parent, key, attr_type::BYTES, |b| b.bytes.append_value(x)),
+            Val::Other(kv) => self.append(parent, kv),
+        }
+    }
+
+    /// Appends one row whose value `write` appends to the child of `type_id`.
+    fn push(&mut self, parent: u32, key: &str, type_id: i8, write: impl FnOnce(&mut Self)) {
+        let offset = self.child_len(type_id);
+        write(self);
+        self.parent.push(parent);
+        self.key.append_value(key);
         self.type_ids.push(type_id);
         // A block holds far fewer than 2^31 attributes of one type: the
         // seal size bounds it.
         self.offsets.push(offset as i32);
+    }
+
+    fn child_len(&self, type_id: i8) -> usize {
+        match type_id {
+            attr_type::STR => self.str.len(),
+            attr_type::INT => self.int.len(),
+            attr_type::DOUBLE => self.double.len(),
+            attr_type::BOOL => self.boolean.len(),
+            attr_type::BYTES => self.bytes.len(),
+            attr_type::ANY => self.any.len(),
+            _ => self.kv.len(),
+        }
     }
 
     pub fn finish(&mut self) -> Result<RecordBatch, ConvertError> {
@@ -341,42 +348,18 @@ pub fn from_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatc
     let mut out = AttrBuilder::default();
     let bad = |column| ConvertError::WrongType { table, column };
     for row in 0..batch.num_rows() {
-        out.parent.push(parent.value(row));
-        out.key.append_value(key.get(row).unwrap_or(""));
-        let t = ty.value(row);
-        let offset = match t {
-            attr_type::STR => {
-                let o = out.str.len();
-                out.str.append_value(s.get(row).ok_or(bad("str"))?);
-                o
-            }
-            attr_type::INT if i.is_valid(row) => {
-                out.int.push(i.value(row));
-                out.int.len() - 1
-            }
-            attr_type::DOUBLE if d.is_valid(row) => {
-                out.double.push(d.value(row));
-                out.double.len() - 1
-            }
-            attr_type::BOOL if b.is_valid(row) => {
-                let o = out.boolean.len();
-                out.boolean.append_value(b.value(row));
-                o
-            }
-            attr_type::BYTES | attr_type::ANY | attr_type::KV if by.is_valid(row) => {
-                let target = match t {
-                    attr_type::BYTES => &mut out.bytes,
-                    attr_type::ANY => &mut out.any,
-                    _ => &mut out.kv,
-                };
-                let o = target.len();
-                target.append_value(by.value(row));
-                o
-            }
+        let p = parent.value(row);
+        let k = key.get(row).unwrap_or("");
+        match ty.value(row) {
+            attr_type::STR => out.append_val(p, k, &Val::Str(s.get(row).ok_or(bad("str"))?)),
+            attr_type::INT if i.is_valid(row) => out.append_val(p, k, &Val::Int(i.value(row))),
+            attr_type::DOUBLE if d.is_valid(row) => out.append_val(p, k, &Val::Double(d.value(row))),
+            attr_type::BOOL if b.is_valid(row) => out.append_val(p, k, &Val::Bool(b.value(row))),
+            attr_type::BYTES if by.is_valid(row) => out.append_val(p, k, &Val::Bytes(by.value(row))),
+            attr_type::ANY if by.is_valid(row) => out.push(p, k, attr_type::ANY, |o| o.any.append_value(by.value(row))),
+            attr_type::KV if by.is_valid(row) => out.push(p, k, attr_type::KV, |o| o.kv.append_value(by.value(row))),
             _ => return Err(bad("type")),
-        };
-        out.type_ids.push(t);
-        out.offsets.push(offset as i32);
+        }
     }
     out.finish()
 }

@@ -15,6 +15,7 @@ mod context;
 pub mod logs;
 pub mod metrics;
 pub mod traces;
+pub(crate) mod wire;
 
 pub use logs::{LogsBuilder, logs_to_otlp};
 pub use metrics::{PointsBuilder, points_to_otlp};
@@ -31,6 +32,8 @@ pub enum ConvertError {
         expected: usize,
         len: usize,
     },
+    #[error("malformed protobuf: {0}")]
+    Protobuf(String),
     #[error("block has no {0} table")]
     MissingTable(&'static str),
     #[error("table {table} has no column {column}")]

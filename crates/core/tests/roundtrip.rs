@@ -2,9 +2,12 @@
 //! for generated requests full of edge cases, through the in-memory tables,
 //! a hot block and a cold block.
 
+use mira_core::convert::TableSet;
 use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
 use mira_testkit::{arb, flatten};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use proptest::prelude::*;
+use prost::Message;
 
 #[path = "support/blocks.rs"]
 mod support;
@@ -65,6 +68,67 @@ proptest! {
     }
 }
 
+/// Builds tables from encoded bytes both ways: the wire reader and prost.
+fn both_ways(bytes: &[u8]) -> (Result<TableSet, String>, Result<TableSet, String>) {
+    let mut fast = LogsBuilder::default();
+    let a = fast
+        .append_encoded(bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|_| fast.finish().map_err(|e| e.to_string()));
+    let mut slow = LogsBuilder::default();
+    let b = ExportLogsServiceRequest::decode(bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|r| slow.append(&r).map_err(|e| e.to_string()))
+        .and_then(|_| slow.finish().map_err(|e| e.to_string()));
+    (a, b)
+}
+
+fn same_tables(a: &TableSet, b: &TableSet) -> bool {
+    a.rows == b.rows
+        && a.min_time == b.min_time
+        && a.max_time == b.max_time
+        && a.tables.len() == b.tables.len()
+        && a.tables
+            .iter()
+            .zip(&b.tables)
+            .all(|((na, ta), (nb, tb))| na == nb && ta == tb)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The wire reader builds exactly what prost + append builds.
+    #[test]
+    fn wire_reader_matches_prost(req in arb::logs_request()) {
+        let bytes = req.encode_to_vec();
+        let (a, b) = both_ways(&bytes);
+        let (a, b) = (a.expect("fast path"), b.expect("prost path"));
+        prop_assert!(same_tables(&a, &b));
+    }
+
+    /// On damaged bytes both paths fail, or both succeed with equal tables.
+    #[test]
+    fn wire_reader_agrees_on_damaged_bytes(
+        req in arb::logs_request(),
+        edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..4),
+        cut in any::<usize>(),
+    ) {
+        let mut bytes = req.encode_to_vec();
+        if !bytes.is_empty() {
+            for (at, v) in edits {
+                let i = at % bytes.len();
+                bytes[i] = v;
+            }
+            bytes.truncate(cut % (bytes.len() + 1));
+        }
+        match both_ways(&bytes) {
+            (Ok(a), Ok(b)) => prop_assert!(same_tables(&a, &b)),
+            (Err(_), Err(_)) => {}
+            (a, b) => prop_assert!(false, "paths disagree: fast {:?} prost {:?}", a.map(|t| t.rows), b.map(|t| t.rows)),
+        }
+    }
+}
+
 #[test]
 fn a_bad_id_refuses_the_whole_request() {
     let mut corpus = mira_testkit::corpus::Corpus::new(7, mira_testkit::corpus::Cardinality::Low);
@@ -79,4 +143,13 @@ fn a_bad_id_refuses_the_whole_request() {
     let err = b.append(&req).expect_err("3-byte trace id accepted");
     assert!(err.to_string().contains("trace_id must be 16 bytes"), "{err}");
     assert_eq!(b.rows(), 0, "a refused request left rows behind");
+    let err = b
+        .append_encoded(&req.encode_to_vec())
+        .expect_err("3-byte trace id accepted");
+    assert!(err.to_string().contains("trace_id must be 16 bytes"), "{err}");
+    assert_eq!(b.rows(), 0, "a refused request left rows behind");
+    let err = b
+        .append_encoded(&[0x0a, 0x05, 0x01])
+        .expect_err("truncated protobuf accepted");
+    assert!(err.to_string().contains("malformed protobuf"), "{err}");
 }

@@ -15,6 +15,7 @@ use prost::Message;
 
 use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
+use super::wire::{self, Fast};
 use super::{ConvertError, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::ids::Signal;
@@ -24,6 +25,27 @@ use crate::schema;
 /// time when the event time is unset (as the OTLP data model says).
 pub fn effective_time(time: u64, observed: u64) -> u64 {
     if time != 0 { time } else { observed }
+}
+
+/// A log body as the row writer takes it.
+enum BodyRef<'a> {
+    None,
+    Str(&'a str),
+    Other(&'a AnyValue),
+}
+
+/// One record's root columns, from either decode path.
+struct Row<'a> {
+    time: u64,
+    observed: u64,
+    severity: i32,
+    severity_text: &'a str,
+    body: BodyRef<'a>,
+    trace_id: &'a [u8],
+    span_id: &'a [u8],
+    flags: u32,
+    event_name: &'a str,
+    dropped: u32,
 }
 
 /// Appends OTLP log requests to the tables of one open block.
@@ -119,39 +141,116 @@ impl LogsBuilder {
         Ok(n)
     }
 
+    /// Appends an encoded `ExportLogsServiceRequest` (the OTLP/gRPC and
+    /// OTLP/HTTP protobuf body). Common shapes are read straight from the
+    /// wire; anything else is decoded by prost first. Either way the request
+    /// is checked whole before anything is appended.
+    pub fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, ConvertError> {
+        let view = match wire::parse_logs(buf) {
+            Fast::Done(view) => view,
+            Fast::Fallback => {
+                let req = ExportLogsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+                return self.append(&req);
+            }
+        };
+        for r in &view.records {
+            check_id("trace_id", r.trace_id, 16)?;
+            check_id("span_id", r.span_id, 8)?;
+        }
+        for res in &view.resources {
+            let rid = self.ctx.resource(res.resource.as_ref(), res.schema_url);
+            for scope in &view.scopes[res.scopes.clone()] {
+                let sid = self.ctx.scope(scope.scope.as_ref(), scope.schema_url);
+                for r in &view.records[scope.records.clone()] {
+                    let body = match &r.body {
+                        wire::Body::None => BodyRef::None,
+                        wire::Body::Str(s) => BodyRef::Str(s),
+                        wire::Body::Other(v) => BodyRef::Other(v),
+                    };
+                    let row = self.push_row(
+                        rid,
+                        sid,
+                        &Row {
+                            time: r.time,
+                            observed: r.observed,
+                            severity: r.severity,
+                            severity_text: r.severity_text,
+                            body,
+                            trace_id: r.trace_id,
+                            span_id: r.span_id,
+                            flags: r.flags,
+                            event_name: r.event_name,
+                            dropped: r.dropped,
+                        },
+                    )?;
+                    for a in &view.attrs[r.attrs.clone()] {
+                        self.attrs.append_val(row, a.key, &a.value);
+                    }
+                }
+            }
+        }
+        Ok(view.records.len())
+    }
+
     fn append_record(&mut self, rid: u32, sid: u32, r: &LogRecord) -> Result<(), ConvertError> {
-        let row = self.time.len() as u32;
-        self.time.push(r.time_unix_nano);
-        self.observed.push(r.observed_time_unix_nano);
-        self.times
-            .add(effective_time(r.time_unix_nano, r.observed_time_unix_nano));
-        self.severity.push(r.severity_number);
-        self.severity_text.append_value(&r.severity_text);
-        match &r.body {
+        let body = match &r.body {
             Some(AnyValue {
                 value: Some(Value::StringValue(s)),
-            }) => {
+            }) => BodyRef::Str(s),
+            Some(other) => BodyRef::Other(other),
+            None => BodyRef::None,
+        };
+        let row = self.push_row(
+            rid,
+            sid,
+            &Row {
+                time: r.time_unix_nano,
+                observed: r.observed_time_unix_nano,
+                severity: r.severity_number,
+                severity_text: &r.severity_text,
+                body,
+                trace_id: &r.trace_id,
+                span_id: &r.span_id,
+                flags: r.flags,
+                event_name: &r.event_name,
+                dropped: r.dropped_attributes_count,
+            },
+        )?;
+        self.attrs.append_all(row, &r.attributes);
+        Ok(())
+    }
+
+    /// Appends one record's root columns; returns its row number. Ids must
+    /// have been checked.
+    fn push_row(&mut self, rid: u32, sid: u32, r: &Row<'_>) -> Result<u32, ConvertError> {
+        let row = self.time.len() as u32;
+        self.time.push(r.time);
+        self.observed.push(r.observed);
+        self.times.add(effective_time(r.time, r.observed));
+        self.severity.push(r.severity);
+        self.severity_text.append_value(r.severity_text);
+        match r.body {
+            BodyRef::Str(s) => {
                 self.body.append_value(s);
                 self.body_any.append_null();
             }
-            Some(other) => {
+            BodyRef::Other(v) => {
                 self.body.append_null();
-                self.body_any.append_value(other.encode_to_vec());
+                self.body_any.append_value(v.encode_to_vec());
             }
-            None => {
+            BodyRef::None => {
                 self.body.append_null();
                 self.body_any.append_null();
             }
         }
-        append_id(&mut self.trace_id, &r.trace_id)?;
-        append_id(&mut self.span_id, &r.span_id)?;
+        append_id(&mut self.trace_id, r.trace_id)?;
+        append_id(&mut self.span_id, r.span_id)?;
         self.flags.push(r.flags);
-        self.event_name.append_value(&r.event_name);
-        self.dropped.push(r.dropped_attributes_count);
+        self.event_name.append_value(r.event_name);
+        self.dropped.push(r.dropped);
         self.resource_id.push(rid);
         self.scope_id.push(sid);
-        self.attrs.append_all(row, &r.attributes);
-        Ok(())
+        Ok(row)
     }
 
     /// Takes the accumulated rows as a block's tables and resets the builder.
