@@ -6,12 +6,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayBuilder, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, DictionaryArray,
-    Float64Array, Float64Builder, Int8Array, Int64Array, Int64Builder, StringDictionaryBuilder, UInt32Array,
-    UnionArray,
+    Array, ArrayBuilder, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, Float64Array,
+    Float64Builder, Int8Array, Int64Array, Int64Builder, UInt32Array, UnionArray,
 };
 use arrow::buffer::ScalarBuffer;
-use arrow::datatypes::UInt32Type;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 use prost::Message;
@@ -19,6 +17,7 @@ use prost::Message;
 use crate::convert::ConvertError;
 use crate::convert::columns::{DictStr, col};
 use crate::convert::wire::Val;
+use crate::dict::DictBuilder;
 use crate::schema::{self, attr_type};
 
 /// Appends attributes of many parents; parents must be appended in
@@ -26,10 +25,10 @@ use crate::schema::{self, attr_type};
 #[derive(Default)]
 pub struct AttrBuilder {
     parent: Vec<u32>,
-    key: StringDictionaryBuilder<UInt32Type>,
+    key: DictBuilder,
     type_ids: Vec<i8>,
     offsets: Vec<i32>,
-    str: StringDictionaryBuilder<UInt32Type>,
+    str: DictBuilder,
     int: Vec<i64>,
     double: Vec<f64>,
     boolean: BooleanBuilder,
@@ -96,7 +95,9 @@ impl AttrBuilder {
     /// Appends a value the wire reader decoded without prost.
     pub(crate) fn append_val(&mut self, parent: u32, key: &str, v: &Val<'_>) {
         match v {
-            Val::Str(s) => self.push(parent, key, attr_type::STR, |b| b.str.append_value(s)),
+            Val::Str(s) => self.push(parent, key, attr_type::STR, |b| {
+                b.str.append(s);
+            }),
             Val::Int(i) => self.push(parent, key, attr_type::INT, |b| b.int.push(*i)),
             Val::Double(d) => self.push(parent, key, attr_type::DOUBLE, |b| b.double.push(*d)),
             Val::Bool(x) => self.push(parent, key, attr_type::BOOL, |b| b.boolean.append_value(*x)),
@@ -110,7 +111,7 @@ impl AttrBuilder {
         let offset = self.child_len(type_id);
         write(self);
         self.parent.push(parent);
-        self.key.append_value(key);
+        self.key.append(key);
         self.type_ids.push(type_id);
         // A block holds far fewer than 2^31 attributes of one type: the
         // seal size bounds it.
@@ -131,9 +132,11 @@ impl AttrBuilder {
 
     pub fn finish(&mut self) -> Result<RecordBatch, ConvertError> {
         let parent = UInt32Array::from(std::mem::take(&mut self.parent));
-        let key = self.key.finish();
+        let key = self.key.finish()?;
+        let str_child = self.str.finish()?;
+        let fields = schema::attr_value_fields_with(str_child.data_type().clone());
         let children: Vec<ArrayRef> = vec![
-            Arc::new(self.str.finish()),
+            str_child,
             Arc::new(Int64Array::from(std::mem::take(&mut self.int))),
             Arc::new(Float64Array::from(std::mem::take(&mut self.double))),
             Arc::new(self.boolean.finish()),
@@ -142,14 +145,14 @@ impl AttrBuilder {
             Arc::new(self.kv.finish()),
         ];
         let value = UnionArray::try_new(
-            schema::attr_value_fields(),
+            fields,
             ScalarBuffer::from(std::mem::take(&mut self.type_ids)),
             Some(ScalarBuffer::from(std::mem::take(&mut self.offsets))),
             children,
         )?;
-        Ok(RecordBatch::try_new(
-            schema::attrs(),
-            vec![Arc::new(parent), Arc::new(key), Arc::new(value)],
+        Ok(schema::batch(
+            &schema::attrs(),
+            vec![Arc::new(parent), key, Arc::new(value)],
         )?)
     }
 }
@@ -184,12 +187,11 @@ impl<'a> AttrReader<'a> {
         if ids.iter().any(|&t| !(attr_type::STR..=attr_type::KV).contains(&t)) {
             return Err(ConvertError::WrongType { table, column: "value" });
         }
-        let str_child: &DictionaryArray<UInt32Type> = child(value, attr_type::STR, table)?;
         Ok(AttrReader {
             table,
             parent: col(batch, table, "parent")?,
             key: DictStr::new(batch, table, "key")?,
-            str: DictStr::from_array(str_child, table, "value")?,
+            str: DictStr::from_dyn(value.child(attr_type::STR).as_ref(), table, "value")?,
             int: child(value, attr_type::INT, table)?,
             double: child(value, attr_type::DOUBLE, table)?,
             boolean: child(value, attr_type::BOOL, table)?,
@@ -290,7 +292,7 @@ pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch,
     let r = AttrReader::new(batch, table)?;
     let n = r.len();
     let mut ty = Vec::with_capacity(n);
-    let mut s = StringDictionaryBuilder::<UInt32Type>::new();
+    let mut s = DictBuilder::default();
     let mut i = Int64Builder::with_capacity(n);
     let mut d = Float64Builder::with_capacity(n);
     let mut b = BooleanBuilder::with_capacity(n);
@@ -300,7 +302,9 @@ pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch,
         let o = r.offset(row);
         ty.push(t);
         match t {
-            attr_type::STR => s.append_value(r.str.get(o).unwrap_or("")),
+            attr_type::STR => {
+                s.append(r.str.get(o).unwrap_or(""));
+            }
             _ => s.append_null(),
         }
         match t {
@@ -326,13 +330,13 @@ pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch,
         batch.column(0).clone(),
         batch.column(1).clone(),
         Arc::new(Int8Array::from(ty)),
-        Arc::new(s.finish()),
+        s.finish()?,
         Arc::new(i.finish()),
         Arc::new(d.finish()),
         Arc::new(b.finish()),
         Arc::new(by.finish()),
     ];
-    Ok(RecordBatch::try_new(schema::attrs_typed(), cols)?)
+    Ok(schema::batch(&schema::attrs_typed(), cols)?)
 }
 
 /// Rebuilds the hot union layout from the cold typed columns.

@@ -8,6 +8,7 @@ pub mod attrs;
 pub mod block;
 pub mod cold;
 pub mod convert;
+pub mod dict;
 pub mod error;
 pub mod ids;
 pub mod scan;

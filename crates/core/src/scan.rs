@@ -325,10 +325,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         let per_key: Vec<bool> = (0..names.values().len())
             .map(|k| op.test(Some(names.values().value(k))))
             .collect();
-        and_mask(
-            &mut mask,
-            mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])),
-        )?;
+        and_mask(&mut mask, mask_from(names.map_values(&per_key)))?;
     }
     if p.min_duration.is_some() || p.max_duration.is_some() {
         let start = u64_col(&root, root_name, "start_time_unix_nano")?.values();
@@ -347,10 +344,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         let per_key: Vec<bool> = (0..names.values().len())
             .map(|k| names.values().value(k) == name)
             .collect();
-        and_mask(
-            &mut mask,
-            mask_from(names.keys().values().iter().map(|&k| per_key[k as usize])),
-        )?;
+        and_mask(&mut mask, mask_from(names.map_values(&per_key)))?;
     }
     for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
         let column = match (signal, m.key.as_str()) {
@@ -363,10 +357,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         let per_key: Vec<bool> = (0..values.values().len())
             .map(|k| m.op.test(Some(values.values().value(k))))
             .collect();
-        and_mask(
-            &mut mask,
-            mask_from(values.keys().values().iter().map(|&k| per_key[k as usize])),
-        )?;
+        and_mask(&mut mask, mask_from(values.map_values(&per_key)))?;
     }
     let resource_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Resource).collect();
     let record_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Record).collect();

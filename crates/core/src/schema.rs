@@ -9,6 +9,8 @@
 use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, UnionFields, UnionMode};
+use arrow::error::ArrowError;
+use arrow::record_batch::RecordBatch;
 
 /// Bumped whenever a table's layout changes incompatibly.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -57,6 +59,11 @@ fn f64_list() -> DataType {
 }
 
 pub fn attr_value_fields() -> UnionFields {
+    attr_value_fields_with(dict_str())
+}
+
+/// The union's fields with the `str` child of the given (dictionary) type.
+pub fn attr_value_fields_with(str_type: DataType) -> UnionFields {
     UnionFields::try_new(
         vec![
             attr_type::STR,
@@ -68,7 +75,7 @@ pub fn attr_value_fields() -> UnionFields {
             attr_type::KV,
         ],
         vec![
-            Field::new("str", dict_str(), false),
+            Field::new("str", str_type, false),
             Field::new("int", DataType::Int64, false),
             Field::new("double", DataType::Float64, false),
             Field::new("bool", DataType::Boolean, false),
@@ -292,4 +299,24 @@ pub fn of(name: &str) -> Option<SchemaRef> {
         RESOURCE_ATTRS | SCOPE_ATTRS | LOG_ATTRS | SPAN_ATTRS | EVENT_ATTRS | LINK_ATTRS | POINT_ATTRS => attrs(),
         _ => return None,
     })
+}
+
+/// A batch of `schema`'s columns whose dictionary key widths (and the
+/// union children holding dictionaries) are whatever the builders chose:
+/// each field takes its column's data type, names and nullability stay.
+pub fn batch(schema: &SchemaRef, columns: Vec<arrow::array::ArrayRef>) -> Result<RecordBatch, ArrowError> {
+    if columns.len() != schema.fields().len() {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "{} columns for a {}-field schema",
+            columns.len(),
+            schema.fields().len()
+        )));
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .zip(&columns)
+        .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }

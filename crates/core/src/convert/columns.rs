@@ -1,7 +1,7 @@
 //! Typed column access with errors that name the table and column.
 
 use arrow::array::{Array, DictionaryArray, FixedSizeBinaryArray, StringArray};
-use arrow::datatypes::UInt32Type;
+use arrow::datatypes::{DataType, UInt8Type, UInt16Type, UInt32Type};
 use arrow::record_batch::RecordBatch;
 
 use super::ConvertError;
@@ -19,50 +19,111 @@ pub fn col<'a, T: 'static>(
         .ok_or(ConvertError::WrongType { table, column })
 }
 
-/// A `Dictionary(UInt32, Utf8)` column.
+/// Keys of a dictionary column, at the width the writer chose.
+#[derive(Debug, Clone, Copy)]
+enum Keys<'a> {
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+}
+
+/// A `Dictionary(UInt8|UInt16|UInt32, Utf8)` column. Keys are checked
+/// against the values once, on construction.
 #[derive(Debug, Clone, Copy)]
 pub struct DictStr<'a> {
-    keys: &'a arrow::array::UInt32Array,
+    keys: Keys<'a>,
+    nulls: Option<&'a arrow::buffer::NullBuffer>,
     values: &'a StringArray,
+}
+
+fn typed_dict<'a, K: arrow::datatypes::ArrowDictionaryKeyType>(
+    arr: &'a dyn Array,
+) -> Option<(&'a [K::Native], Option<&'a arrow::buffer::NullBuffer>, &'a StringArray)> {
+    let d = arr.as_any().downcast_ref::<DictionaryArray<K>>()?;
+    let values = d.values().as_any().downcast_ref::<StringArray>()?;
+    Some((d.keys().values(), d.keys().nulls(), values))
 }
 
 impl<'a> DictStr<'a> {
     pub fn new(batch: &'a RecordBatch, table: &'static str, column: &'static str) -> Result<Self, ConvertError> {
-        Self::from_array(col::<DictionaryArray<UInt32Type>>(batch, table, column)?, table, column)
+        let arr = batch
+            .column_by_name(column)
+            .ok_or(ConvertError::MissingColumn { table, column })?;
+        Self::from_dyn(arr.as_ref(), table, column)
     }
 
-    pub fn from_array(
-        arr: &'a DictionaryArray<UInt32Type>,
-        table: &'static str,
-        column: &'static str,
-    ) -> Result<Self, ConvertError> {
-        let values = arr
-            .values()
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or(ConvertError::WrongType { table, column })?;
-        let keys = arr.keys();
-        // Keys index the values; a block whose keys point past them is corrupt.
-        if keys.iter().flatten().any(|k| k as usize >= values.len()) {
+    pub fn from_dyn(arr: &'a dyn Array, table: &'static str, column: &'static str) -> Result<Self, ConvertError> {
+        let wrong = ConvertError::WrongType { table, column };
+        let DataType::Dictionary(k, _) = arr.data_type() else {
+            return Err(wrong);
+        };
+        let (keys, nulls, values, max) = match k.as_ref() {
+            DataType::UInt8 => {
+                let (k, n, v) = typed_dict::<UInt8Type>(arr).ok_or(wrong)?;
+                (Keys::U8(k), n, v, k.iter().copied().max().map(usize::from))
+            }
+            DataType::UInt16 => {
+                let (k, n, v) = typed_dict::<UInt16Type>(arr).ok_or(wrong)?;
+                (Keys::U16(k), n, v, k.iter().copied().max().map(usize::from))
+            }
+            DataType::UInt32 => {
+                let (k, n, v) = typed_dict::<UInt32Type>(arr).ok_or(wrong)?;
+                (Keys::U32(k), n, v, k.iter().copied().max().map(|m| m as usize))
+            }
+            _ => return Err(wrong),
+        };
+        // Keys index the values; a block whose keys point past them is
+        // corrupt (null slots hold 0 or a valid key too, as writers emit).
+        if max.is_some_and(|m| m >= values.len()) {
             return Err(ConvertError::WrongType { table, column });
         }
-        Ok(DictStr { keys, values })
+        Ok(DictStr { keys, nulls, values })
+    }
+
+    /// Rows.
+    pub fn len(&self) -> usize {
+        match self.keys {
+            Keys::U8(k) => k.len(),
+            Keys::U16(k) => k.len(),
+            Keys::U32(k) => k.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The dictionary index of `row` (meaningless when the row is null).
+    pub fn key(&self, row: usize) -> usize {
+        match self.keys {
+            Keys::U8(k) => usize::from(k[row]),
+            Keys::U16(k) => usize::from(k[row]),
+            Keys::U32(k) => k[row] as usize,
+        }
+    }
+
+    pub fn is_null(&self, row: usize) -> bool {
+        self.nulls.is_some_and(|n| n.is_null(row))
     }
 
     /// The string at `row`, or `None` when null.
     pub fn get(&self, row: usize) -> Option<&'a str> {
-        if self.keys.is_null(row) {
+        if self.is_null(row) {
             return None;
         }
-        Some(self.values.value(self.keys.value(row) as usize))
+        Some(self.values.value(self.key(row)))
     }
 
+    /// The distinct values.
     pub fn values(&self) -> &'a StringArray {
         self.values
     }
 
-    pub fn keys(&self) -> &'a arrow::array::UInt32Array {
-        self.keys
+    /// For each row, `per_value[key]` (rows that are null read `false`).
+    pub fn map_values(&self, per_value: &[bool]) -> Vec<bool> {
+        (0..self.len())
+            .map(|r| !self.is_null(r) && per_value[self.key(r)])
+            .collect()
     }
 }
 

@@ -4,9 +4,8 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, BinaryArray, BinaryBuilder, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array, StringArray,
-    StringBuilder, StringDictionaryBuilder, UInt32Array, UInt64Array,
+    StringBuilder, UInt32Array, UInt64Array,
 };
-use arrow::datatypes::UInt32Type;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value::Value};
@@ -18,6 +17,7 @@ use super::context::{ContextBuilder, Contexts, Grouper};
 use super::wire::{self, Fast};
 use super::{ConvertError, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
+use crate::dict::DictBuilder;
 use crate::ids::Signal;
 use crate::schema;
 
@@ -54,13 +54,13 @@ pub struct LogsBuilder {
     time: Vec<u64>,
     observed: Vec<u64>,
     severity: Vec<i32>,
-    severity_text: StringDictionaryBuilder<UInt32Type>,
+    severity_text: DictBuilder,
     body: StringBuilder,
     body_any: BinaryBuilder,
     trace_id: FixedSizeBinaryBuilder,
     span_id: FixedSizeBinaryBuilder,
     flags: Vec<u32>,
-    event_name: StringDictionaryBuilder<UInt32Type>,
+    event_name: DictBuilder,
     dropped: Vec<u32>,
     resource_id: Vec<u32>,
     scope_id: Vec<u32>,
@@ -75,13 +75,13 @@ impl Default for LogsBuilder {
             time: Vec::new(),
             observed: Vec::new(),
             severity: Vec::new(),
-            severity_text: StringDictionaryBuilder::new(),
+            severity_text: DictBuilder::default(),
             body: StringBuilder::new(),
             body_any: BinaryBuilder::new(),
             trace_id: FixedSizeBinaryBuilder::new(16),
             span_id: FixedSizeBinaryBuilder::new(8),
             flags: Vec::new(),
-            event_name: StringDictionaryBuilder::new(),
+            event_name: DictBuilder::default(),
             dropped: Vec::new(),
             resource_id: Vec::new(),
             scope_id: Vec::new(),
@@ -228,7 +228,7 @@ impl LogsBuilder {
         self.observed.push(r.observed);
         self.times.add(effective_time(r.time, r.observed));
         self.severity.push(r.severity);
-        self.severity_text.append_value(r.severity_text);
+        self.severity_text.append(r.severity_text);
         match r.body {
             BodyRef::Str(s) => {
                 self.body.append_value(s);
@@ -246,7 +246,7 @@ impl LogsBuilder {
         append_id(&mut self.trace_id, r.trace_id)?;
         append_id(&mut self.span_id, r.span_id)?;
         self.flags.push(r.flags);
-        self.event_name.append_value(r.event_name);
+        self.event_name.append(r.event_name);
         self.dropped.push(r.dropped);
         self.resource_id.push(rid);
         self.scope_id.push(sid);
@@ -260,18 +260,18 @@ impl LogsBuilder {
             Arc::new(UInt64Array::from(std::mem::take(&mut self.time))),
             Arc::new(UInt64Array::from(std::mem::take(&mut self.observed))),
             Arc::new(Int32Array::from(std::mem::take(&mut self.severity))),
-            Arc::new(self.severity_text.finish()),
+            self.severity_text.finish()?,
             Arc::new(self.body.finish()),
             Arc::new(self.body_any.finish()),
             Arc::new(self.trace_id.finish()),
             Arc::new(self.span_id.finish()),
             Arc::new(UInt32Array::from(std::mem::take(&mut self.flags))),
-            Arc::new(self.event_name.finish()),
+            self.event_name.finish()?,
             Arc::new(UInt32Array::from(std::mem::take(&mut self.dropped))),
             Arc::new(UInt32Array::from(std::mem::take(&mut self.resource_id))),
             Arc::new(UInt32Array::from(std::mem::take(&mut self.scope_id))),
         ];
-        let mut tables = vec![(schema::LOGS, RecordBatch::try_new(schema::logs(), cols)?)];
+        let mut tables = vec![(schema::LOGS, schema::batch(&schema::logs(), cols)?)];
         tables.push((schema::LOG_ATTRS, self.attrs.finish()?));
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();

@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Float64Array, Float64Builder, Int32Array, Int32Builder,
-    Int64Array, Int64Builder, ListArray, ListBuilder, StringDictionaryBuilder, UInt8Array, UInt32Array, UInt64Array,
-    UInt64Builder,
+    Int64Array, Int64Builder, ListArray, ListBuilder, UInt8Array, UInt32Array, UInt64Array, UInt64Builder,
 };
-use arrow::datatypes::{DataType, Field, UInt32Type};
+use arrow::datatypes::{DataType, Field};
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, KeyValueList};
@@ -25,6 +24,7 @@ use super::columns::{DictStr, check_id, col};
 use super::context::{ContextBuilder, Contexts, FNV_OFFSET, Grouper, fnv1a};
 use super::{ConvertError, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
+use crate::dict::DictBuilder;
 use crate::ids::Signal;
 use crate::schema::{self, metric_type};
 
@@ -100,9 +100,9 @@ struct PointFields<'a> {
 /// Appends OTLP metric requests to the tables of one open block.
 pub struct PointsBuilder {
     ctx: ContextBuilder,
-    name: StringDictionaryBuilder<UInt32Type>,
-    description: StringDictionaryBuilder<UInt32Type>,
-    unit: StringDictionaryBuilder<UInt32Type>,
+    name: DictBuilder,
+    description: DictBuilder,
+    unit: DictBuilder,
     metadata: BinaryBuilder,
     kind: Vec<u8>,
     temporality: Vec<i32>,
@@ -140,9 +140,9 @@ impl Default for PointsBuilder {
     fn default() -> Self {
         PointsBuilder {
             ctx: ContextBuilder::default(),
-            name: StringDictionaryBuilder::new(),
-            description: StringDictionaryBuilder::new(),
-            unit: StringDictionaryBuilder::new(),
+            name: DictBuilder::default(),
+            description: DictBuilder::default(),
+            unit: DictBuilder::default(),
             metadata: BinaryBuilder::new(),
             kind: Vec::new(),
             temporality: Vec::new(),
@@ -350,9 +350,9 @@ impl PointsBuilder {
     fn row(&mut self, rid: u32, sid: u32, m: &MetricFields<'_>, p: PointFields<'_>) {
         let row = self.time.len() as u32;
         let series = self.series_id(rid, &m.metric.name, p.attributes);
-        self.name.append_value(&m.metric.name);
-        self.description.append_value(&m.metric.description);
-        self.unit.append_value(&m.metric.unit);
+        self.name.append(&m.metric.name);
+        self.description.append(&m.metric.description);
+        self.unit.append(&m.metric.unit);
         self.metadata.append_option(m.metadata);
         self.kind.push(m.kind);
         self.temporality.push(m.temporality);
@@ -403,9 +403,9 @@ impl PointsBuilder {
         let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
         let take64 = |v: &mut Vec<u64>| Arc::new(UInt64Array::from(std::mem::take(v))) as ArrayRef;
         let cols: Vec<ArrayRef> = vec![
-            Arc::new(self.name.finish()),
-            Arc::new(self.description.finish()),
-            Arc::new(self.unit.finish()),
+            self.name.finish()?,
+            self.description.finish()?,
+            self.unit.finish()?,
             Arc::new(self.metadata.finish()),
             Arc::new(UInt8Array::from(std::mem::take(&mut self.kind))),
             Arc::new(Int32Array::from(std::mem::take(&mut self.temporality))),
@@ -435,7 +435,7 @@ impl PointsBuilder {
             take32(&mut self.resource_id),
             take32(&mut self.scope_id),
         ];
-        let mut tables = vec![(schema::POINTS, RecordBatch::try_new(schema::points(), cols)?)];
+        let mut tables = vec![(schema::POINTS, schema::batch(&schema::points(), cols)?)];
         tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array, Int32Builder, StringArray,
-    StringBuilder, StringDictionaryBuilder, UInt32Array, UInt64Array,
+    StringBuilder, UInt32Array, UInt64Array,
 };
-use arrow::datatypes::UInt32Type;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
@@ -16,6 +15,7 @@ use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
 use super::{ConvertError, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
+use crate::dict::DictBuilder;
 use crate::ids::Signal;
 use crate::schema;
 
@@ -27,7 +27,7 @@ pub struct SpansBuilder {
     parent_span_id: FixedSizeBinaryBuilder,
     trace_state: StringBuilder,
     flags: Vec<u32>,
-    name: StringDictionaryBuilder<UInt32Type>,
+    name: DictBuilder,
     kind: Vec<i32>,
     start: Vec<u64>,
     end: Vec<u64>,
@@ -41,7 +41,7 @@ pub struct SpansBuilder {
     attrs: AttrBuilder,
     ev_parent: Vec<u32>,
     ev_time: Vec<u64>,
-    ev_name: StringDictionaryBuilder<UInt32Type>,
+    ev_name: DictBuilder,
     ev_dropped: Vec<u32>,
     ev_attrs: AttrBuilder,
     ln_parent: Vec<u32>,
@@ -63,7 +63,7 @@ impl Default for SpansBuilder {
             parent_span_id: FixedSizeBinaryBuilder::new(8),
             trace_state: StringBuilder::new(),
             flags: Vec::new(),
-            name: StringDictionaryBuilder::new(),
+            name: DictBuilder::default(),
             kind: Vec::new(),
             start: Vec::new(),
             end: Vec::new(),
@@ -77,7 +77,7 @@ impl Default for SpansBuilder {
             attrs: AttrBuilder::default(),
             ev_parent: Vec::new(),
             ev_time: Vec::new(),
-            ev_name: StringDictionaryBuilder::new(),
+            ev_name: DictBuilder::default(),
             ev_dropped: Vec::new(),
             ev_attrs: AttrBuilder::default(),
             ln_parent: Vec::new(),
@@ -156,7 +156,7 @@ impl SpansBuilder {
         append_id(&mut self.parent_span_id, &s.parent_span_id)?;
         self.trace_state.append_value(&s.trace_state);
         self.flags.push(s.flags);
-        self.name.append_value(&s.name);
+        self.name.append(&s.name);
         self.kind.push(s.kind);
         self.start.push(s.start_time_unix_nano);
         self.end.push(s.end_time_unix_nano);
@@ -181,7 +181,7 @@ impl SpansBuilder {
             let erow = self.ev_time.len() as u32;
             self.ev_parent.push(row);
             self.ev_time.push(e.time_unix_nano);
-            self.ev_name.append_value(&e.name);
+            self.ev_name.append(&e.name);
             self.ev_dropped.push(e.dropped_attributes_count);
             self.ev_attrs.append_all(erow, &e.attributes);
         }
@@ -207,7 +207,7 @@ impl SpansBuilder {
             Arc::new(self.parent_span_id.finish()),
             Arc::new(self.trace_state.finish()),
             take32(&mut self.flags),
-            Arc::new(self.name.finish()),
+            self.name.finish()?,
             Arc::new(Int32Array::from(std::mem::take(&mut self.kind))),
             Arc::new(UInt64Array::from(std::mem::take(&mut self.start))),
             Arc::new(UInt64Array::from(std::mem::take(&mut self.end))),
@@ -222,7 +222,7 @@ impl SpansBuilder {
         let events: Vec<ArrayRef> = vec![
             take32(&mut self.ev_parent),
             Arc::new(UInt64Array::from(std::mem::take(&mut self.ev_time))),
-            Arc::new(self.ev_name.finish()),
+            self.ev_name.finish()?,
             take32(&mut self.ev_dropped),
         ];
         let links: Vec<ArrayRef> = vec![
@@ -234,12 +234,9 @@ impl SpansBuilder {
             take32(&mut self.ln_dropped),
         ];
         let mut tables = vec![
-            (schema::SPANS, RecordBatch::try_new(schema::spans(), spans)?),
+            (schema::SPANS, schema::batch(&schema::spans(), spans)?),
             (schema::SPAN_ATTRS, self.attrs.finish()?),
-            (
-                schema::SPAN_EVENTS,
-                RecordBatch::try_new(schema::span_events(), events)?,
-            ),
+            (schema::SPAN_EVENTS, schema::batch(&schema::span_events(), events)?),
             (schema::EVENT_ATTRS, self.ev_attrs.finish()?),
             (schema::SPAN_LINKS, RecordBatch::try_new(schema::span_links(), links)?),
             (schema::LINK_ATTRS, self.ln_attrs.finish()?),

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, OnceLock};
 
+use crate::convert::columns::DictStr;
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, StringArray, StringBuilder, StringDictionaryBuilder,
-    UInt32Array, UnionArray,
+    Array, ArrayRef, AsArray, BooleanArray, StringArray, StringBuilder, StringDictionaryBuilder, UnionArray,
 };
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type, UnionMode};
@@ -341,7 +341,8 @@ fn index_attrs(
     table: &'static str,
 ) -> Result<(), SidecarError> {
     let corrupt = |row, reason| SidecarError::CorruptTable { table, row, reason };
-    let (keys, key_names) = dict_column(batch, table, "key")?;
+    let keys = DictStr::new(batch, table, "key")?;
+    let key_names = keys.values();
     let value = batch
         .column_by_name("value")
         .ok_or(SidecarError::MissingColumn { table, column: "value" })?
@@ -358,16 +359,8 @@ fn index_attrs(
     let offsets = value
         .offsets()
         .ok_or(SidecarError::WrongType { table, column: "value" })?;
-    let str_child = value
-        .child(attr_type::STR)
-        .as_any()
-        .downcast_ref::<DictionaryArray<UInt32Type>>()
-        .ok_or(SidecarError::WrongType { table, column: "value" })?;
-    let str_keys = str_child.keys();
-    let str_names = str_child
-        .values()
-        .as_string_opt::<i32>()
-        .ok_or(SidecarError::WrongType { table, column: "value" })?;
+    let str_keys = DictStr::from_dyn(value.child(attr_type::STR).as_ref(), table, "value")?;
+    let str_names = str_keys.values();
 
     let mut scan: Vec<KeyScan> = Vec::new();
     scan.resize_with(key_names.len(), KeyScan::default);
@@ -377,7 +370,7 @@ fn index_attrs(
             return Err(corrupt(row, "null attribute key"));
         }
         let k = scan
-            .get_mut(keys.value(row) as usize)
+            .get_mut(keys.key(row))
             .ok_or(corrupt(row, "key index past its dictionary"))?;
         k.present = true;
         if type_ids[row] != attr_type::STR {
@@ -396,7 +389,7 @@ fn index_attrs(
             k.non_string = true;
             continue;
         }
-        let v = str_keys.value(o);
+        let v = str_keys.key(o) as u32;
         if v as usize >= str_names.len() {
             return Err(corrupt(row, "string value index past its dictionary"));
         }
@@ -421,16 +414,20 @@ fn index_attrs(
 
 /// Indexes the distinct values referenced by a root-table dictionary column.
 fn index_dict_column(batch: &RecordBatch, table: &'static str, column: &'static str) -> Result<KeyEntry, SidecarError> {
-    let (keys, names) = dict_column(batch, table, column)?;
+    let keys = DictStr::new(batch, table, column)?;
+    let names = keys.values();
     let mut used = vec![false; names.len()];
-    for (row, k) in keys.iter().enumerate() {
-        if let Some(k) = k {
-            *used.get_mut(k as usize).ok_or(SidecarError::CorruptTable {
-                table,
-                row,
-                reason: "dictionary index past its values",
-            })? = true;
+    let mut nulls = false;
+    for row in 0..keys.len() {
+        if keys.is_null(row) {
+            nulls = true;
+            continue;
         }
+        *used.get_mut(keys.key(row)).ok_or(SidecarError::CorruptTable {
+            table,
+            row,
+            reason: "dictionary index past its values",
+        })? = true;
     }
     let strings = used
         .iter()
@@ -438,13 +435,7 @@ fn index_dict_column(batch: &RecordBatch, table: &'static str, column: &'static 
         .filter(|(_, u)| **u)
         .map(|(i, _)| names.value(i));
     let mut out = BTreeMap::new();
-    merge(
-        &mut out,
-        column,
-        Some(strings),
-        keys.null_count() > 0,
-        MAX_VALUES_PER_FIELD,
-    );
+    merge(&mut out, column, Some(strings), nulls, MAX_VALUES_PER_FIELD);
     Ok(out.remove(column).unwrap_or(KeyEntry {
         values: Some(Vec::new()),
         non_string: false,
@@ -479,24 +470,6 @@ fn merge<'a>(
         }
     }
     entry.values = Some(set.into_iter().collect());
-}
-
-fn dict_column<'a>(
-    batch: &'a RecordBatch,
-    table: &'static str,
-    column: &'static str,
-) -> Result<(&'a UInt32Array, &'a StringArray), SidecarError> {
-    let dict = batch
-        .column_by_name(column)
-        .ok_or(SidecarError::MissingColumn { table, column })?
-        .as_any()
-        .downcast_ref::<DictionaryArray<UInt32Type>>()
-        .ok_or(SidecarError::WrongType { table, column })?;
-    let names = dict
-        .values()
-        .as_string_opt::<i32>()
-        .ok_or(SidecarError::WrongType { table, column })?;
-    Ok((dict.keys(), names))
 }
 
 fn utf8_column(batch: &RecordBatch, column: &'static str) -> Result<ArrayRef, SidecarError> {

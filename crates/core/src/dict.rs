@@ -1,0 +1,221 @@
+//! A string dictionary builder that emits the narrowest key type that fits
+//! (`UInt8`, `UInt16` or `UInt32`): most dictionary columns (severity text,
+//! attribute keys, metric names) hold a handful of values, and a 1-byte key
+//! instead of 4 is most of the difference between the hot layout's bytes
+//! per wire byte and the 0.9 target (docs/perf.md). A small direct-mapped
+//! cache in front of the hash table answers repeats without hashing.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanBufferBuilder, DictionaryArray, PrimitiveArray, StringArray};
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{ArrowDictionaryKeyType, UInt8Type, UInt16Type, UInt32Type};
+use arrow::error::ArrowError;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+const CACHE_SLOTS: usize = 256;
+const EMPTY: u32 = u32::MAX;
+
+/// Appends strings, deduplicated; [`DictBuilder::finish`] returns a
+/// `Dictionary(UInt8|UInt16|UInt32, Utf8)` array.
+pub struct DictBuilder {
+    table: HashTable<u32>,
+    state: foldhash::fast::FixedState,
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+    keys: Vec<u32>,
+    nulls: Option<BooleanBufferBuilder>,
+    cache: Box<[u32; CACHE_SLOTS]>,
+}
+
+impl Default for DictBuilder {
+    fn default() -> Self {
+        DictBuilder {
+            table: HashTable::new(),
+            state: foldhash::fast::FixedState::default(),
+            offsets: vec![0],
+            data: Vec::new(),
+            keys: Vec::new(),
+            nulls: None,
+            cache: Box::new([EMPTY; CACHE_SLOTS]),
+        }
+    }
+}
+
+impl std::fmt::Debug for DictBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DictBuilder")
+            .field("rows", &self.keys.len())
+            .field("values", &self.distinct())
+            .finish()
+    }
+}
+
+fn value<'a>(offsets: &[i32], data: &'a [u8], k: u32) -> &'a [u8] {
+    let k = k as usize;
+    &data[offsets[k] as usize..offsets[k + 1] as usize]
+}
+
+fn slot(v: &[u8]) -> usize {
+    match v.len() {
+        0 => 0,
+        n => {
+            (n.wrapping_mul(31) ^ usize::from(v[0]) ^ usize::from(v[n / 2]) << 3 ^ usize::from(v[n - 1]) << 5)
+                % CACHE_SLOTS
+        }
+    }
+}
+
+impl DictBuilder {
+    /// Rows appended.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Distinct values so far.
+    pub fn distinct(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// Bytes held by the distinct values.
+    pub fn value_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Appends `v`; returns its key.
+    pub fn append(&mut self, v: &str) -> u32 {
+        let b = v.as_bytes();
+        let s = slot(b);
+        let cached = self.cache[s];
+        if cached != EMPTY && value(&self.offsets, &self.data, cached) == b {
+            self.push_key(cached);
+            return cached;
+        }
+        let hash = self.state.hash_one(b);
+        let (offsets, data) = (&self.offsets, &self.data);
+        let k = match self.table.find(hash, |&k| value(offsets, data, k) == b) {
+            Some(&k) => k,
+            None => {
+                let k = self.distinct() as u32;
+                self.data.extend_from_slice(b);
+                // A block's values stay far below 2 GiB: the seal size bounds them.
+                self.offsets.push(self.data.len() as i32);
+                let (offsets, data, state) = (&self.offsets, &self.data, &self.state);
+                self.table
+                    .insert_unique(hash, k, |&k| state.hash_one(value(offsets, data, k)));
+                k
+            }
+        };
+        self.cache[s] = k;
+        self.push_key(k);
+        k
+    }
+
+    pub fn append_null(&mut self) {
+        let n = self.keys.len();
+        let nulls = self.nulls.get_or_insert_with(|| {
+            let mut b = BooleanBufferBuilder::new(n + 1);
+            b.append_n(n, true);
+            b
+        });
+        nulls.append(false);
+        self.keys.push(0);
+    }
+
+    fn push_key(&mut self, k: u32) {
+        self.keys.push(k);
+        if let Some(n) = &mut self.nulls {
+            n.append(true);
+        }
+    }
+
+    /// The dictionary array of everything appended; resets the builder.
+    pub fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        let data = std::mem::take(&mut self.data);
+        let keys = std::mem::take(&mut self.keys);
+        let nulls = self.nulls.take().map(|mut b| NullBuffer::new(b.finish()));
+        self.table.clear();
+        self.cache.fill(EMPTY);
+        let n = offsets.len() - 1;
+        let values = StringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Buffer::from_vec(data),
+            None,
+        )?;
+        if n <= 1 << 8 {
+            dict::<UInt8Type>(keys.iter().map(|&k| k as u8).collect(), nulls, values)
+        } else if n <= 1 << 16 {
+            dict::<UInt16Type>(keys.iter().map(|&k| k as u16).collect(), nulls, values)
+        } else {
+            dict::<UInt32Type>(keys, nulls, values)
+        }
+    }
+}
+
+fn dict<K: ArrowDictionaryKeyType>(
+    keys: Vec<K::Native>,
+    nulls: Option<NullBuffer>,
+    values: StringArray,
+) -> Result<ArrayRef, ArrowError> {
+    let keys = PrimitiveArray::<K>::new(ScalarBuffer::from(keys), nulls);
+    Ok(Arc::new(DictionaryArray::<K>::try_new(keys, Arc::new(values))?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::columns::DictStr;
+    use arrow::datatypes::DataType;
+    use proptest::prelude::*;
+
+    fn read(arr: &ArrayRef) -> Vec<Option<String>> {
+        let d = DictStr::from_dyn(arr.as_ref(), "t", "c").expect("dict");
+        (0..arr.len()).map(|i| d.get(i).map(str::to_owned)).collect()
+    }
+
+    #[test]
+    fn key_width_follows_distinct_values() {
+        for (n, want) in [
+            (1usize, DataType::UInt8),
+            (256, DataType::UInt8),
+            (257, DataType::UInt16),
+            (70_000, DataType::UInt32),
+        ] {
+            let mut b = DictBuilder::default();
+            for i in 0..n {
+                b.append(&i.to_string());
+            }
+            let arr = b.finish().expect("finish");
+            assert_eq!(
+                arr.data_type(),
+                &DataType::Dictionary(Box::new(want), Box::new(DataType::Utf8)),
+                "{n}"
+            );
+            assert_eq!(read(&arr).last().cloned().flatten(), Some((n - 1).to_string()));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn reads_back_what_was_appended(vals in proptest::collection::vec(proptest::option::of("[a-c]{0,3}|[a-z0-9]{0,12}"), 0..300)) {
+            let mut b = DictBuilder::default();
+            for v in &vals {
+                match v {
+                    Some(s) => { b.append(s); }
+                    None => b.append_null(),
+                }
+            }
+            let arr = b.finish().expect("finish");
+            prop_assert_eq!(read(&arr), vals);
+            // The builder is reusable after finish.
+            b.append("x");
+            prop_assert_eq!(read(&b.finish().expect("finish")), vec![Some("x".to_owned())]);
+        }
+    }
+}
