@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayBuilder, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, Float64Array,
-    Float64Builder, Int8Array, Int64Array, Int64Builder, UInt32Array, UnionArray,
+    Float64Builder, Int8Array, Int32Array, Int64Array, Int64Builder, RunArray, UInt32Array, UnionArray,
 };
 use arrow::buffer::ScalarBuffer;
+use arrow::datatypes::Int32Type;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 use prost::Message;
@@ -24,7 +25,11 @@ use crate::schema::{self, attr_type};
 /// non-decreasing order so a parent's attributes are contiguous.
 #[derive(Default)]
 pub struct AttrBuilder {
-    parent: Vec<u32>,
+    /// Parent of each row, run-length encoded: a parent's attributes are
+    /// contiguous, so one run per parent instead of one value per row.
+    run_ends: Vec<i32>,
+    run_parents: Vec<u32>,
+    rows: usize,
     key: DictBuilder,
     type_ids: Vec<i8>,
     offsets: Vec<i32>,
@@ -40,23 +45,24 @@ pub struct AttrBuilder {
 impl std::fmt::Debug for AttrBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AttrBuilder")
-            .field("rows", &self.parent.len())
+            .field("rows", &self.rows)
             .finish_non_exhaustive()
     }
 }
 
 impl AttrBuilder {
     pub fn len(&self) -> usize {
-        self.parent.len()
+        self.rows
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parent.is_empty()
+        self.rows == 0
     }
 
     /// Approximate bytes held, for seal-size accounting.
     pub fn approx_bytes(&self) -> usize {
-        self.parent.len() * 13
+        self.rows * 9
+            + self.run_parents.len() * 8
             + self.int.len() * 8
             + self.double.len() * 8
             + self.bytes.values_slice().len()
@@ -110,7 +116,15 @@ impl AttrBuilder {
     fn push(&mut self, parent: u32, key: &str, type_id: i8, write: impl FnOnce(&mut Self)) {
         let offset = self.child_len(type_id);
         write(self);
-        self.parent.push(parent);
+        self.rows += 1;
+        // Rows stay far below 2^31 per block: the seal size bounds them.
+        match (self.run_parents.last(), self.run_ends.last_mut()) {
+            (Some(&p), Some(end)) if p == parent => *end = self.rows as i32,
+            _ => {
+                self.run_parents.push(parent);
+                self.run_ends.push(self.rows as i32);
+            }
+        }
         self.key.append(key);
         self.type_ids.push(type_id);
         // A block holds far fewer than 2^31 attributes of one type: the
@@ -131,7 +145,10 @@ impl AttrBuilder {
     }
 
     pub fn finish(&mut self) -> Result<RecordBatch, ConvertError> {
-        let parent = UInt32Array::from(std::mem::take(&mut self.parent));
+        let run_ends = Int32Array::from(std::mem::take(&mut self.run_ends));
+        let parent =
+            RunArray::<Int32Type>::try_new(&run_ends, &UInt32Array::from(std::mem::take(&mut self.run_parents)))?;
+        self.rows = 0;
         let key = self.key.finish()?;
         let str_child = self.str.finish()?;
         let fields = schema::attr_value_fields_with(str_child.data_type().clone());
@@ -157,11 +174,40 @@ impl AttrBuilder {
     }
 }
 
+/// The run ends and parents of an attribute table's run-end encoded
+/// `parent` column, checked: ends strictly increase and the last is `rows`.
+fn parent_runs<'a>(
+    batch: &'a RecordBatch,
+    table: &'static str,
+    rows: usize,
+) -> Result<(&'a [i32], &'a [u32]), ConvertError> {
+    let bad = ConvertError::WrongType {
+        table,
+        column: "parent",
+    };
+    let runs: &RunArray<Int32Type> = col(batch, table, "parent")?;
+    let values = runs.values().as_any().downcast_ref::<UInt32Array>().ok_or(bad)?;
+    let ends = runs.run_ends().values();
+    let increasing = ends.windows(2).all(|w| w[0] < w[1]) && ends.first().is_none_or(|&e| e > 0);
+    if !increasing
+        || ends.last().map_or(0, |&e| e as usize) != rows
+        || values.len() != ends.len()
+        || runs.run_ends().offset() != 0
+    {
+        return Err(ConvertError::WrongType {
+            table,
+            column: "parent",
+        });
+    }
+    Ok((ends, values.values()))
+}
+
 /// Typed access to a hot attribute table.
 #[derive(Debug)]
 pub struct AttrReader<'a> {
     table: &'static str,
-    parent: &'a UInt32Array,
+    run_ends: &'a [i32],
+    run_parents: &'a [u32],
     key: DictStr<'a>,
     value: &'a UnionArray,
     str: DictStr<'a>,
@@ -187,9 +233,11 @@ impl<'a> AttrReader<'a> {
         if ids.iter().any(|&t| !(attr_type::STR..=attr_type::KV).contains(&t)) {
             return Err(ConvertError::WrongType { table, column: "value" });
         }
+        let (run_ends, run_parents) = parent_runs(batch, table, value.len())?;
         Ok(AttrReader {
             table,
-            parent: col(batch, table, "parent")?,
+            run_ends,
+            run_parents,
             key: DictStr::new(batch, table, "key")?,
             str: DictStr::from_dyn(value.child(attr_type::STR).as_ref(), table, "value")?,
             int: child(value, attr_type::INT, table)?,
@@ -203,15 +251,21 @@ impl<'a> AttrReader<'a> {
     }
 
     pub fn len(&self) -> usize {
-        self.parent.len()
+        self.value.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parent.is_empty()
+        self.value.is_empty()
     }
 
-    pub fn parent(&self, row: usize) -> u32 {
-        self.parent.value(row)
+    /// Each row's parent, in row order.
+    pub fn parents(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut start = 0usize;
+        self.run_ends.iter().zip(self.run_parents).flat_map(move |(&end, &p)| {
+            let n = end as usize - start;
+            start = end as usize;
+            std::iter::repeat_n(p, n)
+        })
     }
 
     pub fn key(&self, row: usize) -> &'a str {
@@ -276,8 +330,8 @@ impl<'a> AttrReader<'a> {
     pub fn grouped(&self, n_parents: usize) -> Result<Vec<Vec<KeyValue>>, ConvertError> {
         let mut out: Vec<Vec<KeyValue>> = Vec::new();
         out.resize_with(n_parents, Vec::new);
-        for row in 0..self.len() {
-            let p = self.parent(row) as usize;
+        for (row, p) in self.parents().enumerate() {
+            let p = p as usize;
             let slot = out
                 .get_mut(p)
                 .ok_or(ConvertError::BadReference { table: self.table, row })?;
@@ -327,7 +381,7 @@ pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch,
         }
     }
     let cols: Vec<ArrayRef> = vec![
-        batch.column(0).clone(),
+        Arc::new(UInt32Array::from_iter_values(r.parents())),
         batch.column(1).clone(),
         Arc::new(Int8Array::from(ty)),
         s.finish()?,

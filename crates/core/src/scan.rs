@@ -238,10 +238,11 @@ fn attr_mask(attrs: &RecordBatch, table: &'static str, n_parents: usize, m: &Att
     let r = AttrReader::new(attrs, table)?;
     // Value each parent has for the key (None = absent).
     let mut found: Vec<Option<String>> = vec![None; n_parents];
-    for row in 0..r.len() {
+    for (row, p) in r.parents().enumerate() {
         if r.key(row) == m.key {
-            let p = r.parent(row) as usize;
-            let slot = found.get_mut(p).ok_or(ConvertError::BadReference { table, row })?;
+            let slot = found
+                .get_mut(p as usize)
+                .ok_or(ConvertError::BadReference { table, row })?;
             *slot = Some(attr_text(&r, row).unwrap_or_default());
         }
     }

@@ -92,12 +92,22 @@ pub fn attr_value_type() -> DataType {
     DataType::Union(attr_value_fields(), UnionMode::Dense)
 }
 
+/// The hot attribute tables' `parent` column: run-end encoded, since a
+/// parent's attributes are contiguous (one run per parent, not one value
+/// per attribute).
+pub fn parent_runs() -> DataType {
+    DataType::RunEndEncoded(
+        Arc::new(Field::new("run_ends", DataType::Int32, false)),
+        Arc::new(Field::new("values", DataType::UInt32, true)),
+    )
+}
+
 /// Schema of every attribute table.
 pub fn attrs() -> SchemaRef {
     static S: OnceLock<SchemaRef> = OnceLock::new();
     S.get_or_init(|| {
         Arc::new(Schema::new(vec![
-            Field::new("parent", DataType::UInt32, false),
+            Field::new("parent", parent_runs(), false),
             Field::new("key", dict_str(), false),
             Field::new("value", attr_value_type(), false),
         ]))

@@ -57,27 +57,28 @@ impl<'a> DictStr<'a> {
         let DataType::Dictionary(k, _) = arr.data_type() else {
             return Err(wrong);
         };
-        let (keys, nulls, values, max) = match k.as_ref() {
+        let (keys, nulls, values) = match k.as_ref() {
             DataType::UInt8 => {
                 let (k, n, v) = typed_dict::<UInt8Type>(arr).ok_or(wrong)?;
-                (Keys::U8(k), n, v, k.iter().copied().max().map(usize::from))
+                (Keys::U8(k), n, v)
             }
             DataType::UInt16 => {
                 let (k, n, v) = typed_dict::<UInt16Type>(arr).ok_or(wrong)?;
-                (Keys::U16(k), n, v, k.iter().copied().max().map(usize::from))
+                (Keys::U16(k), n, v)
             }
             DataType::UInt32 => {
                 let (k, n, v) = typed_dict::<UInt32Type>(arr).ok_or(wrong)?;
-                (Keys::U32(k), n, v, k.iter().copied().max().map(|m| m as usize))
+                (Keys::U32(k), n, v)
             }
             _ => return Err(wrong),
         };
+        let d = DictStr { keys, nulls, values };
         // Keys index the values; a block whose keys point past them is
-        // corrupt (null slots hold 0 or a valid key too, as writers emit).
-        if max.is_some_and(|m| m >= values.len()) {
+        // corrupt. Null slots may hold anything.
+        if (0..d.len()).any(|r| !d.is_null(r) && d.key(r) >= values.len()) {
             return Err(ConvertError::WrongType { table, column });
         }
-        Ok(DictStr { keys, nulls, values })
+        Ok(d)
     }
 
     /// Rows.
