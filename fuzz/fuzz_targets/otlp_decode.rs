@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
+use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
 use mira_testkit::flatten;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use mira_core::block::{Block, BlockMeta, BlockWriter, Codec, Level, VerifyCache};
 use mira_core::cold::{cold_layout, encode_parquet, rewrite_cold};
-use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, TableSet, table_names};
+use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, table_names};
 use mira_core::scan::{LineFilter, Predicate, ScanRequest, scan};
 use mira_core::tables::{block_meta, write_hot};
 use mira_core::{BlockId, Signal, TenantId};
@@ -34,56 +34,31 @@ struct Sealed {
     blocks: Vec<TableSet>,
 }
 
-fn build(signal: Signal, card: Cardinality, records: usize) -> Sealed {
-    let mut corpus = Corpus::new(42, card);
-    let mut wire = 0;
-    let mut blocks = Vec::new();
-    let mut done = 0;
-    match signal {
-        Signal::Logs => {
-            let mut b = LogsBuilder::default();
-            while done < records {
-                let r = corpus.logs(BATCH.min(records - done));
-                wire += r.encoded_len();
-                done += b.append(&r).expect("append");
-                if b.approx_bytes() >= SEAL_BYTES {
-                    blocks.push(b.finish().expect("finish"));
-                }
-            }
-            if b.rows() > 0 {
-                blocks.push(b.finish().expect("finish"));
-            }
-        }
-        Signal::Traces => {
-            let mut b = SpansBuilder::default();
-            while done < records {
-                let r = corpus.traces(BATCH.min(records - done));
-                wire += r.encoded_len();
-                done += b.append(&r).expect("append");
-                if b.approx_bytes() >= SEAL_BYTES {
-                    blocks.push(b.finish().expect("finish"));
-                }
-            }
-            if b.rows() > 0 {
-                blocks.push(b.finish().expect("finish"));
-            }
-        }
-        Signal::Metrics => {
-            let mut b = PointsBuilder::default();
-            while done < records {
-                let r = corpus.metrics(BATCH.min(records - done));
-                wire += r.encoded_len();
-                done += b.append(&r).expect("append");
-                if b.approx_bytes() >= SEAL_BYTES {
-                    blocks.push(b.finish().expect("finish"));
-                }
-            }
-            if b.rows() > 0 {
-                blocks.push(b.finish().expect("finish"));
-            }
+/// Appends corpus requests until `records`, sealing at the ingester's target.
+fn build_with<B: SignalBuilder>(records: usize, mut next: impl FnMut(usize) -> B::Request) -> Sealed {
+    let mut b = B::default();
+    let (mut wire, mut done, mut blocks) = (0, 0, Vec::new());
+    while done < records {
+        let r = next(BATCH.min(records - done));
+        wire += r.encoded_len();
+        done += b.append(&r).expect("append");
+        if b.approx_bytes() >= SEAL_BYTES {
+            blocks.push(b.finish().expect("finish"));
         }
     }
+    if b.rows() > 0 {
+        blocks.push(b.finish().expect("finish"));
+    }
     Sealed { wire, blocks }
+}
+
+fn build(signal: Signal, card: Cardinality, records: usize) -> Sealed {
+    let mut corpus = Corpus::new(42, card);
+    match signal {
+        Signal::Logs => build_with::<LogsBuilder>(records, |n| corpus.logs(n)),
+        Signal::Traces => build_with::<SpansBuilder>(records, |n| corpus.traces(n)),
+        Signal::Metrics => build_with::<PointsBuilder>(records, |n| corpus.metrics(n)),
+    }
 }
 
 /// A block holding only the tables, in the given codec and attribute layout.

@@ -6,12 +6,10 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder};
+use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder};
 use mira_core::{BlockId, TenantId, tables};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
 /// Records per export request, as the Collector's batch processor sends.
@@ -21,6 +19,23 @@ const REQUESTS: usize = 8;
 
 fn encoded<T: Message>(mut make: impl FnMut() -> T) -> Vec<Vec<u8>> {
     (0..REQUESTS).map(|_| make().encode_to_vec()).collect()
+}
+
+fn bench_append<B: SignalBuilder>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    signal: &str,
+    corpus: &str,
+    reqs: &[Vec<u8>],
+) {
+    g.bench_with_input(BenchmarkId::new(signal, corpus), reqs, |b, reqs| {
+        b.iter(|| {
+            let mut builder = B::default();
+            for r in reqs {
+                builder.append_encoded(r).expect("append");
+            }
+            black_box(builder.rows())
+        })
+    });
 }
 
 fn bench(c: &mut Criterion) {
@@ -33,42 +48,17 @@ fn bench(c: &mut Criterion) {
         let logs = encoded(|| corpus.logs(BATCH));
         let spans = encoded(|| corpus.traces(BATCH));
         let points = encoded(|| corpus.metrics(BATCH));
-        // What the ingester runs: the wire reader straight into the builders.
-        g.bench_with_input(BenchmarkId::new("logs", &name), &logs, |b, reqs| {
-            b.iter(|| {
-                let mut builder = LogsBuilder::default();
-                for r in reqs {
-                    builder.append_encoded(r).expect("append");
-                }
-                black_box(builder.rows())
-            })
-        });
-        // The reference path: prost decode, then append.
+        // What the ingester runs: the encoded body straight into the builders
+        // (the wire reader for logs, prost for the others).
+        bench_append::<LogsBuilder>(&mut g, "logs", &name, &logs);
+        bench_append::<SpansBuilder>(&mut g, "spans", &name, &spans);
+        bench_append::<PointsBuilder>(&mut g, "points", &name, &points);
+        // The reference path for logs: prost decode, then append.
         g.bench_with_input(BenchmarkId::new("logs_prost", &name), &logs, |b, reqs| {
             b.iter(|| {
                 let mut builder = LogsBuilder::default();
                 for r in reqs {
                     let req = ExportLogsServiceRequest::decode(r.as_slice()).expect("decode");
-                    builder.append(&req).expect("append");
-                }
-                black_box(builder.rows())
-            })
-        });
-        g.bench_with_input(BenchmarkId::new("spans", &name), &spans, |b, reqs| {
-            b.iter(|| {
-                let mut builder = SpansBuilder::default();
-                for r in reqs {
-                    let req = ExportTraceServiceRequest::decode(r.as_slice()).expect("decode");
-                    builder.append(&req).expect("append");
-                }
-                black_box(builder.rows())
-            })
-        });
-        g.bench_with_input(BenchmarkId::new("points", &name), &points, |b, reqs| {
-            b.iter(|| {
-                let mut builder = PointsBuilder::default();
-                for r in reqs {
-                    let req = ExportMetricsServiceRequest::decode(r.as_slice()).expect("decode");
                     builder.append(&req).expect("append");
                 }
                 black_box(builder.rows())

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use mira_core::block::{Block, VerifyCache};
 use mira_core::cold::rewrite_cold;
-use mira_core::convert::LogsBuilder;
+use mira_core::convert::{LogsBuilder, SignalBuilder};
 use mira_core::scan::{ScanRequest, scan};
 use mira_core::tables::write_hot;
 use mira_core::{BlockId, TenantId};

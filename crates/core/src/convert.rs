@@ -46,6 +46,34 @@ pub enum ConvertError {
     Arrow(#[from] arrow::error::ArrowError),
 }
 
+/// What every signal's builder does, so callers (an ingester's shards, the
+/// benchmarks) can be generic over the signal.
+pub trait SignalBuilder: Default + Send + std::fmt::Debug {
+    /// The OTLP export request this builder takes.
+    type Request: prost::Message + Default;
+    const SIGNAL: Signal;
+
+    /// Root rows appended so far.
+    fn rows(&self) -> usize;
+
+    /// Approximate Arrow bytes held, for the seal-size target.
+    fn approx_bytes(&self) -> usize;
+
+    /// Appends every record of `req`; returns how many. A request that
+    /// cannot be appended whole (an id of the wrong length) is refused
+    /// whole.
+    fn append(&mut self, req: &Self::Request) -> Result<usize, ConvertError>;
+
+    /// Appends an encoded request (an OTLP protobuf body).
+    fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, ConvertError> {
+        let req = <Self::Request as prost::Message>::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+        self.append(&req)
+    }
+
+    /// Takes the accumulated rows as a block's tables and resets the builder.
+    fn finish(&mut self) -> Result<TableSet, ConvertError>;
+}
+
 /// The Arrow tables of one block (or one open block's snapshot), by name.
 #[derive(Debug, Clone)]
 pub struct TableSet {

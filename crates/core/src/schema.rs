@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, UnionFields, UnionMode};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UnionFields, UnionMode};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
@@ -288,12 +288,6 @@ pub fn attrs_typed() -> SchemaRef {
         ]))
     })
     .clone()
-}
-
-/// Field names of [`attrs_typed`] in order, used where the cold codec
-/// rebuilds the union.
-pub fn typed_attr_fields() -> Fields {
-    attrs_typed().fields().clone()
 }
 
 /// The hot schema of the table called `name`, if it is one.

@@ -100,30 +100,6 @@ pub fn read_tables(block: &Block, names: Option<&[&'static str]>) -> Result<Tabl
     Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
 }
 
-/// Every table name the block format knows, for mapping manifest names
-/// back to `'static` names.
-pub fn known_table(name: &str) -> Option<&'static str> {
-    use schema::*;
-    [
-        RESOURCES,
-        RESOURCE_ATTRS,
-        SCOPES,
-        SCOPE_ATTRS,
-        LOGS,
-        LOG_ATTRS,
-        SPANS,
-        SPAN_ATTRS,
-        SPAN_EVENTS,
-        EVENT_ATTRS,
-        SPAN_LINKS,
-        LINK_ATTRS,
-        POINTS,
-        POINT_ATTRS,
-    ]
-    .into_iter()
-    .find(|n| *n == name)
-}
-
 /// The block's pruning sidecars, reading only their sections.
 pub fn read_sidecars(block: &Block) -> Result<Sidecars, Error> {
     use crate::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ZONE_MAP_SECTION};

@@ -3,7 +3,9 @@
 //! over the OTLP records that went in.
 
 use arrow::array::Array;
-use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
+use mira_core::convert::{
+    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp,
+};
 use mira_core::scan::{
     AttrMatcher, AttrScope, LineFilter, MatchOp, Order, Predicate, ScanRequest, compile_regex, scan,
 };

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mira_core::block::{Block, VerifyCache};
-use mira_core::convert::{LogsBuilder, SpansBuilder};
+use mira_core::convert::{LogsBuilder, SignalBuilder, SpansBuilder};
 use mira_core::scan::{AttrMatcher, AttrScope, MatchOp, Predicate, ScanRequest, prune, scan};
 use mira_core::sidecar::{PruneRule, Verdict};
 use mira_core::tables::write_hot;

@@ -3,7 +3,9 @@
 //! a hot block and a cold block.
 
 use mira_core::convert::TableSet;
-use mira_core::convert::{LogsBuilder, PointsBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp};
+use mira_core::convert::{
+    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp,
+};
 use mira_testkit::{arb, flatten};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use proptest::prelude::*;

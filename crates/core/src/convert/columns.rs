@@ -36,12 +36,8 @@ pub struct DictStr<'a> {
     values: &'a StringArray,
 }
 
-fn typed_dict<'a, K: arrow::datatypes::ArrowDictionaryKeyType>(
-    arr: &'a dyn Array,
-) -> Option<(&'a [K::Native], Option<&'a arrow::buffer::NullBuffer>, &'a StringArray)> {
-    let d = arr.as_any().downcast_ref::<DictionaryArray<K>>()?;
-    let values = d.values().as_any().downcast_ref::<StringArray>()?;
-    Some((d.keys().values(), d.keys().nulls(), values))
+fn typed_dict<K: arrow::datatypes::ArrowDictionaryKeyType>(arr: &dyn Array) -> Option<&DictionaryArray<K>> {
+    arr.as_any().downcast_ref::<DictionaryArray<K>>()
 }
 
 impl<'a> DictStr<'a> {
@@ -59,19 +55,23 @@ impl<'a> DictStr<'a> {
         };
         let (keys, nulls, values) = match k.as_ref() {
             DataType::UInt8 => {
-                let (k, n, v) = typed_dict::<UInt8Type>(arr).ok_or(wrong)?;
-                (Keys::U8(k), n, v)
+                let d = typed_dict::<UInt8Type>(arr).ok_or(wrong)?;
+                (Keys::U8(d.keys().values()), d.keys().nulls(), d.values())
             }
             DataType::UInt16 => {
-                let (k, n, v) = typed_dict::<UInt16Type>(arr).ok_or(wrong)?;
-                (Keys::U16(k), n, v)
+                let d = typed_dict::<UInt16Type>(arr).ok_or(wrong)?;
+                (Keys::U16(d.keys().values()), d.keys().nulls(), d.values())
             }
             DataType::UInt32 => {
-                let (k, n, v) = typed_dict::<UInt32Type>(arr).ok_or(wrong)?;
-                (Keys::U32(k), n, v)
+                let d = typed_dict::<UInt32Type>(arr).ok_or(wrong)?;
+                (Keys::U32(d.keys().values()), d.keys().nulls(), d.values())
             }
             _ => return Err(wrong),
         };
+        let values = values
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or(ConvertError::WrongType { table, column })?;
         let d = DictStr { keys, nulls, values };
         // Keys index the values; a block whose keys point past them is
         // corrupt. Null slots may hold anything.

@@ -15,7 +15,7 @@ use prost::Message;
 use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
 use super::wire::{self, Fast};
-use super::{ConvertError, TableSet, TimeRange};
+use super::{ConvertError, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
 use crate::ids::Signal;
@@ -115,19 +115,22 @@ impl std::fmt::Debug for LogsBuilder {
     }
 }
 
-impl LogsBuilder {
-    pub fn rows(&self) -> usize {
+impl SignalBuilder for LogsBuilder {
+    type Request = ExportLogsServiceRequest;
+    const SIGNAL: Signal = Signal::Logs;
+
+    fn rows(&self) -> usize {
         self.time.len()
     }
 
     /// Approximate Arrow bytes held, for the seal-size target.
-    pub fn approx_bytes(&self) -> usize {
+    fn approx_bytes(&self) -> usize {
         self.time.len() * 60 + self.body.values_slice().len() + self.attrs.approx_bytes() + self.ctx.approx_bytes()
     }
 
     /// Appends every record of `req`; returns the number appended. A request
     /// with an invalid id is refused whole.
-    pub fn append(&mut self, req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
+    fn append(&mut self, req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
         let n = validate(req)?;
         for rl in &req.resource_logs {
             let rid = self.ctx.resource(rl.resource.as_ref(), &rl.schema_url);
@@ -145,7 +148,7 @@ impl LogsBuilder {
     /// OTLP/HTTP protobuf body). Common shapes are read straight from the
     /// wire; anything else is decoded by prost first. Either way the request
     /// is checked whole before anything is appended.
-    pub fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, ConvertError> {
+    fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, ConvertError> {
         let view = match wire::parse_logs(buf) {
             Fast::Done(view) => view,
             Fast::Fallback => {
@@ -192,6 +195,39 @@ impl LogsBuilder {
         Ok(view.records.len())
     }
 
+    /// Takes the accumulated rows as a block's tables and resets the builder.
+    fn finish(&mut self) -> Result<TableSet, ConvertError> {
+        let rows = self.time.len();
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.time))),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.observed))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.severity))),
+            self.severity_text.finish()?,
+            Arc::new(self.body.finish()),
+            Arc::new(self.body_any.finish()),
+            Arc::new(self.trace_id.finish()),
+            Arc::new(self.span_id.finish()),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.flags))),
+            self.event_name.finish()?,
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.dropped))),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.resource_id))),
+            Arc::new(UInt32Array::from(std::mem::take(&mut self.scope_id))),
+        ];
+        let mut tables = vec![(schema::LOGS, schema::batch(&schema::logs(), cols)?)];
+        tables.push((schema::LOG_ATTRS, self.attrs.finish()?));
+        self.ctx.finish(&mut tables)?;
+        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
+        Ok(TableSet {
+            signal: Signal::Logs,
+            tables,
+            rows,
+            min_time,
+            max_time,
+        })
+    }
+}
+
+impl LogsBuilder {
     fn append_record(&mut self, rid: u32, sid: u32, r: &LogRecord) -> Result<(), ConvertError> {
         let body = match &r.body {
             Some(AnyValue {
@@ -251,37 +287,6 @@ impl LogsBuilder {
         self.resource_id.push(rid);
         self.scope_id.push(sid);
         Ok(row)
-    }
-
-    /// Takes the accumulated rows as a block's tables and resets the builder.
-    pub fn finish(&mut self) -> Result<TableSet, ConvertError> {
-        let rows = self.time.len();
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(UInt64Array::from(std::mem::take(&mut self.time))),
-            Arc::new(UInt64Array::from(std::mem::take(&mut self.observed))),
-            Arc::new(Int32Array::from(std::mem::take(&mut self.severity))),
-            self.severity_text.finish()?,
-            Arc::new(self.body.finish()),
-            Arc::new(self.body_any.finish()),
-            Arc::new(self.trace_id.finish()),
-            Arc::new(self.span_id.finish()),
-            Arc::new(UInt32Array::from(std::mem::take(&mut self.flags))),
-            self.event_name.finish()?,
-            Arc::new(UInt32Array::from(std::mem::take(&mut self.dropped))),
-            Arc::new(UInt32Array::from(std::mem::take(&mut self.resource_id))),
-            Arc::new(UInt32Array::from(std::mem::take(&mut self.scope_id))),
-        ];
-        let mut tables = vec![(schema::LOGS, schema::batch(&schema::logs(), cols)?)];
-        tables.push((schema::LOG_ATTRS, self.attrs.finish()?));
-        self.ctx.finish(&mut tables)?;
-        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
-        Ok(TableSet {
-            signal: Signal::Logs,
-            tables,
-            rows,
-            min_time,
-            max_time,
-        })
     }
 }
 

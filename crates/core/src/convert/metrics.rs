@@ -22,7 +22,7 @@ use prost::Message;
 
 use super::columns::{DictStr, check_id, col};
 use super::context::{ContextBuilder, Contexts, FNV_OFFSET, Grouper, fnv1a};
-use super::{ConvertError, TableSet, TimeRange};
+use super::{ConvertError, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
 use crate::ids::Signal;
@@ -220,16 +220,19 @@ impl std::fmt::Debug for PointsBuilder {
     }
 }
 
-impl PointsBuilder {
-    pub fn rows(&self) -> usize {
+impl SignalBuilder for PointsBuilder {
+    type Request = ExportMetricsServiceRequest;
+    const SIGNAL: Signal = Signal::Metrics;
+
+    fn rows(&self) -> usize {
         self.time.len()
     }
 
-    pub fn approx_bytes(&self) -> usize {
+    fn approx_bytes(&self) -> usize {
         self.time.len() * 120 + self.attrs.approx_bytes() + self.ctx.approx_bytes()
     }
 
-    pub fn append(&mut self, req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError> {
+    fn append(&mut self, req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError> {
         let n = validate(req)?;
         for rm in &req.resource_metrics {
             let rid = self.ctx.resource(rm.resource.as_ref(), &rm.schema_url);
@@ -243,6 +246,58 @@ impl PointsBuilder {
         Ok(n)
     }
 
+    fn finish(&mut self) -> Result<TableSet, ConvertError> {
+        let rows = self.time.len();
+        let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
+        let take64 = |v: &mut Vec<u64>| Arc::new(UInt64Array::from(std::mem::take(v))) as ArrayRef;
+        let cols: Vec<ArrayRef> = vec![
+            self.name.finish()?,
+            self.description.finish()?,
+            self.unit.finish()?,
+            Arc::new(self.metadata.finish()),
+            Arc::new(UInt8Array::from(std::mem::take(&mut self.kind))),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.temporality))),
+            Arc::new(BooleanArray::from(std::mem::take(&mut self.monotonic))),
+            take64(&mut self.series),
+            take64(&mut self.time),
+            take64(&mut self.start),
+            take32(&mut self.flags),
+            Arc::new(self.value_int.finish()),
+            Arc::new(self.value_double.finish()),
+            Arc::new(self.count.finish()),
+            Arc::new(self.sum.finish()),
+            Arc::new(self.min.finish()),
+            Arc::new(self.max.finish()),
+            Arc::new(self.bucket_counts.finish()),
+            Arc::new(self.explicit_bounds.finish()),
+            Arc::new(self.exp_scale.finish()),
+            Arc::new(self.exp_zero_count.finish()),
+            Arc::new(self.exp_zero_threshold.finish()),
+            Arc::new(self.pos_offset.finish()),
+            Arc::new(self.pos_counts.finish()),
+            Arc::new(self.neg_offset.finish()),
+            Arc::new(self.neg_counts.finish()),
+            Arc::new(self.quantiles.finish()),
+            Arc::new(self.quantile_values.finish()),
+            Arc::new(self.exemplars.finish()),
+            take32(&mut self.resource_id),
+            take32(&mut self.scope_id),
+        ];
+        let mut tables = vec![(schema::POINTS, schema::batch(&schema::points(), cols)?)];
+        tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
+        self.ctx.finish(&mut tables)?;
+        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
+        Ok(TableSet {
+            signal: Signal::Metrics,
+            tables,
+            rows,
+            min_time,
+            max_time,
+        })
+    }
+}
+
+impl PointsBuilder {
     fn append_metric(&mut self, rid: u32, sid: u32, m: &Metric) {
         let metadata = (!m.metadata.is_empty()).then(|| {
             KeyValueList {
@@ -396,56 +451,6 @@ impl PointsBuilder {
         self.resource_id.push(rid);
         self.scope_id.push(sid);
         self.attrs.append_all(row, p.attributes);
-    }
-
-    pub fn finish(&mut self) -> Result<TableSet, ConvertError> {
-        let rows = self.time.len();
-        let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
-        let take64 = |v: &mut Vec<u64>| Arc::new(UInt64Array::from(std::mem::take(v))) as ArrayRef;
-        let cols: Vec<ArrayRef> = vec![
-            self.name.finish()?,
-            self.description.finish()?,
-            self.unit.finish()?,
-            Arc::new(self.metadata.finish()),
-            Arc::new(UInt8Array::from(std::mem::take(&mut self.kind))),
-            Arc::new(Int32Array::from(std::mem::take(&mut self.temporality))),
-            Arc::new(BooleanArray::from(std::mem::take(&mut self.monotonic))),
-            take64(&mut self.series),
-            take64(&mut self.time),
-            take64(&mut self.start),
-            take32(&mut self.flags),
-            Arc::new(self.value_int.finish()),
-            Arc::new(self.value_double.finish()),
-            Arc::new(self.count.finish()),
-            Arc::new(self.sum.finish()),
-            Arc::new(self.min.finish()),
-            Arc::new(self.max.finish()),
-            Arc::new(self.bucket_counts.finish()),
-            Arc::new(self.explicit_bounds.finish()),
-            Arc::new(self.exp_scale.finish()),
-            Arc::new(self.exp_zero_count.finish()),
-            Arc::new(self.exp_zero_threshold.finish()),
-            Arc::new(self.pos_offset.finish()),
-            Arc::new(self.pos_counts.finish()),
-            Arc::new(self.neg_offset.finish()),
-            Arc::new(self.neg_counts.finish()),
-            Arc::new(self.quantiles.finish()),
-            Arc::new(self.quantile_values.finish()),
-            Arc::new(self.exemplars.finish()),
-            take32(&mut self.resource_id),
-            take32(&mut self.scope_id),
-        ];
-        let mut tables = vec![(schema::POINTS, schema::batch(&schema::points(), cols)?)];
-        tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
-        self.ctx.finish(&mut tables)?;
-        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
-        Ok(TableSet {
-            signal: Signal::Metrics,
-            tables,
-            rows,
-            min_time,
-            max_time,
-        })
     }
 }
 

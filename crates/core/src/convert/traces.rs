@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 
 use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
-use super::{ConvertError, TableSet, TimeRange};
+use super::{ConvertError, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
 use crate::ids::Signal;
@@ -120,12 +120,15 @@ impl std::fmt::Debug for SpansBuilder {
     }
 }
 
-impl SpansBuilder {
-    pub fn rows(&self) -> usize {
+impl SignalBuilder for SpansBuilder {
+    type Request = ExportTraceServiceRequest;
+    const SIGNAL: Signal = Signal::Traces;
+
+    fn rows(&self) -> usize {
         self.start.len()
     }
 
-    pub fn approx_bytes(&self) -> usize {
+    fn approx_bytes(&self) -> usize {
         self.start.len() * 100
             + self.ev_time.len() * 24
             + self.ln_parent.len() * 40
@@ -135,7 +138,7 @@ impl SpansBuilder {
             + self.ctx.approx_bytes()
     }
 
-    pub fn append(&mut self, req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> {
+    fn append(&mut self, req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> {
         let n = validate(req)?;
         for rs in &req.resource_spans {
             let rid = self.ctx.resource(rs.resource.as_ref(), &rs.schema_url);
@@ -149,56 +152,7 @@ impl SpansBuilder {
         Ok(n)
     }
 
-    fn append_span(&mut self, rid: u32, sid: u32, s: &Span) -> Result<(), ConvertError> {
-        let row = self.start.len() as u32;
-        append_id(&mut self.trace_id, &s.trace_id)?;
-        append_id(&mut self.span_id, &s.span_id)?;
-        append_id(&mut self.parent_span_id, &s.parent_span_id)?;
-        self.trace_state.append_value(&s.trace_state);
-        self.flags.push(s.flags);
-        self.name.append(&s.name);
-        self.kind.push(s.kind);
-        self.start.push(s.start_time_unix_nano);
-        self.end.push(s.end_time_unix_nano);
-        self.times.add(s.start_time_unix_nano);
-        match &s.status {
-            Some(st) => {
-                self.status_code.append_value(st.code);
-                self.status_message.append_value(&st.message);
-            }
-            None => {
-                self.status_code.append_null();
-                self.status_message.append_value("");
-            }
-        }
-        self.dropped_attrs.push(s.dropped_attributes_count);
-        self.dropped_events.push(s.dropped_events_count);
-        self.dropped_links.push(s.dropped_links_count);
-        self.resource_id.push(rid);
-        self.scope_id.push(sid);
-        self.attrs.append_all(row, &s.attributes);
-        for e in &s.events {
-            let erow = self.ev_time.len() as u32;
-            self.ev_parent.push(row);
-            self.ev_time.push(e.time_unix_nano);
-            self.ev_name.append(&e.name);
-            self.ev_dropped.push(e.dropped_attributes_count);
-            self.ev_attrs.append_all(erow, &e.attributes);
-        }
-        for l in &s.links {
-            let lrow = self.ln_parent.len() as u32;
-            self.ln_parent.push(row);
-            append_id(&mut self.ln_trace_id, &l.trace_id)?;
-            append_id(&mut self.ln_span_id, &l.span_id)?;
-            self.ln_trace_state.append_value(&l.trace_state);
-            self.ln_flags.push(l.flags);
-            self.ln_dropped.push(l.dropped_attributes_count);
-            self.ln_attrs.append_all(lrow, &l.attributes);
-        }
-        Ok(())
-    }
-
-    pub fn finish(&mut self) -> Result<TableSet, ConvertError> {
+    fn finish(&mut self) -> Result<TableSet, ConvertError> {
         let rows = self.start.len();
         let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
         let spans: Vec<ArrayRef> = vec![
@@ -250,6 +204,57 @@ impl SpansBuilder {
             min_time,
             max_time,
         })
+    }
+}
+
+impl SpansBuilder {
+    fn append_span(&mut self, rid: u32, sid: u32, s: &Span) -> Result<(), ConvertError> {
+        let row = self.start.len() as u32;
+        append_id(&mut self.trace_id, &s.trace_id)?;
+        append_id(&mut self.span_id, &s.span_id)?;
+        append_id(&mut self.parent_span_id, &s.parent_span_id)?;
+        self.trace_state.append_value(&s.trace_state);
+        self.flags.push(s.flags);
+        self.name.append(&s.name);
+        self.kind.push(s.kind);
+        self.start.push(s.start_time_unix_nano);
+        self.end.push(s.end_time_unix_nano);
+        self.times.add(s.start_time_unix_nano);
+        match &s.status {
+            Some(st) => {
+                self.status_code.append_value(st.code);
+                self.status_message.append_value(&st.message);
+            }
+            None => {
+                self.status_code.append_null();
+                self.status_message.append_value("");
+            }
+        }
+        self.dropped_attrs.push(s.dropped_attributes_count);
+        self.dropped_events.push(s.dropped_events_count);
+        self.dropped_links.push(s.dropped_links_count);
+        self.resource_id.push(rid);
+        self.scope_id.push(sid);
+        self.attrs.append_all(row, &s.attributes);
+        for e in &s.events {
+            let erow = self.ev_time.len() as u32;
+            self.ev_parent.push(row);
+            self.ev_time.push(e.time_unix_nano);
+            self.ev_name.append(&e.name);
+            self.ev_dropped.push(e.dropped_attributes_count);
+            self.ev_attrs.append_all(erow, &e.attributes);
+        }
+        for l in &s.links {
+            let lrow = self.ln_parent.len() as u32;
+            self.ln_parent.push(row);
+            append_id(&mut self.ln_trace_id, &l.trace_id)?;
+            append_id(&mut self.ln_span_id, &l.span_id)?;
+            self.ln_trace_state.append_value(&l.trace_state);
+            self.ln_flags.push(l.flags);
+            self.ln_dropped.push(l.dropped_attributes_count);
+            self.ln_attrs.append_all(lrow, &l.attributes);
+        }
+        Ok(())
     }
 }
 

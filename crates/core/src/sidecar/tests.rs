@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
 use super::*;
-use crate::convert::{LogsBuilder, PointsBuilder, SpansBuilder};
+use crate::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder};
 
 fn kv(key: &str, value: Value) -> KeyValue {
     KeyValue {
