@@ -1,6 +1,6 @@
 //! Open + verify + first scan of one sealed log block: memory-mapped hot
 //! block (cold verify cache, then warm), and the same block in the cold
-//! tier, answering "newest 100 lines".
+//! tier, answering "newest 100 lines"; and the cold rewrite of that block.
 //!
 //! `cargo bench -p mira-core --bench open`
 
@@ -63,6 +63,15 @@ fn bench(c: &mut Criterion) {
             let block = Block::open_file(&cold_path, Arc::new(VerifyCache::new(1024))).expect("open");
             black_box(scan(&block, &newest_100()).expect("scan").rows.len())
         })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("cold_rewrite");
+    g.sample_size(10);
+    g.throughput(criterion::Throughput::Bytes(hot.len() as u64));
+    let src = Block::from_bytes(hot.clone(), Arc::new(VerifyCache::new(64))).expect("open");
+    g.bench_function("logs_block", |bch| {
+        bch.iter(|| black_box(rewrite_cold(&src, BlockId::new()).expect("cold").len()))
     });
     g.finish();
 }

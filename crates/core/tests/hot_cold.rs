@@ -364,3 +364,57 @@ fn bad_predicates_are_refused() {
         assert!(!r.is_match(&format!("{}b", "a".repeat(50_000))));
     }
 }
+
+/// Every buffer of every column of every table of a memory-mapped hot block
+/// — dictionaries, union children and run-end encoded parents included —
+/// points into the mapping: nothing was copied.
+#[test]
+fn hot_tables_read_zero_copy_from_the_mapping() {
+    use arrow::array::ArrayData;
+    use mira_core::block::{Block, VerifyCache};
+    use mira_core::tables::write_hot;
+    use mira_core::{BlockId, TenantId};
+    use std::sync::Arc;
+
+    fn inside(d: &ArrayData, lo: usize, hi: usize, what: &str) {
+        for b in d.buffers() {
+            let p = b.as_ptr() as usize;
+            assert!(b.is_empty() || (p >= lo && p + b.len() <= hi), "{what}: a buffer lies outside the mapping");
+        }
+        if let Some(n) = d.nulls() {
+            let p = n.buffer().as_ptr() as usize;
+            assert!(p >= lo && p < hi, "{what}: a validity buffer lies outside the mapping");
+        }
+        for c in d.child_data() {
+            inside(c, lo, hi, what);
+        }
+    }
+
+    let mut corpus = Corpus::new(15, Cardinality::Low);
+    let mut sets = Vec::new();
+    let mut l = LogsBuilder::default();
+    l.append(&corpus.logs(3000)).expect("append");
+    sets.push(l.finish().expect("finish"));
+    let mut s = SpansBuilder::default();
+    s.append(&corpus.traces(3000)).expect("append");
+    sets.push(s.finish().expect("finish"));
+    let mut m = PointsBuilder::default();
+    m.append(&corpus.metrics(3000)).expect("append");
+    sets.push(m.finish().expect("finish"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, tables) in sets.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.mira"));
+        std::fs::write(&path, write_hot(tables, BlockId::new(), TenantId::default_tenant()).expect("write"))
+            .expect("write file");
+        let block = Block::open_file(&path, Arc::new(VerifyCache::new(64))).expect("open");
+        let (lo, hi) = (block.data().as_ptr() as usize, block.data().as_ptr() as usize + block.data().len());
+        let read = read_tables(&block, None).expect("read");
+        assert_eq!(read.tables.len(), tables.tables.len());
+        for (name, batch) in &read.tables {
+            for (col, field) in batch.columns().iter().zip(batch.schema().fields()) {
+                inside(&col.to_data(), lo, hi, &format!("{name}.{}", field.name()));
+            }
+        }
+    }
+}
