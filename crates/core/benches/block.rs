@@ -168,6 +168,32 @@ fn main() {
         }
     }
 
+    println!("\n## Cold log columns: compressed bytes per record, first block of each corpus\n");
+    println!("| corpus | table.column | B/rec |");
+    println!("|---|---|---|");
+    for (card, _, hot) in &log_corpora {
+        let h = Block::from_bytes(hot[0].clone(), cache()).expect("open");
+        let c = Block::from_bytes(rewrite_cold(&h, BlockId::new()).expect("cold"), cache()).expect("open");
+        let rows = h.meta().rows as f64;
+        for table in ["logs", "log_attrs"] {
+            let bytes = c.section_bytes(table).expect("section");
+            let meta = parquet::file::reader::SerializedFileReader::new(bytes).expect("parquet");
+            let meta = parquet::file::reader::FileReader::metadata(&meta);
+            let mut per_col: Vec<(String, i64)> = Vec::new();
+            for rg in meta.row_groups() {
+                for (i, cc) in rg.columns().iter().enumerate() {
+                    if per_col.len() <= i {
+                        per_col.push((cc.column_path().string(), 0));
+                    }
+                    per_col[i].1 += cc.compressed_size();
+                }
+            }
+            for (name, size) in per_col {
+                println!("| {card:?} | {table}.{name} | {:.2} |", size as f64 / rows);
+            }
+        }
+    }
+
     println!("\n## Log tables only: attribute layout × codec (B/B), scan cost vs plain IPC\n");
     println!("| corpus | layout | codec | B/B | scan s | scan ratio vs ipc/union |");
     println!("|---|---|---|---|---|---|");

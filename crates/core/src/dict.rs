@@ -57,6 +57,32 @@ fn value<'a>(offsets: &[i32], data: &'a [u8], k: u32) -> &'a [u8] {
     &data[offsets[k] as usize..offsets[k + 1] as usize]
 }
 
+/// Equality for the short strings dictionaries hold, without a `memcmp`
+/// call: word-sized loads, the last one overlapping.
+#[inline(always)]
+fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let word = |s: &[u8], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[i..i + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
 fn slot(v: &[u8]) -> usize {
     match v.len() {
         0 => 0,
@@ -92,13 +118,13 @@ impl DictBuilder {
         let b = v.as_bytes();
         let s = slot(b);
         let cached = self.cache[s];
-        if cached != EMPTY && value(&self.offsets, &self.data, cached) == b {
+        if cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), b) {
             self.push_key(cached);
             return cached;
         }
         let hash = self.state.hash_one(b);
         let (offsets, data) = (&self.offsets, &self.data);
-        let k = match self.table.find(hash, |&k| value(offsets, data, k) == b) {
+        let k = match self.table.find(hash, |&k| bytes_eq(value(offsets, data, k), b)) {
             Some(&k) => k,
             None => {
                 let k = self.distinct() as u32;
