@@ -379,7 +379,10 @@ fn hot_tables_read_zero_copy_from_the_mapping() {
     fn inside(d: &ArrayData, lo: usize, hi: usize, what: &str) {
         for b in d.buffers() {
             let p = b.as_ptr() as usize;
-            assert!(b.is_empty() || (p >= lo && p + b.len() <= hi), "{what}: a buffer lies outside the mapping");
+            assert!(
+                b.is_empty() || (p >= lo && p + b.len() <= hi),
+                "{what}: a buffer lies outside the mapping"
+            );
         }
         if let Some(n) = d.nulls() {
             let p = n.buffer().as_ptr() as usize;
@@ -405,10 +408,16 @@ fn hot_tables_read_zero_copy_from_the_mapping() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (i, tables) in sets.iter().enumerate() {
         let path = dir.path().join(format!("{i}.mira"));
-        std::fs::write(&path, write_hot(tables, BlockId::new(), TenantId::default_tenant()).expect("write"))
-            .expect("write file");
+        std::fs::write(
+            &path,
+            write_hot(tables, BlockId::new(), TenantId::default_tenant()).expect("write"),
+        )
+        .expect("write file");
         let block = Block::open_file(&path, Arc::new(VerifyCache::new(64))).expect("open");
-        let (lo, hi) = (block.data().as_ptr() as usize, block.data().as_ptr() as usize + block.data().len());
+        let (lo, hi) = (
+            block.data().as_ptr() as usize,
+            block.data().as_ptr() as usize + block.data().len(),
+        );
         let read = read_tables(&block, None).expect("read");
         assert_eq!(read.tables.len(), tables.tables.len());
         for (name, batch) in &read.tables {

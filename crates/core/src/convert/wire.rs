@@ -111,7 +111,7 @@ pub(crate) enum Val<'a> {
     Bytes(&'a [u8]),
     /// Anything else, decoded by prost (arrays, key-value lists, empty
     /// values, string-table indices).
-    Other(KeyValue),
+    Other(Box<KeyValue>),
 }
 
 #[derive(Debug)]
@@ -167,7 +167,14 @@ pub(crate) struct LogsView<'a> {
 
 /// Parses an `ExportLogsServiceRequest`.
 pub(crate) fn parse_logs(buf: &[u8]) -> Fast<LogsView<'_>> {
-    let mut v = LogsView::default();
+    // Sized from the body so the views do not grow (and copy) as they fill:
+    // typical records take 100+ wire bytes and attributes 20+. Pages of
+    // an over-estimate are never touched.
+    let mut v = LogsView {
+        records: Vec::with_capacity(buf.len() / 64),
+        attrs: Vec::with_capacity(buf.len() / 16),
+        ..LogsView::default()
+    };
     match parse_request(buf, &mut v) {
         Some(()) => Fast::Done(v),
         None => Fast::Fallback,
@@ -349,7 +356,7 @@ fn parse_attr(buf: &[u8]) -> W<AttrView<'_>> {
     }
     Some(AttrView {
         key,
-        value: Val::Other(KeyValue::decode(buf).ok()?),
+        value: Val::Other(Box::new(KeyValue::decode(buf).ok()?)),
     })
 }
 
