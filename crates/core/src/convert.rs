@@ -74,6 +74,14 @@ pub trait SignalBuilder: Default + Send + std::fmt::Debug {
     fn finish(&mut self) -> Result<TableSet, ConvertError>;
 }
 
+impl ConvertError {
+    /// True for faults of an OTLP request (the sender's); false for tables
+    /// that are not what this version writes (a damaged block).
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, ConvertError::InvalidId { .. } | ConvertError::Protobuf(_))
+    }
+}
+
 /// The Arrow tables of one block (or one open block's snapshot), by name.
 #[derive(Debug, Clone)]
 pub struct TableSet {

@@ -24,15 +24,36 @@ pub enum Error {
 }
 
 impl Error {
-    /// True when the error was caused by the input (bad request, bad file)
-    /// rather than by this process; maps to 400 / INVALID_ARGUMENT.
+    /// True when the error was caused by the caller's input (a bad OTLP
+    /// request, a bad query); maps to 400 / INVALID_ARGUMENT. Damaged or
+    /// foreign blocks are not the caller's fault and map to 500.
     pub fn is_invalid_input(&self) -> bool {
         match self {
-            Error::InvalidTenant(_) | Error::InvalidBlockId(_) | Error::InvalidSignal(_) | Error::Convert(_) => true,
-            Error::Block(e) => e.is_corrupt(),
-            Error::Sidecar(_) => true,
-            Error::Scan(_) => true,
-            Error::Arrow(_) => false,
+            Error::InvalidTenant(_) | Error::InvalidBlockId(_) | Error::InvalidSignal(_) | Error::Scan(_) => true,
+            Error::Convert(e) => e.is_invalid_input(),
+            Error::Block(_) | Error::Sidecar(_) | Error::Arrow(_) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::ConvertError;
+
+    #[test]
+    fn input_faults_and_damaged_blocks_are_told_apart() {
+        assert!(Error::InvalidTenant("a/b".into()).is_invalid_input());
+        assert!(
+            Error::Convert(ConvertError::InvalidId {
+                field: "trace_id",
+                expected: 16,
+                len: 3
+            })
+            .is_invalid_input()
+        );
+        assert!(Error::Convert(ConvertError::Protobuf("truncated".into())).is_invalid_input());
+        assert!(!Error::Convert(ConvertError::MissingTable("logs")).is_invalid_input());
+        assert!(!Error::Block(crate::block::BlockError::TooShort { len: 3 }).is_invalid_input());
     }
 }
