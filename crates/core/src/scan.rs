@@ -10,9 +10,7 @@
 
 use std::cmp::Reverse;
 
-use arrow::array::{
-    Array, BooleanArray, FixedSizeBinaryArray, Int32Array, StringArray, UInt32Array, UInt32Array as U32, UInt64Array,
-};
+use arrow::array::{Array, BooleanArray, FixedSizeBinaryArray, Int32Array, StringArray, UInt32Array, UInt64Array};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::comparison::contains;
 use arrow::compute::{and, not, take_record_batch};
@@ -21,6 +19,7 @@ use regex::Regex;
 
 use crate::attrs::AttrReader;
 use crate::block::Block;
+use crate::convert::columns::{DictStr, col};
 use crate::convert::{ConvertError, TableSet, root_table};
 use crate::error::Error;
 use crate::ids::Signal;
@@ -187,7 +186,7 @@ impl TableSource for Block {
 }
 
 fn u64_col<'a>(b: &'a RecordBatch, table: &'static str, column: &'static str) -> Result<&'a UInt64Array, Error> {
-    Ok(crate::convert::columns::col(b, table, column)?)
+    Ok(col(b, table, column)?)
 }
 
 /// Each row's record time.
@@ -297,18 +296,18 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         and_mask(&mut mask, mask_from(times.iter().map(|&t| t >= start && t < end)))?;
     }
     if let Some(min) = p.min_severity {
-        let sev: &Int32Array = crate::convert::columns::col(&root, root_name, "severity_number")?;
+        let sev: &Int32Array = col(&root, root_name, "severity_number")?;
         and_mask(&mut mask, mask_from(sev.values().iter().map(|&s| s >= min)))?;
     }
     if let Some(id) = p.trace_id {
-        let ids: &FixedSizeBinaryArray = crate::convert::columns::col(&root, root_name, "trace_id")?;
+        let ids: &FixedSizeBinaryArray = col(&root, root_name, "trace_id")?;
         and_mask(
             &mut mask,
             mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)),
         )?;
     }
     if !p.lines.is_empty() {
-        let body: &StringArray = crate::convert::columns::col(&root, root_name, "body")?;
+        let body: &StringArray = col(&root, root_name, "body")?;
         for f in &p.lines {
             let m = match f {
                 LineFilter::Contains(s) => contains(body, &StringArray::new_scalar(s))?,
@@ -322,7 +321,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         }
     }
     if let Some(op) = &p.span_name {
-        let names = crate::convert::columns::DictStr::new(&root, root_name, "name")?;
+        let names = DictStr::new(&root, root_name, "name")?;
         let per_key: Vec<bool> = (0..names.values().len())
             .map(|k| op.test(Some(names.values().value(k))))
             .collect();
@@ -341,7 +340,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
         )?;
     }
     if let Some(name) = &p.metric_name {
-        let names = crate::convert::columns::DictStr::new(&root, root_name, "metric_name")?;
+        let names = DictStr::new(&root, root_name, "metric_name")?;
         let per_key: Vec<bool> = (0..names.values().len())
             .map(|k| names.values().value(k) == name)
             .collect();
@@ -354,7 +353,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
             (Signal::Metrics, sidecar_field::METRIC_NAME) => sidecar_field::METRIC_NAME,
             _ => return Err(na("this field matcher")),
         };
-        let values = crate::convert::columns::DictStr::new(&root, root_name, column)?;
+        let values = DictStr::new(&root, root_name, column)?;
         let per_key: Vec<bool> = (0..values.values().len())
             .map(|k| m.op.test(Some(values.values().value(k))))
             .collect();
@@ -365,7 +364,7 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     if !resource_matchers.is_empty() {
         let resources = src.table(schema::RESOURCES)?;
         let rattrs = src.table(schema::RESOURCE_ATTRS)?;
-        let rid: &U32 = crate::convert::columns::col(&root, root_name, "resource_id")?;
+        let rid: &UInt32Array = col(&root, root_name, "resource_id")?;
         for m in resource_matchers {
             let per_resource = attr_mask(&rattrs, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
             let bad = rid.values().iter().any(|&r| r as usize >= per_resource.len());
