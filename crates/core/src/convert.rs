@@ -4,8 +4,6 @@
 //! OTLP request (equal up to how records are grouped under resources and
 //! scopes). Every OTLP field is kept.
 
-use std::collections::HashMap;
-
 use arrow::record_batch::RecordBatch;
 
 use crate::ids::Signal;
@@ -104,24 +102,14 @@ impl TableSet {
             .ok_or(ConvertError::MissingTable(name))
     }
 
-    /// Sum of the tables' Arrow buffer sizes.
-    pub fn arrow_bytes(&self) -> usize {
-        self.tables.iter().map(|(_, b)| b.get_array_memory_size()).sum()
-    }
-
     /// Builds a set from tables read back from a block; rows and times are
     /// taken from the caller (the block's manifest).
-    pub fn from_tables(
-        signal: Signal,
-        tables: HashMap<&'static str, RecordBatch>,
-        min_time: u64,
-        max_time: u64,
-    ) -> Self {
+    pub fn from_tables(signal: Signal, tables: Vec<(&'static str, RecordBatch)>, min_time: u64, max_time: u64) -> Self {
         let root = root_table(signal);
-        let rows = tables.get(root).map_or(0, RecordBatch::num_rows);
+        let rows = tables.iter().find(|(n, _)| *n == root).map_or(0, |(_, b)| b.num_rows());
         TableSet {
             signal,
-            tables: tables.into_iter().collect(),
+            tables,
             rows,
             min_time,
             max_time,

@@ -4,8 +4,6 @@
 //! plus the pruning sidecars. Cold blocks ([`crate::cold`]) hold the same
 //! tables in the cold codec; [`read_tables`] hides the difference.
 
-use std::collections::HashMap;
-
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 
@@ -93,9 +91,9 @@ pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> 
 pub fn read_tables(block: &Block, names: Option<&[&'static str]>) -> Result<TableSet, Error> {
     let meta = block.manifest().meta().clone();
     let names = names.unwrap_or(table_names(meta.signal));
-    let mut tables = HashMap::with_capacity(names.len());
+    let mut tables = Vec::with_capacity(names.len());
     for name in names {
-        tables.insert(*name, read_table(block, name)?);
+        tables.push((*name, read_table(block, name)?));
     }
     Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
 }
