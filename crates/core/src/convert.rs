@@ -143,7 +143,15 @@ pub fn table_names(signal: Signal) -> &'static [&'static str] {
             SCOPES,
             SCOPE_ATTRS,
         ],
-        Signal::Metrics => &[POINTS, POINT_ATTRS, RESOURCES, RESOURCE_ATTRS, SCOPES, SCOPE_ATTRS],
+        Signal::Metrics => &[
+            POINTS,
+            POINT_ATTRS,
+            POINT_DISTS,
+            RESOURCES,
+            RESOURCE_ATTRS,
+            SCOPES,
+            SCOPE_ATTRS,
+        ],
     }
 }
 

@@ -30,6 +30,7 @@ pub const SPAN_LINKS: &str = "span_links";
 pub const LINK_ATTRS: &str = "link_attrs";
 pub const POINTS: &str = "points";
 pub const POINT_ATTRS: &str = "point_attrs";
+pub const POINT_DISTS: &str = "point_dists";
 
 /// Type ids of the attribute value union. The children hold only their own
 /// values (dense union), so a row costs its type id, an offset and its value.
@@ -246,7 +247,24 @@ pub fn points() -> SchemaRef {
             Field::new("flags", DataType::UInt32, false),
             Field::new("value_int", DataType::Int64, true),
             Field::new("value_double", DataType::Float64, true),
-            Field::new("count", DataType::UInt64, true),
+            Field::new("exemplars", DataType::Binary, true),
+            Field::new("resource_id", DataType::UInt32, false),
+            Field::new("scope_id", DataType::UInt32, false),
+        ]))
+    })
+    .clone()
+}
+
+/// Distribution fields of histogram, exponential histogram and summary
+/// points, one row per such point (`parent` is its `points` row). Kept out
+/// of `points` so gauges and sums, most points, do not pay for the null
+/// fixed-width columns.
+pub fn point_dists() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| {
+        Arc::new(Schema::new(vec![
+            Field::new("parent", DataType::UInt32, false),
+            Field::new("count", DataType::UInt64, false),
             Field::new("sum", DataType::Float64, true),
             Field::new("min", DataType::Float64, true),
             Field::new("max", DataType::Float64, true),
@@ -261,9 +279,6 @@ pub fn points() -> SchemaRef {
             Field::new("exp_negative_counts", u64_list(), true),
             Field::new("quantiles", f64_list(), true),
             Field::new("quantile_values", f64_list(), true),
-            Field::new("exemplars", DataType::Binary, true),
-            Field::new("resource_id", DataType::UInt32, false),
-            Field::new("scope_id", DataType::UInt32, false),
         ]))
     })
     .clone()
@@ -300,6 +315,7 @@ pub fn of(name: &str) -> Option<SchemaRef> {
         SPAN_EVENTS => span_events(),
         SPAN_LINKS => span_links(),
         POINTS => points(),
+        POINT_DISTS => point_dists(),
         RESOURCE_ATTRS | SCOPE_ATTRS | LOG_ATTRS | SPAN_ATTRS | EVENT_ATTRS | LINK_ATTRS | POINT_ATTRS => attrs(),
         _ => return None,
     })

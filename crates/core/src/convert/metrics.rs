@@ -134,6 +134,8 @@ pub struct PointsBuilder {
     attrs: AttrBuilder,
     times: TimeRange,
     scratch: Vec<u8>,
+    /// Point row of each `point_dists` row.
+    dist_parent: Vec<u32>,
 }
 
 impl Default for PointsBuilder {
@@ -174,6 +176,7 @@ impl Default for PointsBuilder {
             attrs: AttrBuilder::default(),
             times: TimeRange::default(),
             scratch: Vec::new(),
+            dist_parent: Vec::new(),
         }
     }
 }
@@ -264,6 +267,12 @@ impl SignalBuilder for PointsBuilder {
             take32(&mut self.flags),
             Arc::new(self.value_int.finish()),
             Arc::new(self.value_double.finish()),
+            Arc::new(self.exemplars.finish()),
+            take32(&mut self.resource_id),
+            take32(&mut self.scope_id),
+        ];
+        let dists: Vec<ArrayRef> = vec![
+            take32(&mut self.dist_parent),
             Arc::new(self.count.finish()),
             Arc::new(self.sum.finish()),
             Arc::new(self.min.finish()),
@@ -279,11 +288,11 @@ impl SignalBuilder for PointsBuilder {
             Arc::new(self.neg_counts.finish()),
             Arc::new(self.quantiles.finish()),
             Arc::new(self.quantile_values.finish()),
-            Arc::new(self.exemplars.finish()),
-            take32(&mut self.resource_id),
-            take32(&mut self.scope_id),
         ];
-        let mut tables = vec![(schema::POINTS, schema::batch(&schema::points(), cols)?)];
+        let mut tables = vec![
+            (schema::POINTS, schema::batch(&schema::points(), cols)?),
+            (schema::POINT_DISTS, schema::batch(&schema::point_dists(), dists)?),
+        ];
         tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
@@ -419,7 +428,29 @@ impl PointsBuilder {
         self.flags.push(p.flags);
         self.value_int.append_option(p.value_int);
         self.value_double.append_option(p.value_double);
-        self.count.append_option(p.count);
+        if let Some(count) = p.count {
+            self.dist_parent.push(row);
+            self.dist(count, &p);
+        }
+        if p.exemplars.is_empty() {
+            self.exemplars.append_null();
+        } else {
+            self.exemplars.append_value(
+                Exemplars {
+                    items: p.exemplars.to_vec(),
+                }
+                .encode_to_vec(),
+            );
+        }
+        self.resource_id.push(rid);
+        self.scope_id.push(sid);
+        self.attrs.append_all(row, p.attributes);
+    }
+
+    /// Appends the distribution fields of a histogram, exponential
+    /// histogram or summary point to `point_dists`.
+    fn dist(&mut self, count: u64, p: &PointFields<'_>) {
+        self.count.append_value(count);
         self.sum.append_option(p.sum);
         self.min.append_option(p.min);
         self.max.append_option(p.max);
@@ -438,19 +469,6 @@ impl PointsBuilder {
         };
         push_f64s(&mut self.quantiles, q);
         push_f64s(&mut self.quantile_values, qv);
-        if p.exemplars.is_empty() {
-            self.exemplars.append_null();
-        } else {
-            self.exemplars.append_value(
-                Exemplars {
-                    items: p.exemplars.to_vec(),
-                }
-                .encode_to_vec(),
-            );
-        }
-        self.resource_id.push(rid);
-        self.scope_id.push(sid);
-        self.attrs.append_all(row, p.attributes);
     }
 }
 
@@ -475,6 +493,8 @@ fn number_fields(p: &NumberDataPoint) -> PointFields<'_> {
 /// Typed view of the `points` table.
 #[derive(Debug)]
 pub struct PointColumns<'a> {
+    /// `point_dists` row of each point, `u32::MAX` for number points.
+    dist_row: Vec<u32>,
     pub name: DictStr<'a>,
     pub description: DictStr<'a>,
     pub unit: DictStr<'a>,
@@ -509,9 +529,21 @@ pub struct PointColumns<'a> {
 }
 
 impl<'a> PointColumns<'a> {
-    pub fn new(b: &'a RecordBatch) -> Result<Self, ConvertError> {
+    /// Views `points` and its `point_dists`.
+    pub fn new(b: &'a RecordBatch, d: &'a RecordBatch) -> Result<Self, ConvertError> {
         let t = schema::POINTS;
+        let dt = schema::POINT_DISTS;
+        // Row of each point's distribution fields (u32::MAX: none).
+        let parents: &UInt32Array = col(d, dt, "parent")?;
+        let mut dist_row = vec![u32::MAX; b.num_rows()];
+        for (i, p) in parents.values().iter().enumerate() {
+            let slot = dist_row
+                .get_mut(*p as usize)
+                .ok_or(ConvertError::BadReference { table: dt, row: i })?;
+            *slot = i as u32;
+        }
         Ok(PointColumns {
+            dist_row,
             name: DictStr::new(b, t, "metric_name")?,
             description: DictStr::new(b, t, "metric_description")?,
             unit: DictStr::new(b, t, "metric_unit")?,
@@ -525,21 +557,21 @@ impl<'a> PointColumns<'a> {
             flags: col(b, t, "flags")?,
             value_int: col(b, t, "value_int")?,
             value_double: col(b, t, "value_double")?,
-            count: col(b, t, "count")?,
-            sum: col(b, t, "sum")?,
-            min: col(b, t, "min")?,
-            max: col(b, t, "max")?,
-            bucket_counts: col(b, t, "bucket_counts")?,
-            explicit_bounds: col(b, t, "explicit_bounds")?,
-            exp_scale: col(b, t, "exp_scale")?,
-            exp_zero_count: col(b, t, "exp_zero_count")?,
-            exp_zero_threshold: col(b, t, "exp_zero_threshold")?,
-            pos_offset: col(b, t, "exp_positive_offset")?,
-            pos_counts: col(b, t, "exp_positive_counts")?,
-            neg_offset: col(b, t, "exp_negative_offset")?,
-            neg_counts: col(b, t, "exp_negative_counts")?,
-            quantiles: col(b, t, "quantiles")?,
-            quantile_values: col(b, t, "quantile_values")?,
+            count: col(d, dt, "count")?,
+            sum: col(d, dt, "sum")?,
+            min: col(d, dt, "min")?,
+            max: col(d, dt, "max")?,
+            bucket_counts: col(d, dt, "bucket_counts")?,
+            explicit_bounds: col(d, dt, "explicit_bounds")?,
+            exp_scale: col(d, dt, "exp_scale")?,
+            exp_zero_count: col(d, dt, "exp_zero_count")?,
+            exp_zero_threshold: col(d, dt, "exp_zero_threshold")?,
+            pos_offset: col(d, dt, "exp_positive_offset")?,
+            pos_counts: col(d, dt, "exp_positive_counts")?,
+            neg_offset: col(d, dt, "exp_negative_offset")?,
+            neg_counts: col(d, dt, "exp_negative_counts")?,
+            quantiles: col(d, dt, "quantiles")?,
+            quantile_values: col(d, dt, "quantile_values")?,
             exemplars: col(b, t, "exemplars")?,
             resource_id: col(b, t, "resource_id")?,
             scope_id: col(b, t, "scope_id")?,
@@ -607,6 +639,12 @@ impl<'a> PointColumns<'a> {
         let start_time_unix_nano = self.start.value(row);
         let time_unix_nano = self.time.value(row);
         let flags = self.flags.value(row);
+        // Distribution fields of this point (read only for distribution kinds).
+        let d = match self.dist_row.get(row) {
+            Some(&d) if d != u32::MAX => d as usize,
+            _ => usize::MAX,
+        };
+        let need = |column| if d == usize::MAX { Err(Self::bad(column)) } else { Ok(d) };
         Ok(match self.kind.value(row) {
             metric_type::GAUGE | metric_type::SUM => {
                 let value = if self.value_int.is_valid(row) {
@@ -627,34 +665,46 @@ impl<'a> PointColumns<'a> {
                 attributes,
                 start_time_unix_nano,
                 time_unix_nano,
-                count: Self::opt(self.count, row).ok_or(Self::bad("count"))?,
-                sum: Self::opt(self.sum, row),
-                bucket_counts: Self::u64s(self.bucket_counts, row, "bucket_counts")?,
-                explicit_bounds: Self::f64s(self.explicit_bounds, row, "explicit_bounds")?,
+                count: Self::opt(self.count, need("count")?).ok_or(Self::bad("count"))?,
+                sum: Self::opt(self.sum, need("sum")?),
+                bucket_counts: Self::u64s(self.bucket_counts, need("bucket_counts")?, "bucket_counts")?,
+                explicit_bounds: Self::f64s(self.explicit_bounds, need("explicit_bounds")?, "explicit_bounds")?,
                 exemplars: self.exemplars(row)?,
                 flags,
-                min: Self::opt(self.min, row),
-                max: Self::opt(self.max, row),
+                min: Self::opt(self.min, need("min")?),
+                max: Self::opt(self.max, need("max")?),
             }),
             metric_type::EXP_HISTOGRAM => Point::ExpHistogram(ExponentialHistogramDataPoint {
                 attributes,
                 start_time_unix_nano,
                 time_unix_nano,
-                count: Self::opt(self.count, row).ok_or(Self::bad("count"))?,
-                sum: Self::opt(self.sum, row),
-                scale: Self::opt(self.exp_scale, row).ok_or(Self::bad("exp_scale"))?,
-                zero_count: Self::opt(self.exp_zero_count, row).ok_or(Self::bad("exp_zero_count"))?,
-                positive: Self::buckets(self.pos_offset, self.pos_counts, row, "exp_positive_counts")?,
-                negative: Self::buckets(self.neg_offset, self.neg_counts, row, "exp_negative_counts")?,
+                count: Self::opt(self.count, need("count")?).ok_or(Self::bad("count"))?,
+                sum: Self::opt(self.sum, need("sum")?),
+                scale: Self::opt(self.exp_scale, need("exp_scale")?).ok_or(Self::bad("exp_scale"))?,
+                zero_count: Self::opt(self.exp_zero_count, need("exp_zero_count")?)
+                    .ok_or(Self::bad("exp_zero_count"))?,
+                positive: Self::buckets(
+                    self.pos_offset,
+                    self.pos_counts,
+                    need("exp_positive_counts")?,
+                    "exp_positive_counts",
+                )?,
+                negative: Self::buckets(
+                    self.neg_offset,
+                    self.neg_counts,
+                    need("exp_negative_counts")?,
+                    "exp_negative_counts",
+                )?,
                 flags,
                 exemplars: self.exemplars(row)?,
-                min: Self::opt(self.min, row),
-                max: Self::opt(self.max, row),
-                zero_threshold: Self::opt(self.exp_zero_threshold, row).ok_or(Self::bad("exp_zero_threshold"))?,
+                min: Self::opt(self.min, need("min")?),
+                max: Self::opt(self.max, need("max")?),
+                zero_threshold: Self::opt(self.exp_zero_threshold, need("exp_zero_threshold")?)
+                    .ok_or(Self::bad("exp_zero_threshold"))?,
             }),
             metric_type::SUMMARY => {
-                let q = Self::f64s(self.quantiles, row, "quantiles")?;
-                let v = Self::f64s(self.quantile_values, row, "quantile_values")?;
+                let q = Self::f64s(self.quantiles, need("quantiles")?, "quantiles")?;
+                let v = Self::f64s(self.quantile_values, need("quantile_values")?, "quantile_values")?;
                 if q.len() != v.len() {
                     return Err(Self::bad("quantile_values"));
                 }
@@ -662,8 +712,8 @@ impl<'a> PointColumns<'a> {
                     attributes,
                     start_time_unix_nano,
                     time_unix_nano,
-                    count: Self::opt(self.count, row).ok_or(Self::bad("count"))?,
-                    sum: Self::opt(self.sum, row).ok_or(Self::bad("sum"))?,
+                    count: Self::opt(self.count, need("count")?).ok_or(Self::bad("count"))?,
+                    sum: Self::opt(self.sum, need("sum")?).ok_or(Self::bad("sum"))?,
                     quantile_values: q
                         .into_iter()
                         .zip(v)
@@ -744,7 +794,7 @@ fn add_point(m: &mut Metric, kind: u8, temporality: i32, monotonic: bool, p: Poi
 /// resource and scope are gathered under one `Metric`.
 pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, ConvertError> {
     let root = tables.get(schema::POINTS)?;
-    let c = PointColumns::new(root)?;
+    let c = PointColumns::new(root, tables.get(schema::POINT_DISTS)?)?;
     let ctx = Contexts::read(tables)?;
     let mut attrs = AttrReader::new(tables.get(schema::POINT_ATTRS)?, schema::POINT_ATTRS)?
         .grouped(root.num_rows())?
