@@ -68,6 +68,8 @@ impl AttrBuilder {
             + self.bytes.values_slice().len()
             + self.any.values_slice().len()
             + self.kv.values_slice().len()
+            + self.key.value_bytes()
+            + self.str.value_bytes()
     }
 
     pub fn append_all(&mut self, parent: u32, kvs: &[KeyValue]) {
@@ -229,6 +231,17 @@ fn child<'a, T: 'static>(u: &'a UnionArray, id: i8, table: &'static str) -> Resu
 impl<'a> AttrReader<'a> {
     pub fn new(batch: &'a RecordBatch, table: &'static str) -> Result<Self, ConvertError> {
         let value: &UnionArray = col(batch, table, "value")?;
+        // A hostile block may hold any union the IPC reader accepts: insist
+        // on a dense union with every child before asking for children.
+        let complete = match value.data_type() {
+            arrow::datatypes::DataType::Union(fields, arrow::datatypes::UnionMode::Dense) => {
+                (attr_type::STR..=attr_type::KV).all(|id| fields.iter().any(|(f, _)| f == id))
+            }
+            _ => false,
+        };
+        if !complete {
+            return Err(ConvertError::WrongType { table, column: "value" });
+        }
         let ids = value.type_ids();
         if ids.iter().any(|&t| !(attr_type::STR..=attr_type::KV).contains(&t)) {
             return Err(ConvertError::WrongType { table, column: "value" });
@@ -382,7 +395,10 @@ pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch,
     }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(UInt32Array::from_iter_values(r.parents())),
-        batch.column(1).clone(),
+        batch
+            .column_by_name("key")
+            .cloned()
+            .ok_or(ConvertError::MissingColumn { table, column: "key" })?,
         Arc::new(Int8Array::from(ty)),
         s.finish()?,
         Arc::new(i.finish()),
@@ -498,6 +514,63 @@ mod tests {
         let hot2 = from_typed(&cold, "t").expect("from typed");
         let back2 = AttrReader::new(&hot2, "t").and_then(|r| r.grouped(3)).expect("read");
         assert_eq!(encoded(&back2), encoded(&groups));
+    }
+
+    #[test]
+    fn a_union_missing_children_is_an_error() {
+        use arrow::datatypes::{DataType, Field, Schema, UnionFields};
+        let hot = {
+            let mut b = AttrBuilder::default();
+            b.append(0, &kv("k", Some(Value::IntValue(1))));
+            b.finish().expect("finish")
+        };
+        // The same parent and key columns, with a union of two children.
+        let fields = UnionFields::try_new(
+            vec![attr_type::STR, attr_type::INT],
+            vec![
+                Field::new(
+                    "str",
+                    DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
+                    false,
+                ),
+                Field::new("int", DataType::Int64, false),
+            ],
+        )
+        .expect("fields");
+        let value = UnionArray::try_new(
+            fields.clone(),
+            ScalarBuffer::from(vec![attr_type::INT]),
+            Some(ScalarBuffer::from(vec![0i32])),
+            vec![
+                Arc::new(
+                    arrow::array::DictionaryArray::<arrow::datatypes::UInt32Type>::try_new(
+                        UInt32Array::from(Vec::<u32>::new()),
+                        Arc::new(arrow::array::StringArray::from(Vec::<&str>::new())),
+                    )
+                    .expect("dict"),
+                ),
+                Arc::new(Int64Array::from(vec![1i64])),
+            ],
+        )
+        .expect("union");
+        let schema = Schema::new(vec![
+            hot.schema().field(0).clone(),
+            hot.schema().field(1).clone(),
+            Field::new(
+                "value",
+                DataType::Union(fields, arrow::datatypes::UnionMode::Dense),
+                false,
+            ),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![hot.column(0).clone(), hot.column(1).clone(), Arc::new(value)],
+        )
+        .expect("batch");
+        assert!(matches!(
+            AttrReader::new(&batch, "t"),
+            Err(ConvertError::WrongType { .. })
+        ));
     }
 
     #[test]

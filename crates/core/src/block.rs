@@ -67,6 +67,21 @@ pub const MAX_ROWS: u64 = 1 << 32;
 /// Most bytes that decompressing one IPC section may allocate; a manifest
 /// or IPC message claiming more is rejected before anything is allocated.
 pub const MAX_DECODED_SECTION_BYTES: u64 = 4 << 30;
+/// A compressed section may decode to at most this many times its own
+/// length (or [`MIN_DECODE_BUDGET`], whichever is larger): sections this
+/// build writes stay far below it, while a small crafted section that
+/// claims gigabytes (a zstd or RLE bomb) is refused.
+pub const MAX_DECODE_RATIO: u64 = 256;
+/// The decode budget of a small section.
+pub const MIN_DECODE_BUDGET: u64 = 64 << 20;
+
+/// Bytes that decoding `entry` may produce.
+pub fn decode_budget(entry: &SectionEntry) -> u64 {
+    entry
+        .length
+        .saturating_mul(MAX_DECODE_RATIO)
+        .clamp(MIN_DECODE_BUDGET, MAX_DECODED_SECTION_BYTES)
+}
 
 /// How a section's bytes are encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -280,6 +295,12 @@ pub enum BlockError {
         codec: Codec,
         message: String,
     },
+    #[error("block {block}: section {section:?} decodes to more than {limit} bytes, its decode budget")]
+    DecodedTooLarge {
+        block: BlockId,
+        section: String,
+        limit: u64,
+    },
     #[error("block {block}: section {section:?} holds {actual} rows, manifest says {expected}")]
     RowCountMismatch {
         block: BlockId,
@@ -365,6 +386,7 @@ impl BlockError {
             | BlockError::Ipc { .. }
             | BlockError::Parquet { .. }
             | BlockError::DecoderPanicked { .. }
+            | BlockError::DecodedTooLarge { .. }
             | BlockError::RowCountMismatch { .. }
             | BlockError::InvalidPath { .. } => true,
             BlockError::TailTooShort { .. }

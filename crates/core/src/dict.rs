@@ -21,7 +21,7 @@ const EMPTY: u32 = u32::MAX;
 /// `Dictionary(UInt8|UInt16|UInt32, Utf8)` array.
 pub struct DictBuilder {
     table: HashTable<u32>,
-    state: foldhash::fast::FixedState,
+    state: foldhash::fast::RandomState,
     offsets: Vec<i32>,
     data: Vec<u8>,
     keys: Vec<u32>,
@@ -33,7 +33,9 @@ impl Default for DictBuilder {
     fn default() -> Self {
         DictBuilder {
             table: HashTable::new(),
-            state: foldhash::fast::FixedState::default(),
+            // Seeded per builder: colliding strings cannot be prepared offline.
+            // Keys follow first appearance, so the output does not depend on it.
+            state: foldhash::fast::RandomState::default(),
             offsets: vec![0],
             data: Vec::new(),
             keys: Vec::new(),
@@ -115,11 +117,19 @@ impl DictBuilder {
 
     /// Appends `v`; returns its key.
     pub fn append(&mut self, v: &str) -> u32 {
+        let k = self.intern(v);
+        self.push_key(k);
+        k
+    }
+
+    /// The key of `v`, adding it to the dictionary if new, without
+    /// appending a row: callers that repeat one value over many rows intern
+    /// it once and [`DictBuilder::push_key`] per row.
+    pub fn intern(&mut self, v: &str) -> u32 {
         let b = v.as_bytes();
         let s = slot(b);
         let cached = self.cache[s];
         if cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), b) {
-            self.push_key(cached);
             return cached;
         }
         let hash = self.state.hash_one(b);
@@ -129,7 +139,8 @@ impl DictBuilder {
             None => {
                 let k = self.distinct() as u32;
                 self.data.extend_from_slice(b);
-                // A block's values stay far below 2 GiB: the seal size bounds them.
+                // Callers seal long before 2 GiB of values (`value_bytes`
+                // counts toward their size target).
                 self.offsets.push(self.data.len() as i32);
                 let (offsets, data, state) = (&self.offsets, &self.data, &self.state);
                 self.table
@@ -138,7 +149,6 @@ impl DictBuilder {
             }
         };
         self.cache[s] = k;
-        self.push_key(k);
         k
     }
 
@@ -153,7 +163,8 @@ impl DictBuilder {
         self.keys.push(0);
     }
 
-    fn push_key(&mut self, k: u32) {
+    /// Appends a row holding key `k`, which [`DictBuilder::intern`] returned.
+    pub fn push_key(&mut self, k: u32) {
         self.keys.push(k);
         if let Some(n) = &mut self.nulls {
             n.append(true);

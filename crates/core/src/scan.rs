@@ -54,16 +54,21 @@ pub fn compile_regex(pattern: &str, anchored: bool) -> Result<Regex, ScanError> 
     if pattern.len() > MAX_REGEX_LEN {
         return Err(bad(format!("longer than {MAX_REGEX_LEN} bytes")));
     }
-    let source = if anchored {
-        format!("^(?:{pattern})$")
-    } else {
-        pattern.to_owned()
+    let build = |source: &str| {
+        regex::RegexBuilder::new(source)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .dfa_size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|e| bad(e.to_string()))
     };
-    regex::RegexBuilder::new(&source)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| bad(e.to_string()))
+    // Compiled alone first: a pattern such as `a)|(b` must be refused, not
+    // close our group and escape the anchors.
+    let plain = build(pattern)?;
+    if anchored {
+        build(&format!("^(?:{pattern})$"))
+    } else {
+        Ok(plain)
+    }
 }
 
 /// How an attribute's value is compared.

@@ -237,7 +237,11 @@ pub fn points() -> SchemaRef {
             Field::new("metric_name", dict_str(), false),
             Field::new("metric_description", dict_str(), false),
             Field::new("metric_unit", dict_str(), false),
-            Field::new("metric_metadata", DataType::Binary, true),
+            Field::new(
+                "metric_metadata",
+                DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Binary)),
+                true,
+            ),
             Field::new("metric_type", DataType::UInt8, false),
             Field::new("temporality", DataType::Int32, false),
             Field::new("is_monotonic", DataType::Boolean, false),

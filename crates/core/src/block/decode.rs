@@ -6,7 +6,7 @@
 //! allocates by the lengths it is given. So every IPC message is checked
 //! here first: blocks, buffers and array lengths inside the section,
 //! buffers of zero-copy sections aligned, declared decompressed sizes under
-//! [`MAX_DECODED_SECTION_BYTES`]. The Parquet reader gets no such
+//! the section's [`super::decode_budget`]. The Parquet reader gets no such
 //! pre-check (its metadata is Thrift, its pages are not checksummed by our
 //! writer), and the property tests show it panics on some crafted pages;
 //! hence the `catch_unwind` in [`decode_section`].
@@ -21,7 +21,7 @@ use arrow_ipc::{MessageHeader, root_as_footer, root_as_message};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::{BlockError, Codec, MAX_DECODED_SECTION_BYTES, MAX_ROWS, SectionEntry};
+use super::{BlockError, Codec, MAX_ROWS, SectionEntry};
 use crate::ids::BlockId;
 
 const ARROW_MAGIC: &[u8; 6] = b"ARROW1";
@@ -141,7 +141,7 @@ fn decode_ipc(
     }
     let schema = Arc::new(arrow_ipc::convert::try_fb_to_schema(fb_schema).map_err(arrow)?);
     let mut decoder = FileDecoder::new(schema, footer.version()).with_require_alignment(zero_copy);
-    let mut budget = MAX_DECODED_SECTION_BYTES;
+    let mut budget = super::decode_budget(entry);
 
     for dict in footer.dictionaries().iter().flatten() {
         let data = message_slice(&buffer, dict, data_end, zero_copy, &mut budget).map_err(malformed)?;
@@ -256,7 +256,7 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
             n if n > 0 => {
                 *budget = budget
                     .checked_sub(n as u64)
-                    .ok_or_else(|| format!("decompressed size exceeds the {MAX_DECODED_SECTION_BYTES}-byte limit"))?;
+                    .ok_or("decompressed size exceeds the section's decode budget")?;
             }
             n => return Err(format!("bad decompressed length {n}")),
         }
@@ -281,5 +281,22 @@ fn decode_parquet(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Result<
         });
     }
     let reader = builder.with_batch_size(PARQUET_BATCH_ROWS).build().map_err(parquet)?;
-    reader.collect::<Result<Vec<_>, _>>().map_err(|e| parquet(e.into()))
+    // Decode batch by batch against the section's budget, so a few pages of
+    // run-length-encoded values cannot expand into gigabytes.
+    let limit = super::decode_budget(entry);
+    let mut used: u64 = 0;
+    let mut batches = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| parquet(e.into()))?;
+        used = used.saturating_add(batch.get_array_memory_size() as u64);
+        if used > limit {
+            return Err(BlockError::DecodedTooLarge {
+                block,
+                section: entry.name.clone(),
+                limit,
+            });
+        }
+        batches.push(batch);
+    }
+    Ok(batches)
 }

@@ -109,7 +109,7 @@ impl<'a> DictStr<'a> {
 
     /// The string at `row`, or `None` when null.
     pub fn get(&self, row: usize) -> Option<&'a str> {
-        if self.is_null(row) {
+        if row >= self.len() || self.is_null(row) {
             return None;
         }
         Some(self.values.value(self.key(row)))

@@ -133,7 +133,15 @@ impl ContextBuilder {
     }
 
     pub fn approx_bytes(&self) -> usize {
-        self.r_attrs.approx_bytes() + self.s_attrs.approx_bytes()
+        self.r_attrs.approx_bytes()
+            + self.s_attrs.approx_bytes()
+            + self.r_schema_url.values_slice().len()
+            + self.r_entity_refs.values_slice().len()
+            + self.s_name.values_slice().len()
+            + self.s_version.values_slice().len()
+            + self.s_schema_url.values_slice().len()
+            // The dedup keys: one encoded resource or scope each.
+            + self.resource_ids.keys().chain(self.scope_ids.keys()).map(Vec::len).sum::<usize>()
     }
 
     pub fn finish(&mut self, out: &mut Vec<(&'static str, RecordBatch)>) -> Result<(), ConvertError> {

@@ -28,6 +28,7 @@ pub fn effective_time(time: u64, observed: u64) -> u64 {
 }
 
 /// A log body as the row writer takes it.
+#[derive(Clone, Copy)]
 enum BodyRef<'a> {
     None,
     Str(&'a str),
@@ -125,7 +126,15 @@ impl SignalBuilder for LogsBuilder {
 
     /// Approximate Arrow bytes held, for the seal-size target.
     fn approx_bytes(&self) -> usize {
-        self.time.len() * 60 + self.body.values_slice().len() + self.attrs.approx_bytes() + self.ctx.approx_bytes()
+        // Every variable-length buffer counts: the seal-size target is what
+        // keeps each below the 2 GiB an Arrow offset can address.
+        self.time.len() * 60
+            + self.body.values_slice().len()
+            + self.body_any.values_slice().len()
+            + self.severity_text.value_bytes()
+            + self.event_name.value_bytes()
+            + self.attrs.approx_bytes()
+            + self.ctx.approx_bytes()
     }
 
     /// Appends every record of `req`; returns the number appended. A request
@@ -265,7 +274,15 @@ impl LogsBuilder {
         self.times.add(effective_time(r.time, r.observed));
         self.severity.push(r.severity);
         self.severity_text.append(r.severity_text);
-        match r.body {
+        // A string body is a string body however it was encoded (the wire
+        // reader hands non-canonical encodings to prost as `Other`).
+        let body = match r.body {
+            BodyRef::Other(AnyValue {
+                value: Some(Value::StringValue(s)),
+            }) => BodyRef::Str(s),
+            other => other,
+        };
+        match body {
             BodyRef::Str(s) => {
                 self.body.append_value(s);
                 self.body_any.append_null();

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Float64Array, Float64Builder, Int32Array, Int32Builder,
-    Int64Array, Int64Builder, ListArray, ListBuilder, UInt8Array, UInt32Array, UInt64Array, UInt64Builder,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, DictionaryArray, Float64Array, Float64Builder,
+    Int32Array, Int32Builder, Int64Array, Int64Builder, ListArray, ListBuilder, UInt8Array, UInt32Array, UInt64Array,
+    UInt64Builder,
 };
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::{DataType, Field, UInt32Type};
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, KeyValueList};
@@ -65,9 +66,14 @@ fn push_f64s(b: &mut ListBuilder<Float64Builder>, v: Option<&[f64]>) {
 }
 
 /// The metric-level fields of a row.
-struct MetricFields<'a> {
-    metric: &'a Metric,
-    metadata: Option<&'a [u8]>,
+/// Computed once per `Metric`, not per point: a metric's name, description
+/// and metadata can be large and repeat over many points.
+struct MetricFields {
+    name: u32,
+    description: u32,
+    unit: u32,
+    metadata: Option<u32>,
+    name_hash: u64,
     kind: u8,
     temporality: i32,
     monotonic: bool,
@@ -103,7 +109,11 @@ pub struct PointsBuilder {
     name: DictBuilder,
     description: DictBuilder,
     unit: DictBuilder,
-    metadata: BinaryBuilder,
+    /// Metadata of each row as a key into `metadata_values` (one entry per
+    /// distinct metadata list).
+    metadata: Vec<Option<u32>>,
+    metadata_values: BinaryBuilder,
+    metadata_index: HashMap<Vec<u8>, u32>,
     kind: Vec<u8>,
     temporality: Vec<i32>,
     monotonic: Vec<bool>,
@@ -145,7 +155,9 @@ impl Default for PointsBuilder {
             name: DictBuilder::default(),
             description: DictBuilder::default(),
             unit: DictBuilder::default(),
-            metadata: BinaryBuilder::new(),
+            metadata: Vec::new(),
+            metadata_values: BinaryBuilder::new(),
+            metadata_index: HashMap::new(),
             kind: Vec::new(),
             temporality: Vec::new(),
             monotonic: Vec::new(),
@@ -232,7 +244,20 @@ impl SignalBuilder for PointsBuilder {
     }
 
     fn approx_bytes(&self) -> usize {
-        self.time.len() * 120 + self.attrs.approx_bytes() + self.ctx.approx_bytes()
+        self.time.len() * 80
+            + self.dist_parent.len() * 120
+            + self.bucket_counts.values_ref().values_slice().len() * 8
+            + self.explicit_bounds.values_ref().values_slice().len() * 8
+            + self.pos_counts.values_ref().values_slice().len() * 8
+            + self.neg_counts.values_ref().values_slice().len() * 8
+            + self.quantiles.values_ref().values_slice().len() * 16
+            + self.exemplars.values_slice().len()
+            + self.metadata_values.values_slice().len()
+            + self.name.value_bytes()
+            + self.description.value_bytes()
+            + self.unit.value_bytes()
+            + self.attrs.approx_bytes()
+            + self.ctx.approx_bytes()
     }
 
     fn append(&mut self, req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError> {
@@ -257,7 +282,14 @@ impl SignalBuilder for PointsBuilder {
             self.name.finish()?,
             self.description.finish()?,
             self.unit.finish()?,
-            Arc::new(self.metadata.finish()),
+            {
+                self.metadata_index.clear();
+                let keys = UInt32Array::from(std::mem::take(&mut self.metadata));
+                Arc::new(DictionaryArray::<UInt32Type>::try_new(
+                    keys,
+                    Arc::new(self.metadata_values.finish()),
+                )?)
+            },
             Arc::new(UInt8Array::from(std::mem::take(&mut self.kind))),
             Arc::new(Int32Array::from(std::mem::take(&mut self.temporality))),
             Arc::new(BooleanArray::from(std::mem::take(&mut self.monotonic))),
@@ -309,14 +341,28 @@ impl SignalBuilder for PointsBuilder {
 impl PointsBuilder {
     fn append_metric(&mut self, rid: u32, sid: u32, m: &Metric) {
         let metadata = (!m.metadata.is_empty()).then(|| {
-            KeyValueList {
+            let encoded = KeyValueList {
                 values: m.metadata.clone(),
             }
-            .encode_to_vec()
+            .encode_to_vec();
+            let next = self.metadata_index.len() as u32;
+            *self.metadata_index.entry(encoded).or_insert_with_key(|bytes| {
+                self.metadata_values.append_value(bytes);
+                next
+            })
         });
+        let (name, description, unit) = (
+            self.name.intern(&m.name),
+            self.description.intern(&m.description),
+            self.unit.intern(&m.unit),
+        );
+        let name_hash = fnv1a(FNV_OFFSET, m.name.as_bytes());
         let mf = |kind, temporality, monotonic| MetricFields {
-            metric: m,
-            metadata: metadata.as_deref(),
+            name,
+            description,
+            unit,
+            metadata,
+            name_hash,
             kind,
             temporality,
             monotonic,
@@ -401,8 +447,8 @@ impl PointsBuilder {
 
     /// Series id: a stable hash of metric name, resource and point
     /// attributes (attribute order does not matter).
-    fn series_id(&mut self, rid: u32, name: &str, attributes: &[KeyValue]) -> u64 {
-        let mut h = fnv1a(FNV_OFFSET, name.as_bytes()) ^ self.ctx.resource_hash(rid).rotate_left(17);
+    fn series_id(&mut self, rid: u32, name_hash: u64, attributes: &[KeyValue]) -> u64 {
+        let mut h = name_hash ^ self.ctx.resource_hash(rid).rotate_left(17);
         for kv in attributes {
             self.scratch.clear();
             let _ = kv.encode(&mut self.scratch);
@@ -411,13 +457,13 @@ impl PointsBuilder {
         h
     }
 
-    fn row(&mut self, rid: u32, sid: u32, m: &MetricFields<'_>, p: PointFields<'_>) {
+    fn row(&mut self, rid: u32, sid: u32, m: &MetricFields, p: PointFields<'_>) {
         let row = self.time.len() as u32;
-        let series = self.series_id(rid, &m.metric.name, p.attributes);
-        self.name.append(&m.metric.name);
-        self.description.append(&m.metric.description);
-        self.unit.append(&m.metric.unit);
-        self.metadata.append_option(m.metadata);
+        let series = self.series_id(rid, m.name_hash, p.attributes);
+        self.name.push_key(m.name);
+        self.description.push_key(m.description);
+        self.unit.push_key(m.unit);
+        self.metadata.push(m.metadata);
         self.kind.push(m.kind);
         self.temporality.push(m.temporality);
         self.monotonic.push(m.monotonic);
@@ -498,7 +544,8 @@ pub struct PointColumns<'a> {
     pub name: DictStr<'a>,
     pub description: DictStr<'a>,
     pub unit: DictStr<'a>,
-    pub metadata: &'a BinaryArray,
+    pub metadata: &'a DictionaryArray<UInt32Type>,
+    metadata_values: &'a BinaryArray,
     pub kind: &'a UInt8Array,
     pub temporality: &'a Int32Array,
     pub monotonic: &'a BooleanArray,
@@ -542,12 +589,23 @@ impl<'a> PointColumns<'a> {
                 .ok_or(ConvertError::BadReference { table: dt, row: i })?;
             *slot = i as u32;
         }
+        let metadata: &DictionaryArray<UInt32Type> = col(b, t, "metric_metadata")?;
+        let metadata_values =
+            metadata
+                .values()
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .ok_or(ConvertError::WrongType {
+                    table: t,
+                    column: "metric_metadata",
+                })?;
         Ok(PointColumns {
             dist_row,
             name: DictStr::new(b, t, "metric_name")?,
             description: DictStr::new(b, t, "metric_description")?,
             unit: DictStr::new(b, t, "metric_unit")?,
-            metadata: col(b, t, "metric_metadata")?,
+            metadata,
+            metadata_values,
             kind: col(b, t, "metric_type")?,
             temporality: col(b, t, "temporality")?,
             monotonic: col(b, t, "is_monotonic")?,
@@ -726,30 +784,43 @@ impl<'a> PointColumns<'a> {
         })
     }
 
+    /// What identifies `row`'s metric: dictionary keys of name,
+    /// description, unit and metadata, type, temporality, monotonicity.
+    fn metric_key(&self, row: usize) -> MetricKey {
+        (
+            self.name.key(row),
+            self.description.key(row),
+            self.unit.key(row),
+            self.metadata.key(row),
+            self.kind.value(row),
+            self.temporality.value(row),
+            self.monotonic.value(row),
+        )
+    }
+
     /// The metric (without points) that `row` belongs to.
-    fn metric(&self, row: usize) -> Result<(Metric, u8, i32, bool), ConvertError> {
-        let metadata = if self.metadata.is_null(row) {
-            Vec::new()
-        } else {
-            KeyValueList::decode(self.metadata.value(row))
-                .map_err(|_| Self::bad("metric_metadata"))?
-                .values
+    fn metric(&self, row: usize) -> Result<Metric, ConvertError> {
+        let metadata = match self.metadata.key(row) {
+            None => Vec::new(),
+            Some(k) if k < self.metadata_values.len() => {
+                KeyValueList::decode(self.metadata_values.value(k))
+                    .map_err(|_| Self::bad("metric_metadata"))?
+                    .values
+            }
+            Some(_) => return Err(Self::bad("metric_metadata")),
         };
-        let metric = Metric {
+        Ok(Metric {
             name: self.name.get(row).unwrap_or("").to_owned(),
             description: self.description.get(row).unwrap_or("").to_owned(),
             unit: self.unit.get(row).unwrap_or("").to_owned(),
             metadata,
             data: None,
-        };
-        Ok((
-            metric,
-            self.kind.value(row),
-            self.temporality.value(row),
-            self.monotonic.value(row),
-        ))
+        })
     }
 }
+
+/// See [`PointColumns::metric_key`].
+type MetricKey = (usize, usize, usize, Option<usize>, u8, i32, bool);
 
 /// One data point of any type.
 #[derive(Debug, Clone)]
@@ -811,17 +882,20 @@ pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, 
         for (sid, points) in scopes {
             let (scope, schema_url) = ctx.scope(sid, 0, schema::POINTS)?.clone();
             let mut metrics: Vec<Metric> = Vec::new();
-            let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+            // Keyed by dictionary keys, so a metric's strings and metadata
+            // are decoded once per metric, not once per point.
+            let mut index: HashMap<MetricKey, usize> = HashMap::new();
             for (row, point) in points {
-                let (metric, kind, temporality, monotonic) = c.metric(row)?;
-                let mut key = metric.encode_to_vec();
-                key.push(kind);
-                key.extend_from_slice(&temporality.to_le_bytes());
-                key.push(u8::from(monotonic));
-                let i = *index.entry(key).or_insert_with(|| {
-                    metrics.push(metric);
-                    metrics.len() - 1
-                });
+                let key = c.metric_key(row);
+                let (kind, temporality, monotonic) = (key.4, key.5, key.6);
+                let i = match index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        metrics.push(c.metric(row)?);
+                        index.insert(key, metrics.len() - 1);
+                        metrics.len() - 1
+                    }
+                };
                 add_point(&mut metrics[i], kind, temporality, monotonic, point)?;
             }
             scope_metrics.push(ScopeMetrics {

@@ -136,6 +136,11 @@ impl SignalBuilder for SpansBuilder {
             + self.ev_attrs.approx_bytes()
             + self.ln_attrs.approx_bytes()
             + self.ctx.approx_bytes()
+            + self.trace_state.values_slice().len()
+            + self.status_message.values_slice().len()
+            + self.ln_trace_state.values_slice().len()
+            + self.name.value_bytes()
+            + self.ev_name.value_bytes()
     }
 
     fn append(&mut self, req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> {

@@ -46,6 +46,10 @@ impl<'a> Reader<'a> {
         for i in 0..10 {
             let b = *self.buf.get(self.pos)?;
             self.pos += 1;
+            // The tenth byte may only carry the 64th bit, as prost insists.
+            if i == 9 && b > 1 {
+                return None;
+            }
             v |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
                 return Some(v);
@@ -55,8 +59,8 @@ impl<'a> Reader<'a> {
     }
 
     fn key(&mut self) -> W<(u32, u8)> {
-        let k = self.varint()?;
-        let field = u32::try_from(k >> 3).ok()?;
+        let k = u32::try_from(self.varint()?).ok()?;
+        let field = k >> 3;
         if field == 0 {
             return None;
         }

@@ -252,13 +252,20 @@ impl ZoneMap {
             row,
             reason: reason.to_owned(),
         };
+        // Root tables have a few dozen numeric columns; more rows than this
+        // is not a zone map this build wrote.
+        const MAX_COLUMNS: usize = 1024;
+        if batch.num_rows() > MAX_COLUMNS {
+            return Err(invalid(MAX_COLUMNS, "more columns than any root table has"));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(batch.num_rows());
         let mut columns: Vec<(String, ZoneRange)> = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
             if names.is_null(row) {
                 return Err(invalid(row, "column name is null"));
             }
             let name = names.value(row);
-            if columns.iter().any(|(c, _)| c == name) {
+            if !seen.insert(name) {
                 return Err(invalid(row, &format!("column {name:?} appears twice")));
             }
             let i = pair(min_i, max_i, row);
