@@ -103,6 +103,29 @@ struct PointFields<'a> {
     quantiles: Option<(Vec<f64>, Vec<f64>)>,
 }
 
+/// (attributes, start, time, flags, exemplars) of a point.
+type PointCommon<'a> = (&'a [KeyValue], u64, u64, u32, &'a [Exemplar]);
+
+impl<'a> PointFields<'a> {
+    /// The fields histograms and exponential histograms share: common point
+    /// fields plus (count, sum, min, max).
+    fn dist(common: PointCommon<'a>, (count, sum, min, max): (u64, Option<f64>, Option<f64>, Option<f64>)) -> Self {
+        let (attributes, start, time, flags, exemplars) = common;
+        PointFields {
+            attributes,
+            start,
+            time,
+            flags,
+            exemplars,
+            count: Some(count),
+            sum,
+            min,
+            max,
+            ..Default::default()
+        }
+    }
+}
+
 /// Appends OTLP metric requests to the tables of one open block.
 pub struct PointsBuilder {
     ctx: ContextBuilder,
@@ -383,18 +406,18 @@ impl PointsBuilder {
                 let f = mf(metric_type::HISTOGRAM, h.aggregation_temporality, false);
                 for p in &h.data_points {
                     let pf = PointFields {
-                        attributes: &p.attributes,
-                        start: p.start_time_unix_nano,
-                        time: p.time_unix_nano,
-                        flags: p.flags,
-                        exemplars: &p.exemplars,
-                        count: Some(p.count),
-                        sum: p.sum,
-                        min: p.min,
-                        max: p.max,
                         bucket_counts: Some(&p.bucket_counts),
                         explicit_bounds: Some(&p.explicit_bounds),
-                        ..Default::default()
+                        ..PointFields::dist(
+                            (
+                                &p.attributes,
+                                p.start_time_unix_nano,
+                                p.time_unix_nano,
+                                p.flags,
+                                &p.exemplars,
+                            ),
+                            (p.count, p.sum, p.min, p.max),
+                        )
                     };
                     self.row(rid, sid, &f, pf);
                 }
@@ -403,21 +426,21 @@ impl PointsBuilder {
                 let f = mf(metric_type::EXP_HISTOGRAM, h.aggregation_temporality, false);
                 for p in &h.data_points {
                     let pf = PointFields {
-                        attributes: &p.attributes,
-                        start: p.start_time_unix_nano,
-                        time: p.time_unix_nano,
-                        flags: p.flags,
-                        exemplars: &p.exemplars,
-                        count: Some(p.count),
-                        sum: p.sum,
-                        min: p.min,
-                        max: p.max,
                         exp_scale: Some(p.scale),
                         exp_zero_count: Some(p.zero_count),
                         exp_zero_threshold: Some(p.zero_threshold),
                         positive: p.positive.as_ref(),
                         negative: p.negative.as_ref(),
-                        ..Default::default()
+                        ..PointFields::dist(
+                            (
+                                &p.attributes,
+                                p.start_time_unix_nano,
+                                p.time_unix_nano,
+                                p.flags,
+                                &p.exemplars,
+                            ),
+                            (p.count, p.sum, p.min, p.max),
+                        )
                     };
                     self.row(rid, sid, &f, pf);
                 }
