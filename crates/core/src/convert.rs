@@ -145,8 +145,9 @@ pub fn table_names(signal: Signal) -> &'static [&'static str] {
         ],
         Signal::Metrics => &[
             POINTS,
-            POINT_ATTRS,
             POINT_DISTS,
+            SERIES,
+            SERIES_ATTRS,
             RESOURCES,
             RESOURCE_ATTRS,
             SCOPES,

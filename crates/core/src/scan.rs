@@ -215,7 +215,64 @@ fn record_attr_table(signal: Signal) -> &'static str {
     match signal {
         Signal::Logs => schema::LOG_ATTRS,
         Signal::Traces => schema::SPAN_ATTRS,
-        Signal::Metrics => schema::POINT_ATTRS,
+        Signal::Metrics => schema::SERIES_ATTRS,
+    }
+}
+
+/// Where a row's names, resource and attributes live: the root row itself,
+/// or, for metrics, the row's series.
+struct Owners {
+    table: RecordBatch,
+    name: &'static str,
+    /// For metrics, the series row of each point.
+    of_row: Option<Vec<usize>>,
+}
+
+impl Owners {
+    fn load(src: &dyn TableSource, signal: Signal, root: &RecordBatch) -> Result<Self, Error> {
+        if signal != Signal::Metrics {
+            return Ok(Owners {
+                table: root.clone(),
+                name: root_table(signal),
+                of_row: None,
+            });
+        }
+        let table = src.table(schema::SERIES)?;
+        let series: &UInt32Array = col(root, schema::POINTS, "series")?;
+        if let Some(row) = series.values().iter().position(|&s| s as usize >= table.num_rows()) {
+            return Err(ConvertError::BadReference {
+                table: schema::POINTS,
+                row,
+            }
+            .into());
+        }
+        let of_row = series.values().iter().map(|&s| s as usize).collect();
+        Ok(Owners {
+            table,
+            name: schema::SERIES,
+            of_row: Some(of_row),
+        })
+    }
+
+    fn rows(&self) -> usize {
+        self.table.num_rows()
+    }
+
+    /// A per-owner verdict as a per-row mask.
+    fn expand(&self, per_owner: Vec<bool>) -> BooleanArray {
+        match &self.of_row {
+            None => mask_from(per_owner),
+            Some(map) => mask_from(map.iter().map(|&o| per_owner[o])),
+        }
+    }
+
+    /// Per owner: does the dictionary column `column` satisfy `test`?
+    fn dict_test(&self, column: &'static str, test: impl Fn(&str) -> bool) -> Result<BooleanArray, Error> {
+        let values = DictStr::new(&self.table, self.name, column)?;
+        let per_key: Vec<bool> = (0..values.values().len())
+            .map(|k| test(values.values().value(k)))
+            .collect();
+        Ok(self.expand(values.map_values(&per_key)))
     }
 }
 
@@ -344,12 +401,14 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
             })),
         )?;
     }
-    if let Some(name) = &p.metric_name {
-        let names = DictStr::new(&root, root_name, "metric_name")?;
-        let per_key: Vec<bool> = (0..names.values().len())
-            .map(|k| names.values().value(k) == name)
-            .collect();
-        and_mask(&mut mask, mask_from(names.map_values(&per_key)))?;
+    let needs_owners = p.metric_name.is_some() || !p.attrs.is_empty();
+    let owners = if needs_owners {
+        Some(Owners::load(src, signal, &root)?)
+    } else {
+        None
+    };
+    if let (Some(name), Some(o)) = (&p.metric_name, &owners) {
+        and_mask(&mut mask, o.dict_test("metric_name", |v| v == name)?)?;
     }
     for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
         let column = match (signal, m.key.as_str()) {
@@ -358,39 +417,33 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
             (Signal::Metrics, sidecar_field::METRIC_NAME) => sidecar_field::METRIC_NAME,
             _ => return Err(na("this field matcher")),
         };
-        let values = DictStr::new(&root, root_name, column)?;
-        let per_key: Vec<bool> = (0..values.values().len())
-            .map(|k| m.op.test(Some(values.values().value(k))))
-            .collect();
-        and_mask(&mut mask, mask_from(values.map_values(&per_key)))?;
+        if let Some(o) = &owners {
+            and_mask(&mut mask, o.dict_test(column, |v| m.op.test(Some(v)))?)?;
+        }
     }
     let resource_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Resource).collect();
     let record_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Record).collect();
-    if !resource_matchers.is_empty() {
+    if let (false, Some(o)) = (resource_matchers.is_empty(), &owners) {
         let resources = src.table(schema::RESOURCES)?;
         let rattrs = src.table(schema::RESOURCE_ATTRS)?;
-        let rid: &UInt32Array = col(&root, root_name, "resource_id")?;
+        let rid: &UInt32Array = col(&o.table, o.name, "resource_id")?;
         for m in resource_matchers {
             let per_resource = attr_mask(&rattrs, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
             let bad = rid.values().iter().any(|&r| r as usize >= per_resource.len());
             if bad {
-                return Err(ConvertError::BadReference {
-                    table: root_name,
-                    row: 0,
-                }
-                .into());
+                return Err(ConvertError::BadReference { table: o.name, row: 0 }.into());
             }
             and_mask(
                 &mut mask,
-                mask_from(rid.values().iter().map(|&r| per_resource[r as usize])),
+                o.expand(rid.values().iter().map(|&r| per_resource[r as usize]).collect()),
             )?;
         }
     }
-    if !record_matchers.is_empty() {
+    if let (false, Some(o)) = (record_matchers.is_empty(), &owners) {
         let table = record_attr_table(signal);
         let attrs = src.table(table)?;
         for m in record_matchers {
-            and_mask(&mut mask, mask_from(attr_mask(&attrs, table, n, m)?))?;
+            and_mask(&mut mask, o.expand(attr_mask(&attrs, table, o.rows(), m)?))?;
         }
     }
 

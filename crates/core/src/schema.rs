@@ -29,7 +29,8 @@ pub const EVENT_ATTRS: &str = "event_attrs";
 pub const SPAN_LINKS: &str = "span_links";
 pub const LINK_ATTRS: &str = "link_attrs";
 pub const POINTS: &str = "points";
-pub const POINT_ATTRS: &str = "point_attrs";
+pub const SERIES: &str = "series";
+pub const SERIES_ATTRS: &str = "series_attrs";
 pub const POINT_DISTS: &str = "point_dists";
 
 /// Type ids of the attribute value union. The children hold only their own
@@ -228,9 +229,29 @@ pub mod metric_type {
     pub const SUMMARY: u8 = 5;
 }
 
-/// One row per data point; the metric's own fields repeat per point
-/// (dictionary-encoded, so a repeat costs a key).
+/// One row per data point: its series, times, flags and value. What a
+/// series shares (metric identity, attributes, resource, scope) is in
+/// [`series`], once per series.
 pub fn points() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| {
+        Arc::new(Schema::new(vec![
+            Field::new("series", DataType::UInt32, false),
+            Field::new("time_unix_nano", DataType::UInt64, false),
+            Field::new("start_time_unix_nano", DataType::UInt64, false),
+            Field::new("flags", DataType::UInt32, false),
+            Field::new("value_int", DataType::Int64, true),
+            Field::new("value_double", DataType::Float64, true),
+            Field::new("exemplars", DataType::Binary, true),
+        ]))
+    })
+    .clone()
+}
+
+/// One row per series of a block: the metric (name, description, unit,
+/// metadata, type, temporality, monotonicity), its resource and scope; its
+/// attributes are in `series_attrs`.
+pub fn series() -> SchemaRef {
     static S: OnceLock<SchemaRef> = OnceLock::new();
     S.get_or_init(|| {
         Arc::new(Schema::new(vec![
@@ -246,12 +267,6 @@ pub fn points() -> SchemaRef {
             Field::new("temporality", DataType::Int32, false),
             Field::new("is_monotonic", DataType::Boolean, false),
             Field::new("series_id", DataType::UInt64, false),
-            Field::new("time_unix_nano", DataType::UInt64, false),
-            Field::new("start_time_unix_nano", DataType::UInt64, false),
-            Field::new("flags", DataType::UInt32, false),
-            Field::new("value_int", DataType::Int64, true),
-            Field::new("value_double", DataType::Float64, true),
-            Field::new("exemplars", DataType::Binary, true),
             Field::new("resource_id", DataType::UInt32, false),
             Field::new("scope_id", DataType::UInt32, false),
         ]))
@@ -319,8 +334,9 @@ pub fn of(name: &str) -> Option<SchemaRef> {
         SPAN_EVENTS => span_events(),
         SPAN_LINKS => span_links(),
         POINTS => points(),
+        SERIES => series(),
         POINT_DISTS => point_dists(),
-        RESOURCE_ATTRS | SCOPE_ATTRS | LOG_ATTRS | SPAN_ATTRS | EVENT_ATTRS | LINK_ATTRS | POINT_ATTRS => attrs(),
+        RESOURCE_ATTRS | SCOPE_ATTRS | LOG_ATTRS | SPAN_ATTRS | EVENT_ATTRS | LINK_ATTRS | SERIES_ATTRS => attrs(),
         _ => return None,
     })
 }

@@ -231,8 +231,8 @@ fn cold_spans_and_points_answer_like_hot() {
     let points = m.finish().expect("finish");
     let (hot, cold) = hot_and_cold(&points);
     let name = mira_core::convert::columns::DictStr::new(
-        points.get(mira_core::schema::POINTS).expect("points"),
-        "points",
+        points.get(mira_core::schema::SERIES).expect("series"),
+        "series",
         "metric_name",
     )
     .expect("names")
@@ -426,4 +426,85 @@ fn hot_tables_read_zero_copy_from_the_mapping() {
             }
         }
     }
+}
+
+/// Metric points keep their names, attributes and resource in `series`:
+/// scans over them agree with counting the OTLP points directly.
+#[test]
+fn metric_scans_match_a_direct_count() {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let mut corpus = Corpus::new(16, Cardinality::Low);
+    let req = corpus.metrics(3000);
+    let mut b = PointsBuilder::default();
+    b.append(&req).expect("append");
+    let (hot, cold) = hot_and_cold(&b.finish().expect("finish"));
+
+    // Pick the first point's first string attribute and its resource's service.
+    let rm = &req.resource_metrics[0];
+    let service = rm
+        .resource
+        .as_ref()
+        .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+        .and_then(|kv| kv.value.clone())
+        .and_then(|v| v.value);
+    let Some(Value::StringValue(service)) = service else {
+        panic!("no service.name")
+    };
+    let points = |m: &opentelemetry_proto::tonic::metrics::v1::Metric| -> Vec<Vec<opentelemetry_proto::tonic::common::v1::KeyValue>> {
+        match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.iter().map(|p| p.attributes.clone()).collect(),
+            Some(Data::Sum(s)) => s.data_points.iter().map(|p| p.attributes.clone()).collect(),
+            Some(Data::Histogram(h)) => h.data_points.iter().map(|p| p.attributes.clone()).collect(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.iter().map(|p| p.attributes.clone()).collect(),
+            Some(Data::Summary(s)) => s.data_points.iter().map(|p| p.attributes.clone()).collect(),
+            None => Vec::new(),
+        }
+    };
+    let first = &rm.scope_metrics[0].metrics[0];
+    let (key, value) = points(first)[0]
+        .iter()
+        .find_map(|kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValue(s)) => Some((kv.key.clone(), s.clone())),
+            _ => None,
+        })
+        .expect("a string attribute");
+
+    let mut want = 0;
+    for rm in &req.resource_metrics {
+        let svc = rm
+            .resource
+            .as_ref()
+            .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"));
+        let same_service = matches!(svc.and_then(|kv| kv.value.as_ref()).and_then(|v| v.value.as_ref()), Some(Value::StringValue(s)) if *s == service);
+        for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+            if m.name != first.name || !same_service {
+                continue;
+            }
+            want += points(m)
+                .iter()
+                .filter(|attrs| {
+                    attrs.iter().any(|kv| {
+                        kv.key == key
+                            && matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::StringValue(s)) if *s == value)
+                    })
+                })
+                .count();
+        }
+    }
+    assert!(want > 0);
+    let req = ScanRequest {
+        predicate: Predicate {
+            metric_name: Some(first.name.clone()),
+            attrs: vec![
+                attr(AttrScope::Resource, "service.name", MatchOp::Eq(service)),
+                attr(AttrScope::Record, &key, MatchOp::Eq(value)),
+            ],
+            ..Default::default()
+        },
+        order: Order::Stored,
+        limit: None,
+    };
+    let h = scan(&hot, &req).expect("hot");
+    assert_eq!(h.rows.len(), want);
+    assert_eq!(h.rows, scan(&cold, &req).expect("cold").rows);
 }

@@ -140,7 +140,13 @@ pub struct PointsBuilder {
     kind: Vec<u8>,
     temporality: Vec<i32>,
     monotonic: Vec<bool>,
-    series: Vec<u64>,
+    series_hash: Vec<u64>,
+    /// Series row of each point.
+    series_row: Vec<u32>,
+    /// Series identity (resource, scope, metric keys, encoded attributes)
+    /// to series row.
+    series_index: HashMap<Vec<u8>, u32>,
+    series_key_bytes: usize,
     time: Vec<u64>,
     start: Vec<u64>,
     flags: Vec<u32>,
@@ -184,7 +190,10 @@ impl Default for PointsBuilder {
             kind: Vec::new(),
             temporality: Vec::new(),
             monotonic: Vec::new(),
-            series: Vec::new(),
+            series_hash: Vec::new(),
+            series_row: Vec::new(),
+            series_index: HashMap::new(),
+            series_key_bytes: 0,
             time: Vec::new(),
             start: Vec::new(),
             flags: Vec::new(),
@@ -267,7 +276,9 @@ impl SignalBuilder for PointsBuilder {
     }
 
     fn approx_bytes(&self) -> usize {
-        self.time.len() * 80
+        self.time.len() * 48
+            + self.series_hash.len() * 48
+            + self.series_key_bytes
             + self.dist_parent.len() * 120
             + self.bucket_counts.values_ref().values_slice().len() * 8
             + self.explicit_bounds.values_ref().values_slice().len() * 8
@@ -301,7 +312,7 @@ impl SignalBuilder for PointsBuilder {
         let rows = self.time.len();
         let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
         let take64 = |v: &mut Vec<u64>| Arc::new(UInt64Array::from(std::mem::take(v))) as ArrayRef;
-        let cols: Vec<ArrayRef> = vec![
+        let series: Vec<ArrayRef> = vec![
             self.name.finish()?,
             self.description.finish()?,
             self.unit.finish()?,
@@ -316,15 +327,20 @@ impl SignalBuilder for PointsBuilder {
             Arc::new(UInt8Array::from(std::mem::take(&mut self.kind))),
             Arc::new(Int32Array::from(std::mem::take(&mut self.temporality))),
             Arc::new(BooleanArray::from(std::mem::take(&mut self.monotonic))),
-            take64(&mut self.series),
+            take64(&mut self.series_hash),
+            take32(&mut self.resource_id),
+            take32(&mut self.scope_id),
+        ];
+        self.series_index.clear();
+        self.series_key_bytes = 0;
+        let cols: Vec<ArrayRef> = vec![
+            take32(&mut self.series_row),
             take64(&mut self.time),
             take64(&mut self.start),
             take32(&mut self.flags),
             Arc::new(self.value_int.finish()),
             Arc::new(self.value_double.finish()),
             Arc::new(self.exemplars.finish()),
-            take32(&mut self.resource_id),
-            take32(&mut self.scope_id),
         ];
         let dists: Vec<ArrayRef> = vec![
             take32(&mut self.dist_parent),
@@ -347,8 +363,9 @@ impl SignalBuilder for PointsBuilder {
         let mut tables = vec![
             (schema::POINTS, schema::batch(&schema::points(), cols)?),
             (schema::POINT_DISTS, schema::batch(&schema::point_dists(), dists)?),
+            (schema::SERIES, schema::batch(&schema::series(), series)?),
+            (schema::SERIES_ATTRS, self.attrs.finish()?),
         ];
-        tables.push((schema::POINT_ATTRS, self.attrs.finish()?));
         self.ctx.finish(&mut tables)?;
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
         Ok(TableSet {
@@ -470,19 +487,37 @@ impl PointsBuilder {
 
     /// Series id: a stable hash of metric name, resource and point
     /// attributes (attribute order does not matter).
-    fn series_id(&mut self, rid: u32, name_hash: u64, attributes: &[KeyValue]) -> u64 {
+    fn series_id(&self, rid: u32, name_hash: u64, attributes: &[KeyValue]) -> u64 {
         let mut h = name_hash ^ self.ctx.resource_hash(rid).rotate_left(17);
+        let mut buf = Vec::new();
         for kv in attributes {
-            self.scratch.clear();
-            let _ = kv.encode(&mut self.scratch);
-            h = h.wrapping_add(fnv1a(FNV_OFFSET, &self.scratch).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            buf.clear();
+            let _ = kv.encode(&mut buf);
+            h = h.wrapping_add(fnv1a(FNV_OFFSET, &buf).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         }
         h
     }
 
-    fn row(&mut self, rid: u32, sid: u32, m: &MetricFields, p: PointFields<'_>) {
-        let row = self.time.len() as u32;
-        let series = self.series_id(rid, m.name_hash, p.attributes);
+    /// The series row of a point: found by its identity, or added (with its
+    /// attributes) when new.
+    fn series_of(&mut self, rid: u32, sid: u32, m: &MetricFields, attributes: &[KeyValue]) -> u32 {
+        self.scratch.clear();
+        for v in [rid, sid, m.name, m.description, m.unit, m.metadata.unwrap_or(u32::MAX)] {
+            self.scratch.extend_from_slice(&v.to_le_bytes());
+        }
+        self.scratch.push(m.kind);
+        self.scratch.extend_from_slice(&m.temporality.to_le_bytes());
+        self.scratch.push(u8::from(m.monotonic));
+        for kv in attributes {
+            let _ = kv.encode_length_delimited(&mut self.scratch);
+        }
+        if let Some(&s) = self.series_index.get(self.scratch.as_slice()) {
+            return s;
+        }
+        let s = self.series_hash.len() as u32;
+        self.series_key_bytes += self.scratch.len();
+        self.series_index.insert(self.scratch.clone(), s);
+        let hash = self.series_id(rid, m.name_hash, attributes);
         self.name.push_key(m.name);
         self.description.push_key(m.description);
         self.unit.push_key(m.unit);
@@ -490,7 +525,17 @@ impl PointsBuilder {
         self.kind.push(m.kind);
         self.temporality.push(m.temporality);
         self.monotonic.push(m.monotonic);
-        self.series.push(series);
+        self.series_hash.push(hash);
+        self.resource_id.push(rid);
+        self.scope_id.push(sid);
+        self.attrs.append_all(s, attributes);
+        s
+    }
+
+    fn row(&mut self, rid: u32, sid: u32, m: &MetricFields, p: PointFields<'_>) {
+        let row = self.time.len() as u32;
+        let series = self.series_of(rid, sid, m, p.attributes);
+        self.series_row.push(series);
         self.time.push(p.time);
         self.times.add(p.time);
         self.start.push(p.start);
@@ -511,9 +556,6 @@ impl PointsBuilder {
                 .encode_to_vec(),
             );
         }
-        self.resource_id.push(rid);
-        self.scope_id.push(sid);
-        self.attrs.append_all(row, p.attributes);
     }
 
     /// Appends the distribution fields of a histogram, exponential
@@ -564,6 +606,8 @@ fn number_fields(p: &NumberDataPoint) -> PointFields<'_> {
 pub struct PointColumns<'a> {
     /// `point_dists` row of each point, `u32::MAX` for number points.
     dist_row: Vec<u32>,
+    /// `series` row of each point (checked in range).
+    series_of: &'a UInt32Array,
     pub name: DictStr<'a>,
     pub description: DictStr<'a>,
     pub unit: DictStr<'a>,
@@ -599,10 +643,11 @@ pub struct PointColumns<'a> {
 }
 
 impl<'a> PointColumns<'a> {
-    /// Views `points` and its `point_dists`.
-    pub fn new(b: &'a RecordBatch, d: &'a RecordBatch) -> Result<Self, ConvertError> {
+    /// Views `points` with its `point_dists` and `series`.
+    pub fn new(b: &'a RecordBatch, d: &'a RecordBatch, sr: &'a RecordBatch) -> Result<Self, ConvertError> {
         let t = schema::POINTS;
         let dt = schema::POINT_DISTS;
+        let st = schema::SERIES;
         // Row of each point's distribution fields (u32::MAX: none).
         let parents: &UInt32Array = col(d, dt, "parent")?;
         let mut dist_row = vec![u32::MAX; b.num_rows()];
@@ -612,27 +657,32 @@ impl<'a> PointColumns<'a> {
                 .ok_or(ConvertError::BadReference { table: dt, row: i })?;
             *slot = i as u32;
         }
-        let metadata: &DictionaryArray<UInt32Type> = col(b, t, "metric_metadata")?;
+        let series_of: &UInt32Array = col(b, t, "series")?;
+        if let Some(row) = series_of.values().iter().position(|&s| s as usize >= sr.num_rows()) {
+            return Err(ConvertError::BadReference { table: t, row });
+        }
+        let metadata: &DictionaryArray<UInt32Type> = col(sr, st, "metric_metadata")?;
         let metadata_values =
             metadata
                 .values()
                 .as_any()
                 .downcast_ref::<BinaryArray>()
                 .ok_or(ConvertError::WrongType {
-                    table: t,
+                    table: st,
                     column: "metric_metadata",
                 })?;
         Ok(PointColumns {
             dist_row,
-            name: DictStr::new(b, t, "metric_name")?,
-            description: DictStr::new(b, t, "metric_description")?,
-            unit: DictStr::new(b, t, "metric_unit")?,
+            series_of,
+            name: DictStr::new(sr, st, "metric_name")?,
+            description: DictStr::new(sr, st, "metric_description")?,
+            unit: DictStr::new(sr, st, "metric_unit")?,
             metadata,
             metadata_values,
-            kind: col(b, t, "metric_type")?,
-            temporality: col(b, t, "temporality")?,
-            monotonic: col(b, t, "is_monotonic")?,
-            series: col(b, t, "series_id")?,
+            kind: col(sr, st, "metric_type")?,
+            temporality: col(sr, st, "temporality")?,
+            monotonic: col(sr, st, "is_monotonic")?,
+            series: col(sr, st, "series_id")?,
             time: col(b, t, "time_unix_nano")?,
             start: col(b, t, "start_time_unix_nano")?,
             flags: col(b, t, "flags")?,
@@ -654,9 +704,14 @@ impl<'a> PointColumns<'a> {
             quantiles: col(d, dt, "quantiles")?,
             quantile_values: col(d, dt, "quantile_values")?,
             exemplars: col(b, t, "exemplars")?,
-            resource_id: col(b, t, "resource_id")?,
-            scope_id: col(b, t, "scope_id")?,
+            resource_id: col(sr, st, "resource_id")?,
+            scope_id: col(sr, st, "scope_id")?,
         })
+    }
+
+    /// The `series` row of point `row`.
+    pub fn series_row(&self, row: usize) -> usize {
+        self.series_of.value(row) as usize
     }
 
     fn bad(column: &'static str) -> ConvertError {
@@ -726,7 +781,7 @@ impl<'a> PointColumns<'a> {
             _ => usize::MAX,
         };
         let need = |column| if d == usize::MAX { Err(Self::bad(column)) } else { Ok(d) };
-        Ok(match self.kind.value(row) {
+        Ok(match self.kind.value(self.series_row(row)) {
             metric_type::GAUGE | metric_type::SUM => {
                 let value = if self.value_int.is_valid(row) {
                     Some(number_data_point::Value::AsInt(self.value_int.value(row)))
@@ -810,6 +865,7 @@ impl<'a> PointColumns<'a> {
     /// What identifies `row`'s metric: dictionary keys of name,
     /// description, unit and metadata, type, temporality, monotonicity.
     fn metric_key(&self, row: usize) -> MetricKey {
+        let row = self.series_row(row);
         (
             self.name.key(row),
             self.description.key(row),
@@ -823,6 +879,7 @@ impl<'a> PointColumns<'a> {
 
     /// The metric (without points) that `row` belongs to.
     fn metric(&self, row: usize) -> Result<Metric, ConvertError> {
+        let row = self.series_row(row);
         let metadata = match self.metadata.key(row) {
             None => Vec::new(),
             Some(k) if k < self.metadata_values.len() => {
@@ -888,15 +945,16 @@ fn add_point(m: &mut Metric, kind: u8, temporality: i32, monotonic: bool, p: Poi
 /// resource and scope are gathered under one `Metric`.
 pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, ConvertError> {
     let root = tables.get(schema::POINTS)?;
-    let c = PointColumns::new(root, tables.get(schema::POINT_DISTS)?)?;
+    let series = tables.get(schema::SERIES)?;
+    let c = PointColumns::new(root, tables.get(schema::POINT_DISTS)?, series)?;
     let ctx = Contexts::read(tables)?;
-    let mut attrs = AttrReader::new(tables.get(schema::POINT_ATTRS)?, schema::POINT_ATTRS)?
-        .grouped(root.num_rows())?
-        .into_iter();
+    let series_attrs =
+        AttrReader::new(tables.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?.grouped(series.num_rows())?;
     let mut groups = Grouper::default();
     for row in 0..root.num_rows() {
-        let point = c.point(row, attrs.next().unwrap_or_default())?;
-        groups.push(c.resource_id.value(row), c.scope_id.value(row), (row, point));
+        let s = c.series_row(row);
+        let point = c.point(row, series_attrs[s].clone())?;
+        groups.push(c.resource_id.value(s), c.scope_id.value(s), (row, point));
     }
     let mut resource_metrics = Vec::with_capacity(groups.groups.len());
     for (rid, scopes) in groups.groups {

@@ -130,17 +130,17 @@ impl AttrIndex {
     /// indexed string columns of a block.
     pub fn build(tables: &TableSet) -> Result<Self, SidecarError> {
         let mut index = AttrIndex::default();
-        let (record_table, field_name) = match tables.signal {
-            Signal::Logs => (schema::LOG_ATTRS, field::SEVERITY_TEXT),
-            Signal::Traces => (schema::SPAN_ATTRS, field::SPAN_NAME),
-            Signal::Metrics => (schema::POINT_ATTRS, field::METRIC_NAME),
+        // Metrics keep names and attributes per series, not per point.
+        let (record_table, field_table, field_name) = match tables.signal {
+            Signal::Logs => (schema::LOG_ATTRS, root_table(tables.signal), field::SEVERITY_TEXT),
+            Signal::Traces => (schema::SPAN_ATTRS, root_table(tables.signal), field::SPAN_NAME),
+            Signal::Metrics => (schema::SERIES_ATTRS, schema::SERIES, field::METRIC_NAME),
         };
         let resource = &mut index.scopes[AttrScope::Resource.index()];
         index_attrs(resource, tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?;
         let record = &mut index.scopes[AttrScope::Record.index()];
         index_attrs(record, tables.get(record_table)?, record_table)?;
-        let root_name = root_table(tables.signal);
-        let entry = index_dict_column(tables.get(root_name)?, root_name, field_name)?;
+        let entry = index_dict_column(tables.get(field_table)?, field_table, field_name)?;
         index.scopes[AttrScope::Field.index()].insert(field_name.to_owned(), entry);
         Ok(index)
     }
