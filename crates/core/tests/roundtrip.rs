@@ -155,3 +155,37 @@ fn a_bad_id_refuses_the_whole_request() {
         .expect_err("truncated protobuf accepted");
     assert!(err.to_string().contains("malformed protobuf"), "{err}");
 }
+
+/// Found by fuzzing: a scope named "\n\0" with no schema url and an empty
+/// scope whose schema url is those scope bytes must stay two scopes.
+#[test]
+fn scope_and_schema_url_bytes_cannot_collide() {
+    use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    let named = InstrumentationScope {
+        name: "\n\0".into(),
+        ..Default::default()
+    };
+    let url = String::from_utf8(named.encode_to_vec()).expect("utf8");
+    let req = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![
+                ScopeLogs {
+                    scope: Some(named),
+                    log_records: vec![LogRecord::default()],
+                    schema_url: String::new(),
+                },
+                ScopeLogs {
+                    scope: Some(InstrumentationScope::default()),
+                    log_records: vec![LogRecord::default()],
+                    schema_url: url,
+                },
+            ],
+            ..Default::default()
+        }],
+    };
+    let mut b = LogsBuilder::default();
+    b.append(&req).expect("append");
+    let back = logs_to_otlp(&b.finish().expect("finish")).expect("otlp");
+    assert_eq!(flatten::logs(&back), flatten::logs(&req));
+}

@@ -61,7 +61,9 @@ impl ContextBuilder {
             Some(r) => {
                 self.key.push(1);
                 // Encoding into a Vec cannot fail.
-                let _ = r.encode(&mut self.key);
+                // Length-prefixed, so the schema url that follows cannot
+                // make two different (resource, url) pairs the same key.
+                let _ = r.encode_length_delimited(&mut self.key);
             }
             None => self.key.push(0),
         }
@@ -105,7 +107,7 @@ impl ContextBuilder {
         match s {
             Some(s) => {
                 self.key.push(1);
-                let _ = s.encode(&mut self.key);
+                let _ = s.encode_length_delimited(&mut self.key);
             }
             None => self.key.push(0),
         }
