@@ -29,7 +29,6 @@ pub struct AttrBuilder {
     /// contiguous, so one run per parent instead of one value per row.
     run_ends: Vec<i32>,
     run_parents: Vec<u32>,
-    rows: usize,
     key: DictBuilder,
     type_ids: Vec<i8>,
     offsets: Vec<i32>,
@@ -45,23 +44,23 @@ pub struct AttrBuilder {
 impl std::fmt::Debug for AttrBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AttrBuilder")
-            .field("rows", &self.rows)
+            .field("rows", &self.type_ids.len())
             .finish_non_exhaustive()
     }
 }
 
 impl AttrBuilder {
     pub fn len(&self) -> usize {
-        self.rows
+        self.type_ids.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows == 0
+        self.type_ids.is_empty()
     }
 
     /// Approximate bytes held, for seal-size accounting.
     pub fn approx_bytes(&self) -> usize {
-        self.rows * 9
+        self.type_ids.len() * 9
             + self.run_parents.len() * 8
             + self.int.len() * 8
             + self.double.len() * 8
@@ -118,13 +117,13 @@ impl AttrBuilder {
     fn push(&mut self, parent: u32, key: &str, type_id: i8, write: impl FnOnce(&mut Self)) {
         let offset = self.child_len(type_id);
         write(self);
-        self.rows += 1;
         // Rows stay far below 2^31 per block: the seal size bounds them.
+        let rows = self.type_ids.len() as i32 + 1;
         match (self.run_parents.last(), self.run_ends.last_mut()) {
-            (Some(&p), Some(end)) if p == parent => *end = self.rows as i32,
+            (Some(&p), Some(end)) if p == parent => *end = rows,
             _ => {
                 self.run_parents.push(parent);
-                self.run_ends.push(self.rows as i32);
+                self.run_ends.push(rows);
             }
         }
         self.key.append(key);
@@ -150,7 +149,6 @@ impl AttrBuilder {
         let run_ends = Int32Array::from(std::mem::take(&mut self.run_ends));
         let parent =
             RunArray::<Int32Type>::try_new(&run_ends, &UInt32Array::from(std::mem::take(&mut self.run_parents)))?;
-        self.rows = 0;
         let key = self.key.finish()?;
         let str_child = self.str.finish()?;
         let fields = schema::attr_value_fields_with(str_child.data_type().clone());

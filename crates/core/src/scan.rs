@@ -203,7 +203,7 @@ pub fn record_times(signal: Signal, root: &RecordBatch) -> Result<Vec<u64>, Erro
             let observed = u64_col(root, t, "observed_time_unix_nano")?.values();
             time.iter()
                 .zip(observed.iter())
-                .map(|(&t, &o)| if t != 0 { t } else { o })
+                .map(|(&t, &o)| crate::convert::logs::effective_time(t, o))
                 .collect()
         }
         Signal::Traces => u64_col(root, t, "start_time_unix_nano")?.values().to_vec(),
@@ -295,8 +295,7 @@ fn attr_text(r: &AttrReader<'_>, row: usize) -> Option<String> {
 }
 
 /// For each parent row (`0..n_parents`), whether the matcher holds.
-fn attr_mask(attrs: &RecordBatch, table: &'static str, n_parents: usize, m: &AttrMatcher) -> Result<Vec<bool>, Error> {
-    let r = AttrReader::new(attrs, table)?;
+fn attr_mask(r: &AttrReader<'_>, table: &'static str, n_parents: usize, m: &AttrMatcher) -> Result<Vec<bool>, Error> {
     // Value each parent has for the key (None = absent).
     let mut found: Vec<Option<String>> = vec![None; n_parents];
     for (row, p) in r.parents().enumerate() {
@@ -304,7 +303,7 @@ fn attr_mask(attrs: &RecordBatch, table: &'static str, n_parents: usize, m: &Att
             let slot = found
                 .get_mut(p as usize)
                 .ok_or(ConvertError::BadReference { table, row })?;
-            *slot = Some(attr_text(&r, row).unwrap_or_default());
+            *slot = Some(attr_text(r, row).unwrap_or_default());
         }
     }
     Ok(found
@@ -426,13 +425,13 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     if let (false, Some(o)) = (resource_matchers.is_empty(), &owners) {
         let resources = src.table(schema::RESOURCES)?;
         let rattrs = src.table(schema::RESOURCE_ATTRS)?;
+        let reader = AttrReader::new(&rattrs, schema::RESOURCE_ATTRS)?;
         let rid: &UInt32Array = col(&o.table, o.name, "resource_id")?;
+        if let Some(row) = rid.values().iter().position(|&r| r as usize >= resources.num_rows()) {
+            return Err(ConvertError::BadReference { table: o.name, row }.into());
+        }
         for m in resource_matchers {
-            let per_resource = attr_mask(&rattrs, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
-            let bad = rid.values().iter().any(|&r| r as usize >= per_resource.len());
-            if bad {
-                return Err(ConvertError::BadReference { table: o.name, row: 0 }.into());
-            }
+            let per_resource = attr_mask(&reader, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
             and_mask(
                 &mut mask,
                 o.expand(rid.values().iter().map(|&r| per_resource[r as usize]).collect()),
@@ -442,8 +441,9 @@ pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Erro
     if let (false, Some(o)) = (record_matchers.is_empty(), &owners) {
         let table = record_attr_table(signal);
         let attrs = src.table(table)?;
+        let reader = AttrReader::new(&attrs, table)?;
         for m in record_matchers {
-            and_mask(&mut mask, o.expand(attr_mask(&attrs, table, o.rows(), m)?))?;
+            and_mask(&mut mask, o.expand(attr_mask(&reader, table, o.rows(), m)?))?;
         }
     }
 

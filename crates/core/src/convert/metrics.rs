@@ -106,22 +106,41 @@ struct PointFields<'a> {
 /// (attributes, start, time, flags, exemplars) of a point.
 type PointCommon<'a> = (&'a [KeyValue], u64, u64, u32, &'a [Exemplar]);
 
+/// The [`PointCommon`] fields of any data point type that has exemplars.
+macro_rules! point_common {
+    ($p:expr) => {
+        (
+            &$p.attributes[..],
+            $p.start_time_unix_nano,
+            $p.time_unix_nano,
+            $p.flags,
+            &$p.exemplars[..],
+        )
+    };
+}
+
 impl<'a> PointFields<'a> {
-    /// The fields histograms and exponential histograms share: common point
-    /// fields plus (count, sum, min, max).
-    fn dist(common: PointCommon<'a>, (count, sum, min, max): (u64, Option<f64>, Option<f64>, Option<f64>)) -> Self {
-        let (attributes, start, time, flags, exemplars) = common;
+    /// A point with only the common fields set.
+    fn with_common((attributes, start, time, flags, exemplars): PointCommon<'a>) -> Self {
         PointFields {
             attributes,
             start,
             time,
             flags,
             exemplars,
+            ..Default::default()
+        }
+    }
+
+    /// The fields histograms and exponential histograms share: common point
+    /// fields plus (count, sum, min, max).
+    fn dist(common: PointCommon<'a>, (count, sum, min, max): (u64, Option<f64>, Option<f64>, Option<f64>)) -> Self {
+        PointFields {
             count: Some(count),
             sum,
             min,
             max,
-            ..Default::default()
+            ..Self::with_common(common)
         }
     }
 }
@@ -425,16 +444,7 @@ impl PointsBuilder {
                     let pf = PointFields {
                         bucket_counts: Some(&p.bucket_counts),
                         explicit_bounds: Some(&p.explicit_bounds),
-                        ..PointFields::dist(
-                            (
-                                &p.attributes,
-                                p.start_time_unix_nano,
-                                p.time_unix_nano,
-                                p.flags,
-                                &p.exemplars,
-                            ),
-                            (p.count, p.sum, p.min, p.max),
-                        )
+                        ..PointFields::dist(point_common!(p), (p.count, p.sum, p.min, p.max))
                     };
                     self.row(rid, sid, &f, pf);
                 }
@@ -448,16 +458,7 @@ impl PointsBuilder {
                         exp_zero_threshold: Some(p.zero_threshold),
                         positive: p.positive.as_ref(),
                         negative: p.negative.as_ref(),
-                        ..PointFields::dist(
-                            (
-                                &p.attributes,
-                                p.start_time_unix_nano,
-                                p.time_unix_nano,
-                                p.flags,
-                                &p.exemplars,
-                            ),
-                            (p.count, p.sum, p.min, p.max),
-                        )
+                        ..PointFields::dist(point_common!(p), (p.count, p.sum, p.min, p.max))
                     };
                     self.row(rid, sid, &f, pf);
                 }
@@ -590,14 +591,9 @@ fn number_fields(p: &NumberDataPoint) -> PointFields<'_> {
         None => (None, None),
     };
     PointFields {
-        attributes: &p.attributes,
-        start: p.start_time_unix_nano,
-        time: p.time_unix_nano,
-        flags: p.flags,
-        exemplars: &p.exemplars,
         value_int,
         value_double,
-        ..Default::default()
+        ..PointFields::with_common(point_common!(p))
     }
 }
 

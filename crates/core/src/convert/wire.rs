@@ -197,28 +197,40 @@ fn parse_request<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
     Some(())
 }
 
-fn parse_resource_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
+/// `ResourceLogs` and `ScopeLogs` share one shape: 1 = a singular message
+/// (resource or scope), 2 = repeated children, 3 = schema url. Parses it,
+/// handing each child to `child`; returns the decoded message and the url.
+fn parse_group<'a, M: Message + Default>(
+    buf: &'a [u8],
+    v: &mut LogsView<'a>,
+    child: fn(&'a [u8], &mut LogsView<'a>) -> W<()>,
+) -> W<(Option<M>, &'a str)> {
     let mut r = Reader::new(buf);
-    let mut resource: Option<&[u8]> = None;
+    let mut message: Option<&[u8]> = None;
     let mut schema_url = "";
-    let first = v.scopes.len();
     while !r.done() {
         match r.key()? {
             (1, 2) => {
-                if resource.replace(r.bytes()?).is_some() {
-                    return None; // would merge
+                if message.replace(r.bytes()?).is_some() {
+                    return None; // protobuf would merge the two
                 }
             }
-            (2, 2) => parse_scope_logs(r.bytes()?, v)?,
+            (2, 2) => child(r.bytes()?, v)?,
             (3, 2) => schema_url = r.str()?,
             (1..=3, _) => return None,
             (_, wire) => r.skip(wire)?,
         }
     }
-    let resource = match resource {
-        Some(b) => Some(Resource::decode(b).ok()?),
+    let message = match message {
+        Some(b) => Some(M::decode(b).ok()?),
         None => None,
     };
+    Some((message, schema_url))
+}
+
+fn parse_resource_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
+    let first = v.scopes.len();
+    let (resource, schema_url) = parse_group::<Resource>(buf, v, parse_scope_logs)?;
     v.resources.push(ResourceView {
         resource,
         schema_url,
@@ -228,27 +240,8 @@ fn parse_resource_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
 }
 
 fn parse_scope_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
-    let mut r = Reader::new(buf);
-    let mut scope: Option<&[u8]> = None;
-    let mut schema_url = "";
     let first = v.records.len();
-    while !r.done() {
-        match r.key()? {
-            (1, 2) => {
-                if scope.replace(r.bytes()?).is_some() {
-                    return None;
-                }
-            }
-            (2, 2) => parse_record(r.bytes()?, v)?,
-            (3, 2) => schema_url = r.str()?,
-            (1..=3, _) => return None,
-            (_, wire) => r.skip(wire)?,
-        }
-    }
-    let scope = match scope {
-        Some(b) => Some(InstrumentationScope::decode(b).ok()?),
-        None => None,
-    };
+    let (scope, schema_url) = parse_group::<InstrumentationScope>(buf, v, parse_record)?;
     v.scopes.push(ScopeView {
         scope,
         schema_url,
