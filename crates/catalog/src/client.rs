@@ -1,0 +1,342 @@
+//! The catalog client: follows leader redirects, retries transient errors
+//! with capped exponential backoff across members, and gives up at a
+//! deadline. Every write command is idempotent in the state machine, so a
+//! retry after an unknown outcome (a timeout, a leader lost mid-commit)
+//! never applies a command twice.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mira_proto::catalog as pb;
+use mira_proto::catalog::catalog_client::CatalogClient as Grpc;
+use pb::write_request::Command;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::error::ClientError;
+use crate::network::endpoint_url;
+use crate::service::LEADER_HEADER;
+
+/// Timeouts and backoff of a [`CatalogClient`].
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Give up on a call after this long.
+    pub timeout: Duration,
+    /// One attempt against one member.
+    pub attempt_timeout: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            timeout: Duration::from_secs(15),
+            attempt_timeout: Duration::from_secs(3),
+            backoff_initial: Duration::from_millis(25),
+            backoff_max: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Routing {
+    /// Where to send the next call (a leader hint or a member that answered).
+    preferred: Option<String>,
+    next: usize,
+    channels: HashMap<String, Channel>,
+}
+
+/// A client of the catalog cluster.
+#[derive(Debug)]
+pub struct CatalogClient {
+    endpoints: Vec<String>,
+    config: ClientConfig,
+    routing: Mutex<Routing>,
+}
+
+fn retryable(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Cancelled | Code::Unknown | Code::Internal
+    )
+}
+
+impl CatalogClient {
+    /// A client of the members at `endpoints` (`host:port`).
+    pub fn new(endpoints: Vec<String>, config: ClientConfig) -> CatalogClient {
+        CatalogClient {
+            endpoints,
+            config,
+            routing: Mutex::new(Routing::default()),
+        }
+    }
+
+    fn routing(&self) -> std::sync::MutexGuard<'_, Routing> {
+        self.routing.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn target(&self) -> Option<String> {
+        let mut r = self.routing();
+        if let Some(p) = &r.preferred {
+            return Some(p.clone());
+        }
+        if self.endpoints.is_empty() {
+            return None;
+        }
+        let i = r.next % self.endpoints.len();
+        r.next = r.next.wrapping_add(1);
+        Some(self.endpoints[i].clone())
+    }
+
+    fn channel(&self, addr: &str) -> Result<Grpc<Channel>, ClientError> {
+        let mut r = self.routing();
+        let channel = match r.channels.get(addr) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Endpoint::from_shared(endpoint_url(addr))
+                    .map_err(|_| ClientError::Endpoint(addr.to_owned()))?
+                    .connect_timeout(self.config.connect_timeout)
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                r.channels.insert(addr.to_owned(), c.clone());
+                c
+            }
+        };
+        Ok(Grpc::new(channel)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(16 * 1024 * 1024))
+    }
+
+    fn prefer(&self, addr: Option<String>) {
+        self.routing().preferred = addr;
+    }
+
+    fn forget_channel(&self, addr: &str) {
+        self.routing().channels.remove(addr);
+    }
+
+    /// Runs `f` against members until one answers, following redirects.
+    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Grpc<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let deadline = Instant::now() + self.config.timeout;
+        let mut backoff = self.config.backoff_initial;
+        let mut attempts = 0u32;
+        let mut last = String::from("no catalog endpoints configured");
+        loop {
+            let Some(addr) = self.target() else { break };
+            attempts += 1;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            let client = self.channel(&addr)?;
+            let mut redirected = false;
+            match tokio::time::timeout(self.config.attempt_timeout.min(remaining), f(client)).await {
+                Ok(Ok(resp)) => {
+                    self.prefer(Some(addr));
+                    return Ok(resp.into_inner());
+                }
+                Ok(Err(status)) => {
+                    let leader = status
+                        .metadata()
+                        .get(LEADER_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    if let Some(leader) = leader.filter(|l| *l != addr) {
+                        last = format!("redirected to {leader}: {}", status.message());
+                        self.prefer(Some(leader));
+                        redirected = true;
+                    } else if retryable(status.code()) {
+                        last = format!("{addr}: {}: {}", status.code(), status.message());
+                        self.prefer(None);
+                        if status.code() == Code::Unavailable {
+                            self.forget_channel(&addr);
+                        }
+                    } else {
+                        return Err(ClientError::Rejected(status));
+                    }
+                }
+                Err(_) => {
+                    last = format!("{addr}: no answer within {:?}", self.config.attempt_timeout);
+                    self.prefer(None);
+                    self.forget_channel(&addr);
+                }
+            }
+            if redirected && attempts % 4 != 0 {
+                continue;
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            tokio::time::sleep(backoff.min(remaining)).await;
+            backoff = (backoff * 2).min(self.config.backoff_max);
+        }
+        Err(ClientError::Unavailable { attempts, last })
+    }
+
+    /// Sends one write command; returns the reply (version, lease).
+    pub async fn write(&self, command: Command) -> Result<pb::WriteReply, ClientError> {
+        let req = pb::WriteRequest { command: Some(command) };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.write(req).await }
+        })
+        .await
+    }
+
+    /// Publishes blocks (and advances a WAL watermark); returns the version.
+    pub async fn publish(&self, blocks: Vec<pb::Block>, watermark: Option<pb::Watermark>) -> Result<u64, ClientError> {
+        Ok(self.write(Command::Publish(pb::Publish { blocks, watermark })).await?.version)
+    }
+
+    /// Atomically adds `add` and tombstones `tombstone`.
+    pub async fn replace(&self, replace: pb::Replace) -> Result<u64, ClientError> {
+        Ok(self.write(Command::Replace(replace)).await?.version)
+    }
+
+    pub async fn heartbeat(&self, ingester_id: &str, address: &str, now_ns: i64, ttl_ms: i64) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::Heartbeat(pb::Heartbeat {
+                ingester_id: ingester_id.to_owned(),
+                address: address.to_owned(),
+                now_ns,
+                ttl_ms,
+            }))
+            .await?
+            .version)
+    }
+
+    pub async fn list_blocks(&self, req: pb::ListBlocksRequest) -> Result<pb::ListBlocksReply, ClientError> {
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.list_blocks(req).await }
+        })
+        .await
+    }
+
+    pub async fn get_watermarks(&self, req: pb::GetWatermarksRequest) -> Result<pb::GetWatermarksReply, ClientError> {
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.get_watermarks(req).await }
+        })
+        .await
+    }
+
+    pub async fn list_ingesters(&self, req: pb::ListIngestersRequest) -> Result<pb::ListIngestersReply, ClientError> {
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.list_ingesters(req).await }
+        })
+        .await
+    }
+
+    pub async fn list_policies(&self, req: pb::ListPoliciesRequest) -> Result<pb::ListPoliciesReply, ClientError> {
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.list_policies(req).await }
+        })
+        .await
+    }
+
+    pub async fn list_leases(&self, req: pb::ListLeasesRequest) -> Result<pb::ListLeasesReply, ClientError> {
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.list_leases(req).await }
+        })
+        .await
+    }
+
+    /// Status of whichever member answers.
+    pub async fn status(&self) -> Result<pb::StatusReply, ClientError> {
+        self.call(|mut c| async move { c.status(pb::StatusRequest {}).await }).await
+    }
+
+    /// Status of the first configured member, one attempt, no retry.
+    pub async fn status_of_first(&self) -> Result<pb::StatusReply, ClientError> {
+        let addr = self.endpoints.first().ok_or_else(|| ClientError::Endpoint(String::new()))?;
+        let mut c = self.channel(addr)?;
+        c.status(pb::StatusRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(ClientError::Rejected)
+    }
+
+    pub async fn change_membership(&self, members: Vec<pb::Member>) -> Result<pb::ChangeMembershipReply, ClientError> {
+        let req = pb::ChangeMembershipRequest { members };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.change_membership(req).await }
+        })
+        .await
+    }
+
+    pub async fn trigger_snapshot(&self) -> Result<u64, ClientError> {
+        self.call(|mut c| async move { c.trigger_snapshot(pb::TriggerSnapshotRequest {}).await })
+            .await
+            .map(|r| r.snapshot_index)
+    }
+
+    /// Every change after `after_version`, in order, from any member;
+    /// reconnects (to another member if need be) and resumes after the last
+    /// complete event. The stream ends only when dropped; an event with
+    /// `reset` starts a full state that ends with `reset_done`.
+    pub fn watch(self: &std::sync::Arc<Self>, after_version: u64) -> ReceiverStream<pb::WatchEvent> {
+        let (tx, rx) = mpsc::channel(64);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut resume = after_version;
+            let mut backoff = me.config.backoff_initial;
+            loop {
+                let Some(addr) = me.target() else { return };
+                let Ok(mut client) = me.channel(&addr) else { return };
+                match client.watch(pb::WatchRequest { after_version: resume }).await {
+                    Ok(stream) => {
+                        let mut stream = stream.into_inner();
+                        // A reset is forwarded only once complete, so a
+                        // connection lost mid-reset never leaves half a state.
+                        let mut pending: Vec<pb::WatchEvent> = Vec::new();
+                        while let Some(item) = stream.next().await {
+                            let Ok(event) = item else { break };
+                            backoff = me.config.backoff_initial;
+                            if event.reset && !event.reset_done {
+                                pending.push(event);
+                                continue;
+                            }
+                            resume = event.version;
+                            for e in pending.drain(..).chain(std::iter::once(event)) {
+                                if tx.send(e).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    Err(status) => {
+                        if !retryable(status.code()) {
+                            tracing::warn!(target: "mira::catalog", %status, "watch refused");
+                        }
+                    }
+                }
+                me.prefer(None);
+                me.forget_channel(&addr);
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(me.config.backoff_max);
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+}

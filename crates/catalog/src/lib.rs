@@ -1,0 +1,25 @@
+//! mira-catalog: which blocks exist, replicated with openraft.
+//!
+//! It owns the catalog's state and rules ([`state`]), the records and
+//! commands with their validation ([`model`]), the durable Raft log in redb
+//! ([`log_store`]), the snapshot-backed state machine ([`state_machine`]),
+//! the tonic transport between members ([`network`]), the gRPC services
+//! ([`service`]), a running member ([`node`]) and the client every other
+//! role uses ([`client`]).
+
+pub mod client;
+pub mod error;
+pub mod log_store;
+pub mod metrics;
+pub mod model;
+pub mod network;
+pub mod node;
+pub mod service;
+pub mod state;
+pub mod state_machine;
+pub mod types;
+
+pub use client::{CatalogClient, ClientConfig};
+pub use error::{ClientError, CommandError, Error};
+pub use node::{CatalogNode, NodeConfig, parse_peers};
+pub use mira_proto::catalog as proto;

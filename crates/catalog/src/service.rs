@@ -1,0 +1,443 @@
+//! The gRPC services of a catalog member: the Raft transport (from other
+//! members) and the client API (writes, reads, watch, admin).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use mira_core::ids::TenantId;
+use mira_proto::catalog as pb;
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::{BasicNode, ChangeMembers};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status};
+
+use crate::error::CommandError;
+use crate::metrics::Metrics;
+use crate::model::{
+    check_time, command_from_pb, ingester_to_pb, lease_to_pb, policy_kind_filter_from_pb, policy_to_pb,
+    signal_from_pb, state_kind_from_pb, watermark_to_pb, block_to_pb, StateKind,
+};
+use crate::state_machine::{Catalog, HistoryGone};
+use crate::types::{NodeId, Raft};
+
+/// Metadata key carrying the leader's address on a redirect.
+pub const LEADER_HEADER: &str = "x-mira-leader";
+/// Changes per watch event when sending a full reset.
+const RESET_CHUNK: usize = 1_000;
+/// Events read from the history per wake-up.
+const WATCH_BATCH: usize = 256;
+
+/// The status a follower answers a write (or linearizable read) with.
+pub fn not_leader(f: &ForwardToLeader<NodeId, BasicNode>) -> Status {
+    match (&f.leader_id, &f.leader_node) {
+        (Some(id), Some(node)) => {
+            let mut s = Status::unavailable(format!("not the leader; the leader is member {id} at {}", node.addr));
+            if let Ok(v) = MetadataValue::try_from(node.addr.as_str()) {
+                s.metadata_mut().insert(LEADER_HEADER, v);
+            }
+            s
+        }
+        _ => Status::unavailable("no catalog leader is elected yet"),
+    }
+}
+
+fn write_status(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Status {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(&f),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Status::failed_precondition(e.to_string()),
+        RaftError::Fatal(e) => Status::unavailable(format!("catalog member stopping: {e}")),
+    }
+}
+
+fn read_status(e: RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>) -> Status {
+    match e {
+        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => not_leader(&f),
+        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)) => Status::unavailable(e.to_string()),
+        RaftError::Fatal(e) => Status::unavailable(format!("catalog member stopping: {e}")),
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// The client API.
+#[derive(Clone)]
+pub struct CatalogService {
+    pub(crate) raft: Raft,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) node_id: NodeId,
+    pub(crate) cluster_id: String,
+}
+
+impl std::fmt::Debug for CatalogService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogService").field("node_id", &self.node_id).finish()
+    }
+}
+
+impl CatalogService {
+    async fn consistent(&self, linearizable: bool) -> Result<(), Status> {
+        if linearizable {
+            self.raft.ensure_linearizable().await.map_err(read_status)?;
+        }
+        Ok(())
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::catalog_server::Catalog for CatalogService {
+    async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteReply>, Status> {
+        let start = Instant::now();
+        let cmd = match command_from_pb(request.get_ref()) {
+            Ok(c) => c,
+            Err(e) => {
+                self.metrics.observe_command("invalid", false, start.elapsed());
+                return Err(e.into());
+            }
+        };
+        let name = cmd.name();
+        let res = self.raft.client_write(cmd).await;
+        let reply = match res {
+            Ok(resp) => match resp.data {
+                Ok(accepted) => Ok(pb::WriteReply {
+                    version: resp.log_id.index,
+                    lease: accepted.lease.as_ref().map(lease_to_pb),
+                }),
+                Err(e) => Err(Status::from(e)),
+            },
+            Err(e) => Err(write_status(e)),
+        };
+        self.metrics.observe_command(name, reply.is_ok(), start.elapsed());
+        reply.map(Response::new)
+    }
+
+    async fn list_blocks(&self, request: Request<pb::ListBlocksRequest>) -> Result<Response<pb::ListBlocksReply>, Status> {
+        let req = request.into_inner();
+        TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
+        let signal = signal_from_pb("signal", req.signal)?;
+        check_time("min_time_ns", req.min_time_ns)?;
+        check_time("max_time_ns", req.max_time_ns)?;
+        if req.max_time_ns < req.min_time_ns {
+            return Err(CommandError::invalid("max_time_ns", "before min_time_ns").into());
+        }
+        let states = if req.states.is_empty() {
+            vec![StateKind::Live]
+        } else {
+            req.states.iter().map(|s| state_kind_from_pb(*s)).collect::<Result<Vec<_>, _>>()?
+        };
+        self.consistent(req.linearizable).await?;
+        let (blocks, version) = self.catalog.read(|state, version| {
+            let blocks = state
+                .list_blocks(&req.tenant, signal, req.min_time_ns, req.max_time_ns, &states)
+                .into_iter()
+                .map(block_to_pb)
+                .collect();
+            (blocks, version)
+        });
+        Ok(Response::new(pb::ListBlocksReply { blocks, version }))
+    }
+
+    async fn get_watermarks(
+        &self,
+        request: Request<pb::GetWatermarksRequest>,
+    ) -> Result<Response<pb::GetWatermarksReply>, Status> {
+        let req = request.into_inner();
+        self.consistent(req.linearizable).await?;
+        let filter = (!req.ingester_id.is_empty()).then_some(req.ingester_id.as_str());
+        let (watermarks, version) = self
+            .catalog
+            .read(|s, v| (s.watermarks(filter).iter().map(watermark_to_pb).collect(), v));
+        Ok(Response::new(pb::GetWatermarksReply { watermarks, version }))
+    }
+
+    async fn list_ingesters(
+        &self,
+        request: Request<pb::ListIngestersRequest>,
+    ) -> Result<Response<pb::ListIngestersReply>, Status> {
+        let req = request.into_inner();
+        check_time("now_ns", req.now_ns)?;
+        self.consistent(req.linearizable).await?;
+        let now = if req.now_ns == 0 { now_ns() } else { req.now_ns };
+        let (ingesters, version) = self
+            .catalog
+            .read(|s, v| (s.live_ingesters(now).iter().map(ingester_to_pb).collect(), v));
+        Ok(Response::new(pb::ListIngestersReply { ingesters, version }))
+    }
+
+    async fn list_policies(
+        &self,
+        request: Request<pb::ListPoliciesRequest>,
+    ) -> Result<Response<pb::ListPoliciesReply>, Status> {
+        let req = request.into_inner();
+        let kind = policy_kind_filter_from_pb(req.kind)?;
+        self.consistent(req.linearizable).await?;
+        let (policies, version) = self
+            .catalog
+            .read(|s, v| (s.policies(kind).iter().map(policy_to_pb).collect(), v));
+        Ok(Response::new(pb::ListPoliciesReply { policies, version }))
+    }
+
+    async fn list_leases(&self, request: Request<pb::ListLeasesRequest>) -> Result<Response<pb::ListLeasesReply>, Status> {
+        self.consistent(request.get_ref().linearizable).await?;
+        let (leases, version) = self.catalog.read(|s, v| (s.leases().iter().map(lease_to_pb).collect(), v));
+        Ok(Response::new(pb::ListLeasesReply { leases, version }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let after = request.into_inner().after_version;
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(watch_loop(self.catalog.clone(), after, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
+        let m = self.raft.metrics().borrow().clone();
+        let members = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, node)| pb::Member {
+                id: *id,
+                address: node.addr.clone(),
+                voter: m.membership_config.membership().voter_ids().any(|v| v == *id),
+            })
+            .collect();
+        let leader_address = m
+            .current_leader
+            .and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()))
+            .unwrap_or_default();
+        Ok(Response::new(pb::StatusReply {
+            node_id: self.node_id,
+            cluster_id: self.cluster_id.clone(),
+            term: m.current_term,
+            leader_id: m.current_leader,
+            leader_address,
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            last_log_index: m.last_log_index.unwrap_or(0),
+            members,
+            snapshot_index: m.snapshot.map_or(0, |l| l.index),
+        }))
+    }
+
+    async fn change_membership(
+        &self,
+        request: Request<pb::ChangeMembershipRequest>,
+    ) -> Result<Response<pb::ChangeMembershipReply>, Status> {
+        let req = request.into_inner();
+        if req.members.is_empty() {
+            return Err(CommandError::invalid("members", "a cluster needs at least one member").into());
+        }
+        let mut wanted = BTreeMap::new();
+        for m in &req.members {
+            if m.address.is_empty() || m.address.len() > 512 {
+                return Err(CommandError::invalid("members.address", "must be 1..=512 bytes").into());
+            }
+            if wanted.insert(m.id, m.address.clone()).is_some() {
+                return Err(CommandError::invalid("members.id", format!("member {} named twice", m.id)).into());
+            }
+        }
+        let known: BTreeMap<NodeId, String> = {
+            let m = self.raft.metrics().borrow().clone();
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect()
+        };
+        for (id, addr) in &wanted {
+            if known.get(id) != Some(addr) {
+                self.raft
+                    .add_learner(*id, BasicNode { addr: addr.clone() }, true)
+                    .await
+                    .map_err(write_status)?;
+            }
+        }
+        let voters = wanted.keys().copied().collect();
+        let resp = self
+            .raft
+            .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
+            .await
+            .map_err(write_status)?;
+        let members = resp
+            .membership
+            .as_ref()
+            .map(|m| {
+                m.nodes()
+                    .map(|(id, n)| pb::Member {
+                        id: *id,
+                        address: n.addr.clone(),
+                        voter: m.voter_ids().any(|v| v == *id),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Response::new(pb::ChangeMembershipReply { members }))
+    }
+
+    async fn trigger_snapshot(
+        &self,
+        _request: Request<pb::TriggerSnapshotRequest>,
+    ) -> Result<Response<pb::TriggerSnapshotReply>, Status> {
+        let target = self.catalog.version();
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut metrics = self.raft.metrics();
+        let wait = async {
+            loop {
+                let index = metrics.borrow().snapshot.map_or(0, |l| l.index);
+                if index >= target {
+                    return Ok(index);
+                }
+                if metrics.changed().await.is_err() {
+                    return Err(Status::unavailable("catalog member stopping"));
+                }
+            }
+        };
+        let index = tokio::time::timeout(Duration::from_secs(60), wait)
+            .await
+            .map_err(|_| Status::deadline_exceeded("snapshot not finished within 60 s"))??;
+        Ok(Response::new(pb::TriggerSnapshotReply { snapshot_index: index }))
+    }
+}
+
+/// Streams every change after `after` until the receiver goes away.
+async fn watch_loop(catalog: Arc<Catalog>, mut after: u64, tx: mpsc::Sender<Result<pb::WatchEvent, Status>>) {
+    let mut versions = catalog.subscribe();
+    loop {
+        // Read the applied version before the history: changes are in the
+        // history before the version moves, so none up to `applied` is missed.
+        let applied = *versions.borrow_and_update();
+        match catalog.events_after(after, WATCH_BATCH) {
+            Err(HistoryGone) => {
+                let (version, changes) = catalog.full_state();
+                let chunks: Vec<&[crate::state::Change]> = if changes.is_empty() {
+                    vec![&[]]
+                } else {
+                    changes.chunks(RESET_CHUNK).collect()
+                };
+                let last = chunks.len() - 1;
+                for (i, chunk) in chunks.into_iter().enumerate() {
+                    let event = pb::WatchEvent {
+                        version,
+                        reset: true,
+                        reset_done: i == last,
+                        changes: chunk.iter().map(|c| c.to_pb()).collect(),
+                    };
+                    if tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                after = version;
+            }
+            Ok(events) if !events.is_empty() => {
+                for e in events {
+                    after = e.version;
+                    let event = pb::WatchEvent {
+                        version: e.version,
+                        reset: false,
+                        reset_done: false,
+                        changes: e.changes.iter().map(|c| c.to_pb()).collect(),
+                    };
+                    if tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Ok(_) => {
+                // Caught up. Tell the watcher how far the catalog got (log
+                // entries without changes still advance the version), then
+                // wait for the next apply.
+                if applied > after {
+                    after = applied;
+                    let progress = pb::WatchEvent {
+                        version: applied,
+                        ..Default::default()
+                    };
+                    if tx.send(Ok(progress)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    changed = versions.changed() => if changed.is_err() { return },
+                    () = tx.closed() => return,
+                }
+            }
+        }
+    }
+}
+
+/// The Raft transport between members.
+#[derive(Clone)]
+pub struct RaftService {
+    pub(crate) raft: Raft,
+    pub(crate) cluster_id: String,
+}
+
+impl std::fmt::Debug for RaftService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftService").field("cluster_id", &self.cluster_id).finish()
+    }
+}
+
+impl RaftService {
+    fn check(&self, req: &pb::RaftRequest) -> Result<(), Status> {
+        if req.cluster_id != self.cluster_id {
+            return Err(Status::permission_denied(format!(
+                "cluster id mismatch: this member belongs to {:?}, the request to {:?}",
+                self.cluster_id,
+                req.cluster_id.chars().take(128).collect::<String>()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn decode<T: DeserializeOwned>(req: &pb::RaftRequest) -> Result<T, Status> {
+    postcard::from_bytes(&req.payload).map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Response<pb::RaftReply>, Status> {
+    postcard::to_stdvec(v)
+        .map(|payload| Response::new(pb::RaftReply { payload }))
+        .map_err(|e| Status::internal(format!("encode raft reply: {e}")))
+}
+
+#[tonic::async_trait]
+impl pb::raft_server::Raft for RaftService {
+    async fn append_entries(&self, request: Request<pb::RaftRequest>) -> Result<Response<pb::RaftReply>, Status> {
+        let req = request.into_inner();
+        self.check(&req)?;
+        encode(&self.raft.append_entries(decode(&req)?).await)
+    }
+
+    async fn vote(&self, request: Request<pb::RaftRequest>) -> Result<Response<pb::RaftReply>, Status> {
+        let req = request.into_inner();
+        self.check(&req)?;
+        encode(&self.raft.vote(decode(&req)?).await)
+    }
+
+    async fn install_snapshot(&self, request: Request<pb::RaftRequest>) -> Result<Response<pb::RaftReply>, Status> {
+        let req = request.into_inner();
+        self.check(&req)?;
+        encode(&self.raft.install_snapshot(decode(&req)?).await)
+    }
+}

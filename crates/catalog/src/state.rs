@@ -1,0 +1,560 @@
+//! The catalog's state and the deterministic rules that change it. Pure:
+//! no I/O, no clock (times come from the commands), so every member applies
+//! the same log to the same state, and the rules are tested directly.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use mira_core::ids::BlockId;
+use mira_proto::catalog as pb;
+use serde::{Deserialize, Serialize};
+
+use crate::error::CommandError;
+use crate::model::{
+    BlockRecord, BlockState, Command, IngesterLease, Lease, Policy, PolicyKind, StateKind, Watermark, block_to_pb,
+    ingester_to_pb, lease_to_pb, policy_to_pb, watermark_to_pb,
+};
+
+/// One observable change, as delivered by watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Block(BlockRecord),
+    Purged(u128),
+    Watermark(Watermark),
+    Ingester(IngesterLease),
+    LeaseSet(Lease),
+    LeaseReleased(String),
+    PolicySet(Policy),
+    PolicyDeleted(Policy),
+}
+
+impl Change {
+    pub fn to_pb(&self) -> pb::Change {
+        use pb::change::Change as C;
+        let c = match self {
+            Change::Block(b) => C::Block(block_to_pb(b)),
+            Change::Purged(id) => C::PurgedBlockId(BlockId::from_u128(*id).to_string()),
+            Change::Watermark(w) => C::Watermark(watermark_to_pb(w)),
+            Change::Ingester(i) => C::Ingester(ingester_to_pb(i)),
+            Change::LeaseSet(l) => C::LeaseSet(lease_to_pb(l)),
+            Change::LeaseReleased(k) => C::LeaseReleased(k.clone()),
+            Change::PolicySet(p) => C::PolicySet(policy_to_pb(p)),
+            Change::PolicyDeleted(p) => C::PolicyDeleted(policy_to_pb(p)),
+        };
+        pb::Change { change: Some(c) }
+    }
+}
+
+/// What an accepted command produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub changes: Vec<Change>,
+    /// Lease commands: the lease after the command.
+    pub lease: Option<Lease>,
+}
+
+/// Blocks of one (tenant, signal), ordered by min time.
+#[derive(Clone, Debug, Default)]
+struct Stream {
+    by_min: BTreeSet<(i64, u128)>,
+    /// Widest `max - min` of any block ever indexed here: a block overlapping
+    /// `[start, end]` has `min >= start - max_span`.
+    max_span: i64,
+}
+
+/// The whole catalog.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    blocks: HashMap<u128, BlockRecord>,
+    streams: BTreeMap<(String, u8), Stream>,
+    watermarks: BTreeMap<(String, u32), u64>,
+    ingesters: BTreeMap<String, IngesterLease>,
+    leases: BTreeMap<String, Lease>,
+    policies: BTreeMap<(PolicyKind, String), Policy>,
+    counts: [u64; 3],
+}
+
+/// The serialized form of [`State`] inside a snapshot.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct StateImage {
+    pub blocks: Vec<BlockRecord>,
+    pub watermarks: Vec<Watermark>,
+    pub ingesters: Vec<IngesterLease>,
+    pub leases: Vec<Lease>,
+    pub policies: Vec<Policy>,
+}
+
+fn state_index(k: StateKind) -> usize {
+    match k {
+        StateKind::Live => 0,
+        StateKind::Tombstoned => 1,
+        StateKind::Offloaded => 2,
+    }
+}
+
+fn not_found(ids: &[u128]) -> CommandError {
+    let names: Vec<String> = ids.iter().take(10).map(|id| BlockId::from_u128(*id).to_string()).collect();
+    let more = if ids.len() > 10 {
+        format!(" and {} more", ids.len() - 10)
+    } else {
+        String::new()
+    };
+    CommandError::NotFound {
+        what: format!("blocks {}{more}", names.join(", ")),
+    }
+}
+
+impl State {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies `cmd` whole, or returns why not and leaves the state as it was.
+    pub fn apply(&mut self, cmd: &Command) -> Result<Applied, CommandError> {
+        cmd.validate()?;
+        match cmd {
+            Command::Publish { blocks, watermark } => self.publish(blocks, watermark.as_ref()),
+            Command::Replace {
+                add,
+                tombstone,
+                now_ns,
+                lease,
+            } => self.replace(add, tombstone, *now_ns, lease.as_ref()),
+            Command::Tombstone { ids, now_ns } => self.tombstone(ids, *now_ns),
+            Command::Purge { ids } => self.purge(ids),
+            Command::MarkOffloaded { id, location } => self.mark_offloaded(*id, location),
+            Command::MarkRestored { id } => self.mark_restored(*id),
+            Command::SetPolicy(p) => {
+                let key = (p.kind, p.name.clone());
+                if self.policies.get(&key) == Some(p) {
+                    return Ok(Applied::default());
+                }
+                self.policies.insert(key, p.clone());
+                Ok(Applied {
+                    changes: vec![Change::PolicySet(p.clone())],
+                    lease: None,
+                })
+            }
+            Command::DeletePolicy { kind, name } => match self.policies.remove(&(*kind, name.clone())) {
+                Some(p) => Ok(Applied {
+                    changes: vec![Change::PolicyDeleted(p)],
+                    lease: None,
+                }),
+                None => Err(CommandError::NotFound {
+                    what: format!("policy {name:?} of kind {kind:?}"),
+                }),
+            },
+            Command::AcquireLease {
+                key,
+                holder,
+                now_ns,
+                ttl_ms,
+            } => self.acquire(key, holder, *now_ns, *ttl_ms, false),
+            Command::RenewLease {
+                key,
+                holder,
+                now_ns,
+                ttl_ms,
+            } => self.acquire(key, holder, *now_ns, *ttl_ms, true),
+            Command::ReleaseLease { key, holder } => match self.leases.get(key) {
+                None => Ok(Applied::default()),
+                Some(l) if &l.holder == holder => {
+                    self.leases.remove(key);
+                    Ok(Applied {
+                        changes: vec![Change::LeaseReleased(key.clone())],
+                        lease: None,
+                    })
+                }
+                Some(l) => Err(CommandError::conflict(format!(
+                    "lease {key:?} is held by {:?}, not {holder:?}",
+                    l.holder
+                ))),
+            },
+            Command::Heartbeat {
+                ingester_id,
+                address,
+                now_ns,
+                ttl_ms,
+            } => {
+                if *ttl_ms == 0 {
+                    return Ok(match self.ingesters.remove(ingester_id) {
+                        Some(mut l) => {
+                            l.expires_at_ns = *now_ns;
+                            Applied {
+                                changes: vec![Change::Ingester(l)],
+                                lease: None,
+                            }
+                        }
+                        None => Applied::default(),
+                    });
+                }
+                let lease = IngesterLease {
+                    ingester_id: ingester_id.clone(),
+                    address: address.clone(),
+                    expires_at_ns: now_ns + ttl_ms * 1_000_000,
+                };
+                if let Some(old) = self.ingesters.get(ingester_id)
+                    && old.expires_at_ns > lease.expires_at_ns
+                    && old.address == lease.address
+                {
+                    // A delayed heartbeat never shortens a lease.
+                    return Ok(Applied::default());
+                }
+                self.ingesters.insert(ingester_id.clone(), lease.clone());
+                Ok(Applied {
+                    changes: vec![Change::Ingester(lease)],
+                    lease: None,
+                })
+            }
+        }
+    }
+
+    fn publish(&mut self, blocks: &[BlockRecord], watermark: Option<&Watermark>) -> Result<Applied, CommandError> {
+        let mut fresh = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            match self.blocks.get(&b.id) {
+                Some(old) if old.same_publish(b) => {}
+                Some(_) => {
+                    return Err(CommandError::AlreadyExists {
+                        id: b.block_id().to_string(),
+                    });
+                }
+                None => fresh.push(b),
+            }
+        }
+        let mut changes = Vec::new();
+        if let Some(w) = watermark {
+            let key = (w.ingester_id.clone(), w.shard);
+            let current = self.watermarks.get(&key).copied();
+            match current {
+                Some(c) if w.wal_seq < c => {
+                    if !fresh.is_empty() {
+                        return Err(CommandError::conflict(format!(
+                            "watermark of ingester {:?} shard {} would go back from {c} to {}",
+                            w.ingester_id, w.shard, w.wal_seq
+                        )));
+                    }
+                    // A retried publish whose blocks are all in: nothing to do.
+                }
+                Some(c) if w.wal_seq == c => {}
+                _ => {
+                    self.watermarks.insert(key, w.wal_seq);
+                    changes.push(Change::Watermark(w.clone()));
+                }
+            }
+        }
+        for b in fresh {
+            self.insert_block(b.clone());
+            changes.push(Change::Block(b.clone()));
+        }
+        Ok(Applied { changes, lease: None })
+    }
+
+    fn replace(
+        &mut self,
+        add: &[BlockRecord],
+        tombstone: &[u128],
+        now_ns: i64,
+        lease: Option<&(String, String)>,
+    ) -> Result<Applied, CommandError> {
+        // A retry of a replace that was applied: every new block is in and
+        // every old one is gone from the live set.
+        let all_added = add.iter().all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
+        let all_gone = tombstone
+            .iter()
+            .all(|id| self.blocks.get(id).is_none_or(|o| o.state.kind() != StateKind::Live));
+        if all_added && all_gone && !add.is_empty() {
+            return Ok(Applied::default());
+        }
+        if let Some((key, holder)) = lease {
+            match self.leases.get(key) {
+                Some(l) if &l.holder == holder && l.expires_at_ns > now_ns => {}
+                Some(l) if &l.holder == holder => {
+                    return Err(CommandError::conflict(format!("lease {key:?} expired at {}", l.expires_at_ns)));
+                }
+                Some(l) => {
+                    return Err(CommandError::conflict(format!(
+                        "lease {key:?} is held by {:?}, not {holder:?}",
+                        l.holder
+                    )));
+                }
+                None => return Err(CommandError::conflict(format!("lease {key:?} is not held"))),
+            }
+        }
+        let missing: Vec<u128> = tombstone.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+        if !missing.is_empty() {
+            return Err(not_found(&missing));
+        }
+        let not_live: Vec<String> = tombstone
+            .iter()
+            .filter(|id| self.blocks.get(id).is_some_and(|b| b.state.kind() != StateKind::Live))
+            .take(10)
+            .map(|id| BlockId::from_u128(*id).to_string())
+            .collect();
+        if !not_live.is_empty() {
+            return Err(CommandError::conflict(format!(
+                "blocks to replace are no longer live: {}",
+                not_live.join(", ")
+            )));
+        }
+        if let Some(b) = add.iter().find(|b| self.blocks.contains_key(&b.id)) {
+            return Err(CommandError::AlreadyExists {
+                id: b.block_id().to_string(),
+            });
+        }
+        let mut changes = Vec::with_capacity(add.len() + tombstone.len());
+        for b in add {
+            self.insert_block(b.clone());
+            changes.push(Change::Block(b.clone()));
+        }
+        for id in tombstone {
+            changes.push(Change::Block(self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns })));
+        }
+        Ok(Applied { changes, lease: None })
+    }
+
+    fn tombstone(&mut self, ids: &[u128], now_ns: i64) -> Result<Applied, CommandError> {
+        let missing: Vec<u128> = ids.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+        if !missing.is_empty() {
+            return Err(not_found(&missing));
+        }
+        let mut changes = Vec::new();
+        for id in ids {
+            if self.blocks.get(id).is_some_and(|b| b.state.kind() != StateKind::Tombstoned) {
+                changes.push(Change::Block(self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns })));
+            }
+        }
+        Ok(Applied { changes, lease: None })
+    }
+
+    fn purge(&mut self, ids: &[u128]) -> Result<Applied, CommandError> {
+        let missing: Vec<u128> = ids.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+        if !missing.is_empty() {
+            return Err(not_found(&missing));
+        }
+        if let Some(id) = ids
+            .iter()
+            .find(|id| self.blocks.get(id).is_some_and(|b| b.state.kind() != StateKind::Tombstoned))
+        {
+            return Err(CommandError::conflict(format!(
+                "block {} is not tombstoned; only tombstoned blocks are purged",
+                BlockId::from_u128(*id)
+            )));
+        }
+        let mut changes = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(b) = self.blocks.remove(id) {
+                self.counts[state_index(b.state.kind())] -= 1;
+                if let Some(s) = self.streams.get_mut(&(b.tenant.clone(), b.signal)) {
+                    s.by_min.remove(&(b.min_time_ns, b.id));
+                }
+                changes.push(Change::Purged(*id));
+            }
+        }
+        Ok(Applied { changes, lease: None })
+    }
+
+    fn mark_offloaded(&mut self, id: u128, location: &str) -> Result<Applied, CommandError> {
+        let Some(b) = self.blocks.get(&id) else {
+            return Err(not_found(&[id]));
+        };
+        match &b.state {
+            BlockState::Offloaded { location: l } if l == location => Ok(Applied::default()),
+            BlockState::Live => Ok(Applied {
+                changes: vec![Change::Block(self.set_state(
+                    id,
+                    BlockState::Offloaded {
+                        location: location.to_owned(),
+                    },
+                ))],
+                lease: None,
+            }),
+            other => Err(CommandError::conflict(format!(
+                "block {} is {}, only live blocks are offloaded",
+                BlockId::from_u128(id),
+                other.kind().as_str()
+            ))),
+        }
+    }
+
+    fn mark_restored(&mut self, id: u128) -> Result<Applied, CommandError> {
+        let Some(b) = self.blocks.get(&id) else {
+            return Err(not_found(&[id]));
+        };
+        match b.state.kind() {
+            StateKind::Live => Ok(Applied::default()),
+            StateKind::Offloaded => Ok(Applied {
+                changes: vec![Change::Block(self.set_state(id, BlockState::Live))],
+                lease: None,
+            }),
+            StateKind::Tombstoned => Err(CommandError::conflict(format!(
+                "block {} is tombstoned, not offloaded",
+                BlockId::from_u128(id)
+            ))),
+        }
+    }
+
+    fn acquire(&mut self, key: &str, holder: &str, now_ns: i64, ttl_ms: i64, renew: bool) -> Result<Applied, CommandError> {
+        let current = self.leases.get(key);
+        if let Some(l) = current
+            && l.holder != holder
+            && l.expires_at_ns > now_ns
+        {
+            return Err(CommandError::conflict(format!(
+                "lease {key:?} is held by {:?} until {}",
+                l.holder, l.expires_at_ns
+            )));
+        }
+        // The caller's own unexpired lease: renewing never shortens it.
+        let own = current.filter(|l| l.holder == holder && l.expires_at_ns > now_ns);
+        if renew && own.is_none() {
+            return Err(match current {
+                Some(l) if l.holder == holder => {
+                    CommandError::conflict(format!("lease {key:?} expired at {}", l.expires_at_ns))
+                }
+                _ => CommandError::conflict(format!("lease {key:?} is not held by {holder:?}")),
+            });
+        }
+        let lease = Lease {
+            key: key.to_owned(),
+            holder: holder.to_owned(),
+            expires_at_ns: (now_ns + ttl_ms * 1_000_000).max(own.map_or(0, |l| l.expires_at_ns)),
+        };
+        let changed = current != Some(&lease);
+        self.leases.insert(key.to_owned(), lease.clone());
+        Ok(Applied {
+            changes: if changed { vec![Change::LeaseSet(lease.clone())] } else { Vec::new() },
+            lease: Some(lease),
+        })
+    }
+
+    fn insert_block(&mut self, b: BlockRecord) {
+        let stream = self.streams.entry((b.tenant.clone(), b.signal)).or_default();
+        stream.by_min.insert((b.min_time_ns, b.id));
+        stream.max_span = stream.max_span.max(b.max_time_ns - b.min_time_ns);
+        self.counts[state_index(b.state.kind())] += 1;
+        self.blocks.insert(b.id, b);
+    }
+
+    /// Sets a known block's state and returns the updated row.
+    fn set_state(&mut self, id: u128, state: BlockState) -> BlockRecord {
+        let Some(b) = self.blocks.get_mut(&id) else {
+            unreachable_block(id)
+        };
+        self.counts[state_index(b.state.kind())] -= 1;
+        self.counts[state_index(state.kind())] += 1;
+        b.state = state;
+        b.clone()
+    }
+
+    // ---- reads ----
+
+    /// Blocks of `tenant`/`signal` overlapping `[min, max]` whose state is
+    /// in `states`, ordered by min time then id.
+    pub fn list_blocks(&self, tenant: &str, signal: u8, min: i64, max: i64, states: &[StateKind]) -> Vec<&BlockRecord> {
+        let Some(stream) = self.streams.get(&(tenant.to_owned(), signal)) else {
+            return Vec::new();
+        };
+        let from = min.saturating_sub(stream.max_span);
+        stream
+            .by_min
+            .range((from, 0)..=(max, u128::MAX))
+            .filter_map(|(_, id)| self.blocks.get(id))
+            .filter(|b| b.max_time_ns >= min && states.contains(&b.state.kind()))
+            .collect()
+    }
+
+    pub fn block(&self, id: u128) -> Option<&BlockRecord> {
+        self.blocks.get(&id)
+    }
+
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Blocks per state (live, tombstoned, offloaded).
+    pub fn counts(&self) -> [(StateKind, u64); 3] {
+        StateKind::ALL.map(|k| (k, self.counts[state_index(k)]))
+    }
+
+    pub fn watermarks(&self, ingester: Option<&str>) -> Vec<Watermark> {
+        self.watermarks
+            .iter()
+            .filter(|((i, _), _)| ingester.is_none_or(|want| want == i))
+            .map(|((i, s), seq)| Watermark {
+                ingester_id: i.clone(),
+                shard: *s,
+                wal_seq: *seq,
+            })
+            .collect()
+    }
+
+    /// Ingesters whose lease runs past `now_ns`.
+    pub fn live_ingesters(&self, now_ns: i64) -> Vec<IngesterLease> {
+        self.ingesters.values().filter(|l| l.expires_at_ns > now_ns).cloned().collect()
+    }
+
+    pub fn leases(&self) -> Vec<Lease> {
+        self.leases.values().cloned().collect()
+    }
+
+    pub fn policies(&self, kind: Option<PolicyKind>) -> Vec<Policy> {
+        self.policies
+            .values()
+            .filter(|p| kind.is_none_or(|k| p.kind == k))
+            .cloned()
+            .collect()
+    }
+
+    /// Every record, as the changes that rebuild this state from empty.
+    pub fn as_changes(&self) -> Vec<Change> {
+        let image = self.to_image();
+        let mut out = Vec::new();
+        out.extend(image.blocks.into_iter().map(Change::Block));
+        out.extend(image.watermarks.into_iter().map(Change::Watermark));
+        out.extend(self.ingesters.values().cloned().map(Change::Ingester));
+        out.extend(image.leases.into_iter().map(Change::LeaseSet));
+        out.extend(image.policies.into_iter().map(Change::PolicySet));
+        out
+    }
+
+    pub fn to_image(&self) -> StateImage {
+        let mut blocks: Vec<BlockRecord> = self.blocks.values().cloned().collect();
+        blocks.sort_unstable_by_key(|b| b.id);
+        StateImage {
+            blocks,
+            watermarks: self.watermarks(None),
+            ingesters: self.ingesters.values().cloned().collect(),
+            leases: self.leases(),
+            policies: self.policies(None),
+        }
+    }
+
+    pub fn from_image(image: StateImage) -> State {
+        let mut s = State::new();
+        for b in image.blocks {
+            s.insert_block(b);
+        }
+        for w in image.watermarks {
+            s.watermarks.insert((w.ingester_id, w.shard), w.wal_seq);
+        }
+        for i in image.ingesters {
+            s.ingesters.insert(i.ingester_id.clone(), i);
+        }
+        for l in image.leases {
+            s.leases.insert(l.key.clone(), l);
+        }
+        for p in image.policies {
+            s.policies.insert((p.kind, p.name.clone()), p);
+        }
+        s
+    }
+}
+
+#[cold]
+fn unreachable_block(id: u128) -> ! {
+    // Callers check presence first; reaching this is a bug in this module.
+    panic!("catalog state: block {} vanished during a command", BlockId::from_u128(id))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,10 @@
+//! Mira's internal gRPC contracts, generated at build time from the files
+//! in `proto/` (see `build.rs`). Hand-written code lives in the crates that
+//! use these types; this crate holds generated code only.
+
+#![allow(clippy::all, missing_debug_implementations)]
+
+/// The catalog: Raft transport and client API (`proto/catalog.proto`).
+pub mod catalog {
+    tonic::include_proto!("mira.catalog.v1");
+}
