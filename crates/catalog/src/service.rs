@@ -231,6 +231,7 @@ impl pb::catalog_server::Catalog for CatalogService {
             last_log_index: m.last_log_index.unwrap_or(0),
             members,
             snapshot_index: m.snapshot.map_or(0, |l| l.index),
+            purged_index: m.purged.map_or(0, |l| l.index),
         }))
     }
 

@@ -1,6 +1,9 @@
-//! The `mira` binary: one subcommand per role. For now it carries the
-//! shell every role will hang from; `mira version` prints what this build
-//! is and the block format it reads and writes.
+//! The `mira` binary: one subcommand per role. `mira catalog` runs a
+//! catalog member, `mira catalog-admin` manages a running catalog, and
+//! `mira version` prints what this build is and the block format it reads
+//! and writes.
+
+mod catalog;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +19,10 @@ struct Cli {
 enum Command {
     /// Print the version, the block format version and the table schema version.
     Version,
+    /// Run a catalog member (Raft-replicated block catalog).
+    Catalog(catalog::CatalogArgs),
+    /// Inspect or change a running catalog: status, members, snapshot.
+    CatalogAdmin(catalog::AdminArgs),
 }
 
 fn version_text() -> String {
@@ -27,10 +34,43 @@ fn version_text() -> String {
     )
 }
 
+/// Resolves on SIGINT or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MIRA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => println!("{}", version_text()),
+        Command::Catalog(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(catalog::run(args))?;
+        }
+        Command::CatalogAdmin(args) => tokio::runtime::Runtime::new()?.block_on(catalog::admin(args))?,
     }
     Ok(())
 }

@@ -1,0 +1,270 @@
+//! The catalog as a 3-member cluster of real `mira catalog` processes:
+//! leader kills under load, restart from disk through a snapshot, racing
+//! replaces and watch across a leader change.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cluster::{Cluster, block, wait_for};
+use futures::StreamExt;
+use mira_catalog::proto as pb;
+
+const TENANT: &str = "acme";
+
+/// Waits until every running member serves exactly `expected` blocks and
+/// returns their listings.
+async fn converged(c: &Cluster, expected: usize) -> Vec<Vec<pb::Block>> {
+    let n = c.members.len();
+    wait_for("all members to converge", Duration::from_secs(60), || async {
+        let mut all = Vec::new();
+        for i in 0..n {
+            let blocks = c.blocks_on(i, TENANT).await?;
+            if blocks.len() != expected {
+                return None;
+            }
+            all.push(blocks);
+        }
+        Some(all)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_survive_two_leader_kills() {
+    let mut c = Cluster::new(3, 2_000, 500);
+    c.leader().await;
+    let client = c.client();
+    const CLIENTS: usize = 4;
+    const BATCH: usize = 5;
+    const TOTAL: usize = 20_000;
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..CLIENTS {
+        let client = client.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut outcomes: Vec<(Vec<String>, bool)> = Vec::new();
+            for b in 0..TOTAL / CLIENTS / BATCH {
+                let blocks: Vec<pb::Block> = (0..BATCH)
+                    .map(|k| block(TENANT, ((w * TOTAL + b * BATCH + k) % 80_000) as i64))
+                    .collect();
+                let ids = blocks.iter().map(|b| b.id.clone()).collect();
+                let ok = client.publish(blocks, None).await.is_ok();
+                outcomes.push((ids, ok));
+                done.fetch_add(BATCH, Ordering::Relaxed);
+            }
+            outcomes
+        }));
+    }
+    // Kill the leader twice while the clients run; restart it each time so
+    // the cluster keeps a quorum for the next kill.
+    let mut killed = Vec::new();
+    for threshold in [TOTAL / 4, TOTAL * 5 / 8] {
+        wait_for("publishes to progress", Duration::from_secs(120), || async {
+            (done.load(Ordering::Relaxed) >= threshold).then_some(())
+        })
+        .await;
+        let leader = c.leader().await;
+        c.kill(leader);
+        killed.push(leader);
+        let new_leader = c.leader().await;
+        assert_ne!(new_leader, leader);
+        c.start(leader);
+    }
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.extend(t.await.expect("client task"));
+    }
+    let ok: Vec<&String> = outcomes.iter().filter(|(_, ok)| *ok).flat_map(|(ids, _)| ids).collect();
+    assert!(ok.len() >= TOTAL * 9 / 10, "only {} of {TOTAL} publishes succeeded", ok.len());
+
+    // The final count is what the leader holds (linearizable).
+    let final_count = client
+        .list_blocks(pb::ListBlocksRequest {
+            tenant: TENANT.into(),
+            signal: pb::Signal::Logs as i32,
+            min_time_ns: 0,
+            max_time_ns: i64::MAX,
+            states: vec![],
+            linearizable: true,
+        })
+        .await
+        .expect("linearizable list")
+        .blocks
+        .len();
+    let listings = converged(&c, final_count).await;
+    for (i, blocks) in listings.iter().enumerate() {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for b in blocks {
+            *counts.entry(b.id.as_str()).or_default() += 1;
+        }
+        assert!(counts.values().all(|&n| n == 1), "member {i} lists a block twice");
+        for id in &ok {
+            assert_eq!(counts.get(id.as_str()), Some(&1), "member {i} lacks acknowledged block {id}");
+        }
+        for (ids, acked) in &outcomes {
+            let present = ids.iter().filter(|id| counts.contains_key(id.as_str())).count();
+            assert!(
+                present == 0 || present == ids.len(),
+                "member {i}: a publish (acknowledged: {acked}) is half there ({present} of {})",
+                ids.len()
+            );
+        }
+    }
+    assert_eq!(killed.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restarted_from_disk_catches_up_through_a_snapshot() {
+    // Snapshot often and keep few entries behind it, so the stopped member
+    // falls behind the purged log.
+    let mut c = Cluster::new(3, 300, 50);
+    let leader = c.leader().await;
+    let follower = (leader + 1) % 3;
+    let client = c.client();
+    for i in 0..200 {
+        client.publish(vec![block(TENANT, i)], None).await.expect("publish");
+    }
+    let behind = c.status(follower).await.expect("follower status").applied_index;
+    c.kill(follower);
+    for i in 200..2_000 {
+        client.publish(vec![block(TENANT, i)], None).await.expect("publish while a member is down");
+    }
+    let purged = wait_for("the leader to purge its log", Duration::from_secs(30), || async {
+        let l = c.leader().await;
+        let s = c.status(l).await?;
+        (s.purged_index > behind).then_some(s.purged_index)
+    })
+    .await;
+    c.start(follower);
+    let listings = converged(&c, 2_000).await;
+    let s = c.status(follower).await.expect("restarted follower status");
+    assert!(
+        s.snapshot_index >= purged,
+        "the follower must have installed a snapshot past the purged log ({} < {purged})",
+        s.snapshot_index
+    );
+    let want: HashSet<&str> = listings[leader].iter().map(|b| b.id.as_str()).collect();
+    let got: HashSet<&str> = listings[follower].iter().map(|b| b.id.as_str()).collect();
+    assert_eq!(want, got);
+
+    // A second restart finds everything on its own disk.
+    c.kill(follower);
+    c.start(follower);
+    converged(&c, 2_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_replaces_one_wins() {
+    let c = Cluster::new(3, 10_000, 1_000);
+    c.leader().await;
+    let a = c.client();
+    let b = c.client();
+    let mut seq = 0;
+    for round in 0..20 {
+        let blocks: Vec<pb::Block> = (0..10)
+            .map(|_| {
+                seq += 1;
+                block(TENANT, seq)
+            })
+            .collect();
+        let ids: Vec<String> = blocks.iter().map(|b| b.id.clone()).collect();
+        a.publish(blocks, None).await.expect("seed");
+        seq += 1;
+        let merged_a = block(TENANT, seq);
+        seq += 1;
+        let merged_b = block(TENANT, seq);
+        let replace = |add: pb::Block, old: &[String]| pb::Replace {
+            add: vec![add],
+            tombstone: old.to_vec(),
+            now_ns: cluster::BASE,
+            ..Default::default()
+        };
+        let ra = replace(merged_a.clone(), &ids[0..6]);
+        let rb = replace(merged_b.clone(), &ids[4..10]);
+        let (x, y) = tokio::join!(a.replace(ra), b.replace(rb));
+        assert!(x.is_ok() != y.is_ok(), "round {round}: exactly one replace wins ({x:?}, {y:?})");
+        let loser = x.as_ref().err().or(y.as_ref().err()).expect("a loser");
+        assert_eq!(loser.code(), tonic::Code::FailedPrecondition, "round {round}: {loser}");
+        assert!(loser.to_string().contains("no longer live"), "{loser}");
+        let (winner_new, winner_old, loser_new, survivors) = if x.is_ok() {
+            (&merged_a, &ids[0..6], &merged_b, &ids[6..10])
+        } else {
+            (&merged_b, &ids[4..10], &merged_a, &ids[0..4])
+        };
+        let all = a
+            .list_blocks(pb::ListBlocksRequest {
+                tenant: TENANT.into(),
+                signal: pb::Signal::Logs as i32,
+                min_time_ns: 0,
+                max_time_ns: i64::MAX,
+                states: vec![pb::BlockState::Live as i32, pb::BlockState::Tombstoned as i32],
+                linearizable: true,
+            })
+            .await
+            .expect("list");
+        let state: HashMap<&str, i32> = all.blocks.iter().map(|b| (b.id.as_str(), b.state)).collect();
+        assert_eq!(state.get(winner_new.id.as_str()), Some(&(pb::BlockState::Live as i32)));
+        assert_eq!(state.get(loser_new.id.as_str()), None, "the losing replace added nothing");
+        for id in winner_old {
+            assert_eq!(state.get(id.as_str()), Some(&(pb::BlockState::Tombstoned as i32)));
+        }
+        for id in survivors {
+            assert_eq!(state.get(id.as_str()), Some(&(pb::BlockState::Live as i32)));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_delivers_every_change_in_order_across_a_leader_change() {
+    let mut c = Cluster::new(3, 10_000, 1_000);
+    c.leader().await;
+    let client = c.client();
+    let watcher = c.client();
+    let mut stream = watcher.watch(0);
+    let mut published = Vec::new();
+    for i in 0..300 {
+        let b = block(TENANT, i);
+        client.publish(vec![b.clone()], None).await.expect("publish");
+        published.push(b.id);
+    }
+    let leader = c.leader().await;
+    c.kill(leader);
+    for i in 300..600 {
+        let b = block(TENANT, i);
+        client.publish(vec![b.clone()], None).await.expect("publish after the leader died");
+        published.push(b.id);
+    }
+    c.start(leader);
+
+    let mut seen: Vec<String> = Vec::new();
+    let mut last_version = 0;
+    let want: HashSet<&String> = published.iter().collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < published.len() {
+        let event = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("watch stalled")
+            .expect("watch ended");
+        assert!(!event.reset, "history covers the whole test; no reset expected");
+        assert!(
+            event.version > last_version,
+            "versions go forward: {} after {last_version}",
+            event.version
+        );
+        last_version = event.version;
+        for ch in event.changes {
+            if let Some(pb::change::Change::Block(b)) = ch.change {
+                assert!(want.contains(&b.id), "unexpected block {}", b.id);
+                seen.push(b.id);
+            }
+        }
+    }
+    // Every publish exactly once, in the order they were acknowledged.
+    assert_eq!(seen, published);
+}
