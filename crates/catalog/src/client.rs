@@ -133,8 +133,7 @@ impl CatalogClient {
         let mut backoff = self.config.backoff_initial;
         let mut attempts = 0u32;
         let mut last = String::from("no catalog endpoints configured");
-        loop {
-            let Some(addr) = self.target() else { break };
+        while let Some(addr) = self.target() {
             attempts += 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -173,7 +172,7 @@ impl CatalogClient {
                     self.forget_channel(&addr);
                 }
             }
-            if redirected && attempts % 4 != 0 {
+            if redirected && !attempts.is_multiple_of(4) {
                 continue;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -198,7 +197,10 @@ impl CatalogClient {
 
     /// Publishes blocks (and advances a WAL watermark); returns the version.
     pub async fn publish(&self, blocks: Vec<pb::Block>, watermark: Option<pb::Watermark>) -> Result<u64, ClientError> {
-        Ok(self.write(Command::Publish(pb::Publish { blocks, watermark })).await?.version)
+        Ok(self
+            .write(Command::Publish(pb::Publish { blocks, watermark }))
+            .await?
+            .version)
     }
 
     /// Atomically adds `add` and tombstones `tombstone`.
@@ -206,7 +208,13 @@ impl CatalogClient {
         Ok(self.write(Command::Replace(replace)).await?.version)
     }
 
-    pub async fn heartbeat(&self, ingester_id: &str, address: &str, now_ns: i64, ttl_ms: i64) -> Result<u64, ClientError> {
+    pub async fn heartbeat(
+        &self,
+        ingester_id: &str,
+        address: &str,
+        now_ns: i64,
+        ttl_ms: i64,
+    ) -> Result<u64, ClientError> {
         Ok(self
             .write(Command::Heartbeat(pb::Heartbeat {
                 ingester_id: ingester_id.to_owned(),
@@ -235,37 +243,29 @@ impl CatalogClient {
     }
 
     pub async fn list_ingesters(&self, req: pb::ListIngestersRequest) -> Result<pb::ListIngestersReply, ClientError> {
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.list_ingesters(req).await }
-        })
-        .await
+        self.call(|mut c| async move { c.list_ingesters(req).await }).await
     }
 
     pub async fn list_policies(&self, req: pb::ListPoliciesRequest) -> Result<pb::ListPoliciesReply, ClientError> {
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.list_policies(req).await }
-        })
-        .await
+        self.call(|mut c| async move { c.list_policies(req).await }).await
     }
 
     pub async fn list_leases(&self, req: pb::ListLeasesRequest) -> Result<pb::ListLeasesReply, ClientError> {
-        self.call(|mut c| {
-            let req = req.clone();
-            async move { c.list_leases(req).await }
-        })
-        .await
+        self.call(|mut c| async move { c.list_leases(req).await }).await
     }
 
     /// Status of whichever member answers.
     pub async fn status(&self) -> Result<pb::StatusReply, ClientError> {
-        self.call(|mut c| async move { c.status(pb::StatusRequest {}).await }).await
+        self.call(|mut c| async move { c.status(pb::StatusRequest {}).await })
+            .await
     }
 
     /// Status of the first configured member, one attempt, no retry.
     pub async fn status_of_first(&self) -> Result<pb::StatusReply, ClientError> {
-        let addr = self.endpoints.first().ok_or_else(|| ClientError::Endpoint(String::new()))?;
+        let addr = self
+            .endpoints
+            .first()
+            .ok_or_else(|| ClientError::Endpoint(String::new()))?;
         let mut c = self.channel(addr)?;
         c.status(pb::StatusRequest {})
             .await

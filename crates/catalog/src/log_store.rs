@@ -159,9 +159,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        self.put_meta(KEY_VOTE, vote)
-            .await
-            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, std::io::Error::other(e.to_string())))
+        self.put_meta(KEY_VOTE, vote).await.map_err(|e| {
+            io_err(
+                ErrorSubject::Vote,
+                ErrorVerb::Write,
+                std::io::Error::other(e.to_string()),
+            )
+        })
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {

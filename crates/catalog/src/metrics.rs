@@ -62,12 +62,28 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let term = gauge(&mut registry, "mira_catalog_raft_term", "Current Raft term");
-        let leader = gauge(&mut registry, "mira_catalog_raft_leader_id", "Leader node id, -1 when none");
+        let leader = gauge(
+            &mut registry,
+            "mira_catalog_raft_leader_id",
+            "Leader node id, -1 when none",
+        );
         let is_leader = gauge(&mut registry, "mira_catalog_raft_is_leader", "1 on the leader");
-        let applied = gauge(&mut registry, "mira_catalog_raft_applied_index", "Last applied log index (catalog version)");
+        let applied = gauge(
+            &mut registry,
+            "mira_catalog_raft_applied_index",
+            "Last applied log index (catalog version)",
+        );
         let last_log = gauge(&mut registry, "mira_catalog_raft_last_log_index", "Last log index");
-        let log_entries = gauge(&mut registry, "mira_catalog_raft_log_entries", "Entries kept in the log (not yet purged)");
-        let snapshot = gauge(&mut registry, "mira_catalog_raft_snapshot_index", "Log index of the last snapshot");
+        let log_entries = gauge(
+            &mut registry,
+            "mira_catalog_raft_log_entries",
+            "Entries kept in the log (not yet purged)",
+        );
+        let snapshot = gauge(
+            &mut registry,
+            "mira_catalog_raft_snapshot_index",
+            "Log index of the last snapshot",
+        );
         let blocks = Family::<StateLabels, Gauge>::default();
         registry.register("mira_catalog_blocks", "Blocks in the catalog by state", blocks.clone());
         let commands = Family::<CommandLabels, Histogram, fn() -> Histogram>::new_with_constructor(command_histogram);

@@ -513,7 +513,12 @@ pub fn block_from_pb(b: &pb::Block) -> Result<BlockRecord, CommandError> {
     let level = match pb::Level::try_from(b.level) {
         Ok(pb::Level::Hot) | Ok(pb::Level::Unspecified) => Level::Hot,
         Ok(pb::Level::Cold) => Level::Cold,
-        Err(_) => return Err(CommandError::invalid("block.level", format!("unknown level {}", b.level))),
+        Err(_) => {
+            return Err(CommandError::invalid(
+                "block.level",
+                format!("unknown level {}", b.level),
+            ));
+        }
     };
     match pb::BlockState::try_from(b.state) {
         Ok(pb::BlockState::Live) | Ok(pb::BlockState::Unspecified) => {}
@@ -638,7 +643,10 @@ pub fn command_from_pb(req: &pb::WriteRequest) -> Result<Command, CommandError> 
             id: parse_block_id("id", &m.id)?,
         },
         Some(C::SetPolicy(s)) => {
-            let p = s.policy.as_ref().ok_or_else(|| CommandError::invalid("policy", "missing"))?;
+            let p = s
+                .policy
+                .as_ref()
+                .ok_or_else(|| CommandError::invalid("policy", "missing"))?;
             Command::SetPolicy(Policy {
                 kind: policy_kind_from_pb(p.kind)?,
                 name: p.name.clone(),

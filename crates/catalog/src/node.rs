@@ -18,7 +18,7 @@ use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::client::{ClientConfig, CatalogClient};
+use crate::client::{CatalogClient, ClientConfig};
 use crate::error::Error;
 use crate::log_store::LogStore;
 use crate::metrics::{Metrics, Reading};
@@ -125,7 +125,9 @@ pub struct CatalogNode {
 
 impl std::fmt::Debug for CatalogNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CatalogNode").field("local_addr", &self.local_addr).finish()
+        f.debug_struct("CatalogNode")
+            .field("local_addr", &self.local_addr)
+            .finish()
     }
 }
 

@@ -21,8 +21,8 @@ use tonic::{Request, Response, Status};
 use crate::error::CommandError;
 use crate::metrics::Metrics;
 use crate::model::{
-    check_time, command_from_pb, ingester_to_pb, lease_to_pb, policy_kind_filter_from_pb, policy_to_pb,
-    signal_from_pb, state_kind_from_pb, watermark_to_pb, block_to_pb, StateKind,
+    StateKind, block_to_pb, check_time, command_from_pb, ingester_to_pb, lease_to_pb, policy_kind_filter_from_pb,
+    policy_to_pb, signal_from_pb, state_kind_from_pb, watermark_to_pb,
 };
 use crate::state_machine::{Catalog, HistoryGone};
 use crate::types::{NodeId, Raft};
@@ -82,7 +82,9 @@ pub struct CatalogService {
 
 impl std::fmt::Debug for CatalogService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CatalogService").field("node_id", &self.node_id).finish()
+        f.debug_struct("CatalogService")
+            .field("node_id", &self.node_id)
+            .finish()
     }
 }
 
@@ -124,7 +126,10 @@ impl pb::catalog_server::Catalog for CatalogService {
         reply.map(Response::new)
     }
 
-    async fn list_blocks(&self, request: Request<pb::ListBlocksRequest>) -> Result<Response<pb::ListBlocksReply>, Status> {
+    async fn list_blocks(
+        &self,
+        request: Request<pb::ListBlocksRequest>,
+    ) -> Result<Response<pb::ListBlocksReply>, Status> {
         let req = request.into_inner();
         TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
         let signal = signal_from_pb("signal", req.signal)?;
@@ -136,7 +141,10 @@ impl pb::catalog_server::Catalog for CatalogService {
         let states = if req.states.is_empty() {
             vec![StateKind::Live]
         } else {
-            req.states.iter().map(|s| state_kind_from_pb(*s)).collect::<Result<Vec<_>, _>>()?
+            req.states
+                .iter()
+                .map(|s| state_kind_from_pb(*s))
+                .collect::<Result<Vec<_>, _>>()?
         };
         self.consistent(req.linearizable).await?;
         let (blocks, version) = self.catalog.read(|state, version| {
@@ -190,9 +198,14 @@ impl pb::catalog_server::Catalog for CatalogService {
         Ok(Response::new(pb::ListPoliciesReply { policies, version }))
     }
 
-    async fn list_leases(&self, request: Request<pb::ListLeasesRequest>) -> Result<Response<pb::ListLeasesReply>, Status> {
+    async fn list_leases(
+        &self,
+        request: Request<pb::ListLeasesRequest>,
+    ) -> Result<Response<pb::ListLeasesReply>, Status> {
         self.consistent(request.get_ref().linearizable).await?;
-        let (leases, version) = self.catalog.read(|s, v| (s.leases().iter().map(lease_to_pb).collect(), v));
+        let (leases, version) = self
+            .catalog
+            .read(|s, v| (s.leases().iter().map(lease_to_pb).collect(), v));
         Ok(Response::new(pb::ListLeasesReply { leases, version }))
     }
 
@@ -395,7 +408,9 @@ pub struct RaftService {
 
 impl std::fmt::Debug for RaftService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RaftService").field("cluster_id", &self.cluster_id).finish()
+        f.debug_struct("RaftService")
+            .field("cluster_id", &self.cluster_id)
+            .finish()
     }
 }
 

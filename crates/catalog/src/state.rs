@@ -92,7 +92,11 @@ fn state_index(k: StateKind) -> usize {
 }
 
 fn not_found(ids: &[u128]) -> CommandError {
-    let names: Vec<String> = ids.iter().take(10).map(|id| BlockId::from_u128(*id).to_string()).collect();
+    let names: Vec<String> = ids
+        .iter()
+        .take(10)
+        .map(|id| BlockId::from_u128(*id).to_string())
+        .collect();
     let more = if ids.len() > 10 {
         format!(" and {} more", ids.len() - 10)
     } else {
@@ -258,7 +262,9 @@ impl State {
     ) -> Result<Applied, CommandError> {
         // A retry of a replace that was applied: every new block is in and
         // every old one is gone from the live set.
-        let all_added = add.iter().all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
+        let all_added = add
+            .iter()
+            .all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
         let all_gone = tombstone
             .iter()
             .all(|id| self.blocks.get(id).is_none_or(|o| o.state.kind() != StateKind::Live));
@@ -269,7 +275,10 @@ impl State {
             match self.leases.get(key) {
                 Some(l) if &l.holder == holder && l.expires_at_ns > now_ns => {}
                 Some(l) if &l.holder == holder => {
-                    return Err(CommandError::conflict(format!("lease {key:?} expired at {}", l.expires_at_ns)));
+                    return Err(CommandError::conflict(format!(
+                        "lease {key:?} expired at {}",
+                        l.expires_at_ns
+                    )));
                 }
                 Some(l) => {
                     return Err(CommandError::conflict(format!(
@@ -280,7 +289,11 @@ impl State {
                 None => return Err(CommandError::conflict(format!("lease {key:?} is not held"))),
             }
         }
-        let missing: Vec<u128> = tombstone.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+        let missing: Vec<u128> = tombstone
+            .iter()
+            .copied()
+            .filter(|id| !self.blocks.contains_key(id))
+            .collect();
         if !missing.is_empty() {
             return Err(not_found(&missing));
         }
@@ -307,7 +320,9 @@ impl State {
             changes.push(Change::Block(b.clone()));
         }
         for id in tombstone {
-            changes.push(Change::Block(self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns })));
+            changes.push(Change::Block(
+                self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns }),
+            ));
         }
         Ok(Applied { changes, lease: None })
     }
@@ -319,8 +334,14 @@ impl State {
         }
         let mut changes = Vec::new();
         for id in ids {
-            if self.blocks.get(id).is_some_and(|b| b.state.kind() != StateKind::Tombstoned) {
-                changes.push(Change::Block(self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns })));
+            if self
+                .blocks
+                .get(id)
+                .is_some_and(|b| b.state.kind() != StateKind::Tombstoned)
+            {
+                changes.push(Change::Block(
+                    self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns }),
+                ));
             }
         }
         Ok(Applied { changes, lease: None })
@@ -331,10 +352,11 @@ impl State {
         if !missing.is_empty() {
             return Err(not_found(&missing));
         }
-        if let Some(id) = ids
-            .iter()
-            .find(|id| self.blocks.get(id).is_some_and(|b| b.state.kind() != StateKind::Tombstoned))
-        {
+        if let Some(id) = ids.iter().find(|id| {
+            self.blocks
+                .get(id)
+                .is_some_and(|b| b.state.kind() != StateKind::Tombstoned)
+        }) {
             return Err(CommandError::conflict(format!(
                 "block {} is not tombstoned; only tombstoned blocks are purged",
                 BlockId::from_u128(*id)
@@ -393,7 +415,14 @@ impl State {
         }
     }
 
-    fn acquire(&mut self, key: &str, holder: &str, now_ns: i64, ttl_ms: i64, renew: bool) -> Result<Applied, CommandError> {
+    fn acquire(
+        &mut self,
+        key: &str,
+        holder: &str,
+        now_ns: i64,
+        ttl_ms: i64,
+        renew: bool,
+    ) -> Result<Applied, CommandError> {
         let current = self.leases.get(key);
         if let Some(l) = current
             && l.holder != holder
@@ -422,7 +451,11 @@ impl State {
         let changed = current != Some(&lease);
         self.leases.insert(key.to_owned(), lease.clone());
         Ok(Applied {
-            changes: if changed { vec![Change::LeaseSet(lease.clone())] } else { Vec::new() },
+            changes: if changed {
+                vec![Change::LeaseSet(lease.clone())]
+            } else {
+                Vec::new()
+            },
             lease: Some(lease),
         })
     }
@@ -490,7 +523,11 @@ impl State {
 
     /// Ingesters whose lease runs past `now_ns`.
     pub fn live_ingesters(&self, now_ns: i64) -> Vec<IngesterLease> {
-        self.ingesters.values().filter(|l| l.expires_at_ns > now_ns).cloned().collect()
+        self.ingesters
+            .values()
+            .filter(|l| l.expires_at_ns > now_ns)
+            .cloned()
+            .collect()
     }
 
     pub fn leases(&self) -> Vec<Lease> {
@@ -553,7 +590,10 @@ impl State {
 #[cold]
 fn unreachable_block(id: u128) -> ! {
     // Callers check presence first; reaching this is a bug in this module.
-    panic!("catalog state: block {} vanished during a command", BlockId::from_u128(id))
+    panic!(
+        "catalog state: block {} vanished during a command",
+        BlockId::from_u128(id)
+    )
 }
 
 #[cfg(test)]

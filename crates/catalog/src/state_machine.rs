@@ -51,7 +51,9 @@ pub struct Catalog {
 
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Catalog").field("version", &*self.version.borrow()).finish()
+        f.debug_struct("Catalog")
+            .field("version", &*self.version.borrow())
+            .finish()
     }
 }
 
@@ -180,7 +182,10 @@ fn read_snapshot_file(dir: &Path) -> std::io::Result<Option<(SnapshotMeta, Vec<u
         return Err(bad("bad magic"));
     }
     let len = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize;
-    let header_end = 12usize.checked_add(len).filter(|&e| e <= bytes.len()).ok_or_else(|| bad("truncated header"))?;
+    let header_end = 12usize
+        .checked_add(len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| bad("truncated header"))?;
     let header: SnapshotHeader = postcard::from_bytes(&bytes[12..header_end]).map_err(|_| bad("bad header"))?;
     Ok(Some((header.meta, bytes[header_end..].to_vec())))
 }
@@ -237,7 +242,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let mut out = Vec::new();
         let version = {
-            let mut inner = self.catalog.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut inner = self
+                .catalog
+                .inner
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             for entry in entries {
                 let index = entry.log_id.index;
                 inner.applied = Some(entry.log_id);
@@ -283,7 +292,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let dir = self.dir.clone();
         let meta2 = meta.clone();
@@ -297,7 +310,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let version = meta.last_log_id.map_or(0, |l| l.index);
         {
-            let mut inner = self.catalog.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut inner = self
+                .catalog
+                .inner
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             inner.state = state;
             inner.applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();

@@ -90,7 +90,12 @@ pub enum AdminCommand {
 }
 
 pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
-    let endpoints = args.catalog.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+    let endpoints = args
+        .catalog
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
     let client = CatalogClient::new(
         endpoints,
         ClientConfig {
@@ -107,7 +112,8 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
                 s.node_id,
                 s.cluster_id,
                 s.term,
-                s.leader_id.map_or_else(|| "none".to_owned(), |l| format!("{l} ({})", s.leader_address)),
+                s.leader_id
+                    .map_or_else(|| "none".to_owned(), |l| format!("{l} ({})", s.leader_address)),
                 s.applied_index,
                 s.last_log_index,
                 s.snapshot_index

@@ -59,7 +59,10 @@ pub(crate) async fn shutdown_signal() {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MIRA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn main() -> anyhow::Result<()> {

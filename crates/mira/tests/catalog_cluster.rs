@@ -81,7 +81,11 @@ async fn publishes_survive_two_leader_kills() {
         outcomes.extend(t.await.expect("client task"));
     }
     let ok: Vec<&String> = outcomes.iter().filter(|(_, ok)| *ok).flat_map(|(ids, _)| ids).collect();
-    assert!(ok.len() >= TOTAL * 9 / 10, "only {} of {TOTAL} publishes succeeded", ok.len());
+    assert!(
+        ok.len() >= TOTAL * 9 / 10,
+        "only {} of {TOTAL} publishes succeeded",
+        ok.len()
+    );
 
     // The final count is what the leader holds (linearizable).
     let final_count = client
@@ -105,7 +109,11 @@ async fn publishes_survive_two_leader_kills() {
         }
         assert!(counts.values().all(|&n| n == 1), "member {i} lists a block twice");
         for id in &ok {
-            assert_eq!(counts.get(id.as_str()), Some(&1), "member {i} lacks acknowledged block {id}");
+            assert_eq!(
+                counts.get(id.as_str()),
+                Some(&1),
+                "member {i} lacks acknowledged block {id}"
+            );
         }
         for (ids, acked) in &outcomes {
             let present = ids.iter().filter(|id| counts.contains_key(id.as_str())).count();
@@ -133,7 +141,10 @@ async fn a_member_restarted_from_disk_catches_up_through_a_snapshot() {
     let behind = c.status(follower).await.expect("follower status").applied_index;
     c.kill(follower);
     for i in 200..2_000 {
-        client.publish(vec![block(TENANT, i)], None).await.expect("publish while a member is down");
+        client
+            .publish(vec![block(TENANT, i)], None)
+            .await
+            .expect("publish while a member is down");
     }
     let purged = wait_for("the leader to purge its log", Duration::from_secs(30), || async {
         let l = c.leader().await;
@@ -188,7 +199,10 @@ async fn racing_replaces_one_wins() {
         let ra = replace(merged_a.clone(), &ids[0..6]);
         let rb = replace(merged_b.clone(), &ids[4..10]);
         let (x, y) = tokio::join!(a.replace(ra), b.replace(rb));
-        assert!(x.is_ok() != y.is_ok(), "round {round}: exactly one replace wins ({x:?}, {y:?})");
+        assert!(
+            x.is_ok() != y.is_ok(),
+            "round {round}: exactly one replace wins ({x:?}, {y:?})"
+        );
         let loser = x.as_ref().err().or(y.as_ref().err()).expect("a loser");
         assert_eq!(loser.code(), tonic::Code::FailedPrecondition, "round {round}: {loser}");
         assert!(loser.to_string().contains("no longer live"), "{loser}");
@@ -210,7 +224,11 @@ async fn racing_replaces_one_wins() {
             .expect("list");
         let state: HashMap<&str, i32> = all.blocks.iter().map(|b| (b.id.as_str(), b.state)).collect();
         assert_eq!(state.get(winner_new.id.as_str()), Some(&(pb::BlockState::Live as i32)));
-        assert_eq!(state.get(loser_new.id.as_str()), None, "the losing replace added nothing");
+        assert_eq!(
+            state.get(loser_new.id.as_str()),
+            None,
+            "the losing replace added nothing"
+        );
         for id in winner_old {
             assert_eq!(state.get(id.as_str()), Some(&(pb::BlockState::Tombstoned as i32)));
         }
@@ -237,7 +255,10 @@ async fn watch_delivers_every_change_in_order_across_a_leader_change() {
     c.kill(leader);
     for i in 300..600 {
         let b = block(TENANT, i);
-        client.publish(vec![b.clone()], None).await.expect("publish after the leader died");
+        client
+            .publish(vec![b.clone()], None)
+            .await
+            .expect("publish after the leader died");
         published.push(b.id);
     }
     c.start(leader);

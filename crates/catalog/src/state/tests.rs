@@ -33,7 +33,11 @@ fn publish(blocks: Vec<BlockRecord>) -> Command {
 }
 
 fn ids(state: &State, tenant: &str, min: i64, max: i64, states: &[StateKind]) -> Vec<u128> {
-    state.list_blocks(tenant, Signal::Logs.code(), min, max, states).iter().map(|b| b.id).collect()
+    state
+        .list_blocks(tenant, Signal::Logs.code(), min, max, states)
+        .iter()
+        .map(|b| b.id)
+        .collect()
 }
 
 #[test]
@@ -98,7 +102,8 @@ fn watermarks_only_advance() {
 #[test]
 fn replace_is_atomic_and_only_one_of_two_racing_replaces_wins() {
     let mut s = State::new();
-    s.apply(&publish((1..=4).map(|i| block(i, "t", 0, 10)).collect())).expect("seed");
+    s.apply(&publish((1..=4).map(|i| block(i, "t", 0, 10)).collect()))
+        .expect("seed");
     let a = Command::Replace {
         add: vec![block(10, "t", 0, 10)],
         tombstone: vec![1, 2, 3],
@@ -139,12 +144,17 @@ fn replace_of_unknown_blocks_is_not_found() {
 #[test]
 fn lifecycle_tombstone_purge_offload_restore() {
     let mut s = State::new();
-    s.apply(&publish(vec![block(1, "t", 0, 1), block(2, "t", 0, 1)])).expect("seed");
+    s.apply(&publish(vec![block(1, "t", 0, 1), block(2, "t", 0, 1)]))
+        .expect("seed");
     assert_eq!(
         s.apply(&Command::Purge { ids: vec![1] }).expect_err("live").code(),
         tonic::Code::FailedPrecondition
     );
-    s.apply(&Command::Tombstone { ids: vec![1], now_ns: 7 }).expect("tombstone");
+    s.apply(&Command::Tombstone {
+        ids: vec![1],
+        now_ns: 7,
+    })
+    .expect("tombstone");
     assert_eq!(s.block(1).expect("1").state, BlockState::Tombstoned { at_ns: 7 });
     s.apply(&Command::Purge { ids: vec![1] }).expect("purge");
     assert!(s.block(1).is_none());
@@ -159,7 +169,11 @@ fn lifecycle_tombstone_purge_offload_restore() {
     assert_eq!(ids(&s, "t", 0, 1, &[StateKind::Live]), vec![2]);
     assert_eq!(
         s.counts(),
-        [(StateKind::Live, 1), (StateKind::Tombstoned, 0), (StateKind::Offloaded, 0)]
+        [
+            (StateKind::Live, 1),
+            (StateKind::Tombstoned, 0),
+            (StateKind::Offloaded, 0)
+        ]
     );
 }
 
@@ -179,7 +193,14 @@ fn leases_use_the_command_time() {
         tonic::Code::FailedPrecondition
     );
     // Expired at the command's time: b takes it.
-    assert_eq!(s.apply(&acquire("b", 1_000_000_000)).expect("b").lease.expect("l").holder, "b");
+    assert_eq!(
+        s.apply(&acquire("b", 1_000_000_000))
+            .expect("b")
+            .lease
+            .expect("l")
+            .holder,
+        "b"
+    );
     let renew_a = Command::RenewLease {
         key: "compact/t/logs".into(),
         holder: "a".into(),
@@ -231,10 +252,19 @@ fn policies_are_validated() {
             body_json: body.into(),
         })
     };
-    assert_eq!(s.apply(&set("[1]")).expect_err("not object").code(), tonic::Code::InvalidArgument);
-    assert_eq!(s.apply(&set("{")).expect_err("bad json").code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        s.apply(&set("[1]")).expect_err("not object").code(),
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        s.apply(&set("{")).expect_err("bad json").code(),
+        tonic::Code::InvalidArgument
+    );
     let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(crate::model::MAX_POLICY_BYTES));
-    assert_eq!(s.apply(&set(&huge)).expect_err("huge").code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        s.apply(&set(&huge)).expect_err("huge").code(),
+        tonic::Code::InvalidArgument
+    );
     s.apply(&set(r#"{"days": 7}"#)).expect("ok");
     assert_eq!(s.policies(None).len(), 1);
     assert_eq!(
@@ -307,7 +337,11 @@ fn image_roundtrip_keeps_everything() {
         }),
     })
     .expect("publish");
-    s.apply(&Command::Tombstone { ids: vec![2], now_ns: 3 }).expect("t");
+    s.apply(&Command::Tombstone {
+        ids: vec![2],
+        now_ns: 3,
+    })
+    .expect("t");
     s.apply(&Command::AcquireLease {
         key: "k".into(),
         holder: "h".into(),

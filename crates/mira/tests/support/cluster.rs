@@ -51,7 +51,11 @@ impl Cluster {
                 starts: 0,
             })
             .collect();
-        let peers = members.iter().map(|m| format!("{}={}", m.id, m.addr)).collect::<Vec<_>>().join(",");
+        let peers = members
+            .iter()
+            .map(|m| format!("{}={}", m.id, m.addr))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut c = Cluster {
             members,
             peers,
@@ -69,9 +73,18 @@ impl Cluster {
         let m = &mut self.members[i];
         assert!(m.child.is_none(), "member {i} already running");
         m.starts += 1;
-        let log = std::fs::File::create(self.root.path().join(format!("member-{}.{}.log", m.id, m.starts))).expect("log");
+        let log =
+            std::fs::File::create(self.root.path().join(format!("member-{}.{}.log", m.id, m.starts))).expect("log");
         let child = Command::new(env!("CARGO_BIN_EXE_mira"))
-            .args(["catalog", "--node-id", &m.id.to_string(), "--listen", &m.addr, "--peers", &self.peers])
+            .args([
+                "catalog",
+                "--node-id",
+                &m.id.to_string(),
+                "--listen",
+                &m.addr,
+                "--peers",
+                &self.peers,
+            ])
             .arg("--data-dir")
             .arg(&m.dir)
             .args(["--snapshot-every", &self.snapshot_every.to_string()])
@@ -127,7 +140,11 @@ impl Cluster {
                     && let Some(l) = s.leader_id
                     && let Some(li) = self.members.iter().position(|m| m.id == l)
                     && self.members[li].child.is_some()
-                    && self.member_client(li).status_of_first().await.is_ok_and(|ls| ls.leader_id == Some(l))
+                    && self
+                        .member_client(li)
+                        .status_of_first()
+                        .await
+                        .is_ok_and(|ls| ls.leader_id == Some(l))
                 {
                     return Some(li);
                 }

@@ -1,0 +1,529 @@
+//! A single-member catalog over real sockets: hostile requests, restart
+//! from disk, watch resets, `/metrics` and `/ready`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use futures::StreamExt;
+use mira_catalog::proto as pb;
+use mira_catalog::proto::catalog_client::CatalogClient as Grpc;
+use mira_catalog::proto::raft_client::RaftClient;
+use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
+use mira_core::block::path::block_path;
+use mira_core::ids::{BlockId, Signal, TenantId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const BASE: i64 = 1_796_169_600_000_000_000;
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+}
+
+fn block(seq: i64) -> pb::Block {
+    let id = BlockId::new();
+    let min = BASE + seq * 1_000_000;
+    let key = block_path(&TenantId::new("t").expect("tenant"), Signal::Logs, min as u64, id);
+    pb::Block {
+        id: id.to_string(),
+        tenant: "t".into(),
+        signal: pb::Signal::Logs as i32,
+        min_time_ns: min,
+        max_time_ns: min + 10,
+        rows: 1,
+        bytes: 1,
+        level: pb::Level::Hot as i32,
+        object_key: key.to_string(),
+        created_at_ns: min,
+        ..Default::default()
+    }
+}
+
+async fn start(dir: &std::path::Path, addr: SocketAddr, snapshot_every: u64) -> CatalogNode {
+    let mut config = NodeConfig::single(addr, dir.to_path_buf());
+    config.snapshot_every = snapshot_every;
+    config.keep_logs = 10;
+    let node = CatalogNode::start(config).await.expect("start");
+    node.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
+    node
+}
+
+fn client(addr: SocketAddr) -> CatalogClient {
+    CatalogClient::new(vec![addr.to_string()], ClientConfig::default())
+}
+
+async fn raw(addr: SocketAddr) -> Grpc<Channel> {
+    Grpc::connect(format!("http://{addr}"))
+        .await
+        .expect("connect")
+        .max_encoding_message_size(64 << 20)
+}
+
+async fn everything(c: &CatalogClient) -> (Vec<pb::Block>, Vec<pb::Policy>, Vec<pb::Lease>, Vec<pb::Watermark>) {
+    let blocks = c
+        .list_blocks(pb::ListBlocksRequest {
+            tenant: "t".into(),
+            signal: pb::Signal::Logs as i32,
+            min_time_ns: 0,
+            max_time_ns: i64::MAX,
+            states: vec![1, 2, 3],
+            linearizable: true,
+        })
+        .await
+        .expect("list")
+        .blocks;
+    let policies = c
+        .list_policies(pb::ListPoliciesRequest::default())
+        .await
+        .expect("policies")
+        .policies;
+    let leases = c
+        .list_leases(pb::ListLeasesRequest::default())
+        .await
+        .expect("leases")
+        .leases;
+    let wm = c
+        .get_watermarks(pb::GetWatermarksRequest::default())
+        .await
+        .expect("watermarks")
+        .watermarks;
+    (blocks, policies, leases, wm)
+}
+
+fn write(cmd: pb::write_request::Command) -> pb::WriteRequest {
+    pb::WriteRequest { command: Some(cmd) }
+}
+
+#[tokio::test]
+async fn hostile_requests_get_clear_statuses_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = free_addr();
+    let node = start(dir.path(), addr, 10_000).await;
+    let c = client(addr);
+    c.publish(vec![block(1), block(2)], None).await.expect("seed");
+    c.write(pb::write_request::Command::AcquireLease(pb::AcquireLease {
+        key: "k".into(),
+        holder: "h".into(),
+        now_ns: BASE,
+        ttl_ms: 60_000,
+    }))
+    .await
+    .expect("lease");
+    let before = everything(&c).await;
+    let mut g = raw(addr).await;
+
+    use pb::write_request::Command as C;
+    let mut bad_id = block(3);
+    bad_id.id = "not-a-ulid".into();
+    let mut negative = block(3);
+    negative.min_time_ns = -5;
+    let mut reversed = block(3);
+    reversed.max_time_ns = reversed.min_time_ns - 1;
+    let mut bad_signal = block(3);
+    bad_signal.signal = 99;
+    let mut bad_key = block(3);
+    bad_key.object_key = "../../etc/passwd".into();
+    let mut stray_state = block(3);
+    stray_state.state = pb::BlockState::Tombstoned as i32;
+    let too_many: Vec<pb::Block> = (0..10_001).map(block).collect();
+    let cases: Vec<(&str, pb::WriteRequest, Code, &str)> = vec![
+        (
+            "no command",
+            pb::WriteRequest { command: None },
+            Code::InvalidArgument,
+            "command",
+        ),
+        (
+            "bad id",
+            write(C::Publish(pb::Publish {
+                blocks: vec![bad_id],
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "ULID",
+        ),
+        (
+            "negative time",
+            write(C::Publish(pb::Publish {
+                blocks: vec![negative],
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "negative",
+        ),
+        (
+            "reversed times",
+            write(C::Publish(pb::Publish {
+                blocks: vec![reversed],
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "max_time_ns",
+        ),
+        (
+            "unknown signal",
+            write(C::Publish(pb::Publish {
+                blocks: vec![bad_signal],
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "signal",
+        ),
+        (
+            "hostile key",
+            write(C::Publish(pb::Publish {
+                blocks: vec![bad_key],
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "object_key",
+        ),
+        (
+            "publish tombstoned",
+            write(C::Publish(pb::Publish {
+                blocks: vec![stray_state],
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "live",
+        ),
+        (
+            "too many blocks",
+            write(C::Publish(pb::Publish {
+                blocks: too_many,
+                watermark: None,
+            })),
+            Code::InvalidArgument,
+            "at most 10000",
+        ),
+        (
+            "empty publish",
+            write(C::Publish(pb::Publish::default())),
+            Code::InvalidArgument,
+            "blocks",
+        ),
+        (
+            "unknown tombstone",
+            write(C::Tombstone(pb::Tombstone {
+                ids: vec![BlockId::new().to_string()],
+                now_ns: BASE,
+            })),
+            Code::NotFound,
+            "not found",
+        ),
+        (
+            "unknown purge",
+            write(C::Purge(pb::Purge {
+                ids: vec![BlockId::new().to_string()],
+            })),
+            Code::NotFound,
+            "not found",
+        ),
+        (
+            "purge live",
+            write(C::Purge(pb::Purge {
+                ids: vec![before.0[0].id.clone()],
+            })),
+            Code::FailedPrecondition,
+            "not tombstoned",
+        ),
+        (
+            "replace unknown",
+            write(C::Replace(pb::Replace {
+                add: vec![block(9)],
+                tombstone: vec![BlockId::new().to_string()],
+                now_ns: BASE,
+                ..Default::default()
+            })),
+            Code::NotFound,
+            "not found",
+        ),
+        (
+            "restore live",
+            write(C::MarkRestored(pb::MarkRestored {
+                id: BlockId::new().to_string(),
+            })),
+            Code::NotFound,
+            "not found",
+        ),
+        (
+            "overflowing lease",
+            write(C::AcquireLease(pb::AcquireLease {
+                key: "x".into(),
+                holder: "h".into(),
+                now_ns: i64::MAX - 10,
+                ttl_ms: 1_000,
+            })),
+            Code::InvalidArgument,
+            "overflows",
+        ),
+        (
+            "negative ttl",
+            write(C::AcquireLease(pb::AcquireLease {
+                key: "x".into(),
+                holder: "h".into(),
+                now_ns: BASE,
+                ttl_ms: -1,
+            })),
+            Code::InvalidArgument,
+            "ttl_ms",
+        ),
+        (
+            "lease held",
+            write(C::AcquireLease(pb::AcquireLease {
+                key: "k".into(),
+                holder: "other".into(),
+                now_ns: BASE,
+                ttl_ms: 1_000,
+            })),
+            Code::FailedPrecondition,
+            "held by",
+        ),
+        (
+            "huge key",
+            write(C::AcquireLease(pb::AcquireLease {
+                key: "k".repeat(100_000),
+                holder: "h".into(),
+                now_ns: BASE,
+                ttl_ms: 1_000,
+            })),
+            Code::InvalidArgument,
+            "key",
+        ),
+        (
+            "policy not json",
+            write(C::SetPolicy(pb::SetPolicy {
+                policy: Some(pb::Policy {
+                    kind: 1,
+                    name: "p".into(),
+                    tenant: String::new(),
+                    body_json: "{nope".into(),
+                }),
+            })),
+            Code::InvalidArgument,
+            "body_json",
+        ),
+        (
+            "oversized policy",
+            write(C::SetPolicy(pb::SetPolicy {
+                policy: Some(pb::Policy {
+                    kind: 1,
+                    name: "p".into(),
+                    tenant: String::new(),
+                    body_json: format!("{{\"a\":\"{}\"}}", "x".repeat(1 << 20)),
+                }),
+            })),
+            Code::InvalidArgument,
+            "at most 65536",
+        ),
+        (
+            "unknown policy kind",
+            write(C::SetPolicy(pb::SetPolicy {
+                policy: Some(pb::Policy {
+                    kind: 7,
+                    name: "p".into(),
+                    tenant: String::new(),
+                    body_json: "{}".into(),
+                }),
+            })),
+            Code::InvalidArgument,
+            "kind",
+        ),
+        (
+            "delete missing policy",
+            write(C::DeletePolicy(pb::DeletePolicy {
+                kind: 1,
+                name: "none".into(),
+            })),
+            Code::NotFound,
+            "policy",
+        ),
+    ];
+    for (name, req, code, needle) in cases {
+        let err = g.write(req).await.expect_err(name);
+        assert_eq!(err.code(), code, "{name}: {err:?}");
+        assert!(
+            err.message().contains(needle),
+            "{name}: {:?} should mention {needle:?}",
+            err.message()
+        );
+    }
+
+    // A message over the 16 MiB limit is refused by the transport.
+    let huge = write(C::SetPolicy(pb::SetPolicy {
+        policy: Some(pb::Policy {
+            kind: 1,
+            name: "p".into(),
+            tenant: String::new(),
+            body_json: "x".repeat(17 << 20),
+        }),
+    }));
+    let err = g.write(huge).await.expect_err("oversized message");
+    assert!(
+        matches!(err.code(), Code::OutOfRange | Code::ResourceExhausted),
+        "{err:?}"
+    );
+
+    let list = |min, max, signal, tenant: &str, states: Vec<i32>| pb::ListBlocksRequest {
+        tenant: tenant.into(),
+        signal,
+        min_time_ns: min,
+        max_time_ns: max,
+        states,
+        linearizable: false,
+    };
+    for (name, req, needle) in [
+        ("reversed range", list(10, 5, 1, "t", vec![]), "max_time_ns"),
+        ("negative range", list(-1, 5, 1, "t", vec![]), "negative"),
+        ("bad signal", list(0, 5, 0, "t", vec![]), "signal"),
+        ("bad tenant", list(0, 5, 1, "a/b", vec![]), "tenant"),
+        ("bad state", list(0, 5, 1, "t", vec![42]), "state"),
+    ] {
+        let err = g.list_blocks(req).await.expect_err(name);
+        assert_eq!(err.code(), Code::InvalidArgument, "{name}");
+        assert!(err.message().contains(needle), "{name}: {}", err.message());
+    }
+
+    // A stray member of another cluster, and garbage Raft payloads.
+    let mut r = RaftClient::connect(format!("http://{addr}"))
+        .await
+        .expect("raft connect");
+    let err = r
+        .vote(pb::RaftRequest {
+            cluster_id: "other".into(),
+            payload: vec![1, 2, 3],
+        })
+        .await
+        .expect_err("stray");
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(err.message().contains("cluster id mismatch"), "{}", err.message());
+    for payload in [vec![], vec![0xff; 64], vec![7; 3]] {
+        let err = r
+            .append_entries(pb::RaftRequest {
+                cluster_id: "mira".into(),
+                payload,
+            })
+            .await
+            .expect_err("garbage");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    }
+
+    assert_eq!(everything(&c).await, before, "rejected requests changed the catalog");
+    // And it keeps serving.
+    c.publish(vec![block(50)], None).await.expect("publish after abuse");
+    assert_eq!(everything(&c).await.0.len(), before.0.len() + 1);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn restart_from_disk_and_watch_reset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = free_addr();
+    let node = start(dir.path(), addr, 50).await;
+    let c = client(addr);
+    let mut ids = Vec::new();
+    for i in 0..120 {
+        let b = block(i);
+        ids.push(b.id.clone());
+        c.publish(vec![b], None).await.expect("publish");
+    }
+    c.write(pb::write_request::Command::Publish(pb::Publish {
+        blocks: vec![],
+        watermark: Some(pb::Watermark {
+            ingester_id: "ing-0".into(),
+            shard: 2,
+            wal_seq: 77,
+        }),
+    }))
+    .await
+    .expect("watermark");
+    node.shutdown().await;
+
+    let node = start(dir.path(), addr, 50).await;
+    let c = std::sync::Arc::new(client(addr));
+    let (blocks, _, _, wm) = everything(&c).await;
+    let mut got: Vec<String> = blocks.into_iter().map(|b| b.id).collect();
+    got.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(got, want, "restart lost or doubled blocks");
+    assert_eq!(
+        wm,
+        vec![pb::Watermark {
+            ingester_id: "ing-0".into(),
+            shard: 2,
+            wal_seq: 77
+        }]
+    );
+
+    // The restarted member's history starts at its snapshot, so a watch from
+    // version 0 begins with a full reset.
+    let mut stream = c.watch(0);
+    let mut reset_blocks = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("watch stalled")
+            .expect("watch ended");
+        assert!(e.reset, "first events are the reset");
+        for ch in e.changes {
+            if let Some(pb::change::Change::Block(b)) = ch.change {
+                reset_blocks.push(b.id);
+            }
+        }
+        if e.reset_done {
+            break;
+        }
+    }
+    reset_blocks.sort();
+    assert_eq!(reset_blocks, want);
+    let b = block(500);
+    c.publish(vec![b.clone()], None).await.expect("publish");
+    let next = loop {
+        let e = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("watch stalled")
+            .expect("watch ended");
+        if !e.changes.is_empty() {
+            break e;
+        }
+    };
+    assert!(!next.reset);
+    assert!(matches!(&next.changes[0].change, Some(pb::change::Change::Block(x)) if x.id == b.id));
+    node.shutdown().await;
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("send");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    out
+}
+
+#[tokio::test]
+async fn metrics_and_ready_on_the_same_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = free_addr();
+    let node = start(dir.path(), addr, 10_000).await;
+    client(addr).publish(vec![block(1)], None).await.expect("publish");
+    let ready = http_get(addr, "/ready").await;
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let m = http_get(addr, "/metrics").await;
+    for name in [
+        "mira_catalog_raft_term 1",
+        "mira_catalog_raft_leader_id 0",
+        "mira_catalog_raft_applied_index",
+        "mira_catalog_raft_log_entries",
+        "mira_catalog_blocks{state=\"live\"} 1",
+        "mira_catalog_command_duration_seconds_count{command=\"publish\",outcome=\"ok\"} 1",
+    ] {
+        assert!(m.contains(name), "/metrics lacks {name}:\n{m}");
+    }
+    node.shutdown().await;
+}
