@@ -248,6 +248,13 @@ impl CatalogNode {
             source: e,
         })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        // Raft round trips are small request/response pairs: without
+        // TCP_NODELAY, Nagle plus delayed ACKs adds tens of ms to each.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(target: "mira::catalog", error = %e, "set TCP_NODELAY");
+            }
+        });
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stop_rx.await;
