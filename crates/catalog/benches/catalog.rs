@@ -30,8 +30,17 @@ fn quick() -> bool {
     std::env::var_os("MIRA_BENCH_QUICK").is_some()
 }
 
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
 fn record(seq: u64, tenant: &str, min: i64) -> BlockRecord {
-    let id = (u128::from(seq) << 64) | 0x5eed;
+    // A ULID as an ingester makes it: 48 bits of milliseconds, 80 random.
+    let random = (u128::from(splitmix(seq)) << 16 | u128::from(splitmix(!seq) as u16)) & ((1u128 << 80) - 1);
+    let id = ((min / 1_000_000) as u128) << 80 | random;
     let key = block_path(
         &TenantId::new(tenant).expect("tenant"),
         Signal::Logs,
