@@ -175,7 +175,10 @@ fn redb_commit_rate(dir: &std::path::Path) -> f64 {
     let t = Instant::now();
     for i in 0..n {
         let txn = db.begin_write().expect("txn");
-        txn.open_table(table).expect("table").insert(i, payload.as_slice()).expect("insert");
+        txn.open_table(table)
+            .expect("table")
+            .insert(i, payload.as_slice())
+            .expect("insert");
         txn.commit().expect("commit");
     }
     f64::from(n as u32) / t.elapsed().as_secs_f64()
@@ -204,7 +207,9 @@ async fn bench_publish() {
     let dir = tempfile::tempdir().expect("tempdir");
     let floor = {
         let d = dir.path().to_path_buf();
-        tokio::task::spawn_blocking(move || redb_commit_rate(&d)).await.expect("baseline")
+        tokio::task::spawn_blocking(move || redb_commit_rate(&d))
+            .await
+            .expect("baseline")
     };
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let peers: BTreeMap<u64, String> = (0..3).map(|i| (i as u64, format!("127.0.0.1:{}", ports[i]))).collect();
@@ -221,9 +226,16 @@ async fn bench_publish() {
     for n in &nodes {
         n.wait_for_leader(Duration::from_secs(30)).await.expect("leader");
     }
-    let client = Arc::new(CatalogClient::new(peers.values().cloned().collect(), ClientConfig::default()));
+    let client = Arc::new(CatalogClient::new(
+        peers.values().cloned().collect(),
+        ClientConfig::default(),
+    ));
     let total: u64 = if quick() { 2_000 } else { 20_000 };
-    for (label, conns, batch) in [("unbatched, 1 client", 1u64, 1u64), ("unbatched, 32 clients", 32, 1), ("batched 100/command, 4 clients", 4, 100)] {
+    for (label, conns, batch) in [
+        ("unbatched, 1 client", 1u64, 1u64),
+        ("unbatched, 32 clients", 32, 1),
+        ("batched 100/command, 4 clients", 4, 100),
+    ] {
         let per = total / conns / batch;
         let t = Instant::now();
         let mut tasks = Vec::new();
@@ -255,13 +267,17 @@ async fn bench_publish() {
 async fn bench_list_grpc() {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let node = CatalogNode::start(NodeConfig::single(addr, dir.path().to_path_buf())).await.expect("start");
+    let node = CatalogNode::start(NodeConfig::single(addr, dir.path().to_path_buf()))
+        .await
+        .expect("start");
     node.wait_for_leader(Duration::from_secs(30)).await.expect("leader");
     let client = CatalogClient::new(vec![addr.to_string()], ClientConfig::default());
     let n = 100_000u64;
     let step = 30 * DAY as u64 / n;
     for chunk in 0..n / 5_000 {
-        let blocks = (0..5_000).map(|i| pb_block((chunk * 5_000 + i) * step / 1_000_000)).collect();
+        let blocks = (0..5_000)
+            .map(|i| pb_block((chunk * 5_000 + i) * step / 1_000_000))
+            .collect();
         client.publish(blocks, None).await.expect("publish");
     }
     let day_start = BASE + 10 * DAY;

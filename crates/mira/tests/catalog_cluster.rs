@@ -289,3 +289,47 @@ async fn watch_delivers_every_change_in_order_across_a_leader_change() {
     // Every publish exactly once, in the order they were acknowledged.
     assert_eq!(seen, published);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_are_added_and_removed_through_raft() {
+    let mut c = Cluster::new(3, 10_000, 1_000);
+    c.leader().await;
+    let client = c.client();
+    for i in 0..50 {
+        client.publish(vec![block(TENANT, i)], None).await.expect("publish");
+    }
+    let new = c.add_member();
+    c.start(new);
+    let all: Vec<pb::Member> = c
+        .members
+        .iter()
+        .map(|m| pb::Member {
+            id: m.id,
+            address: m.addr.clone(),
+            voter: true,
+        })
+        .collect();
+    let reply = client.change_membership(all.clone()).await.expect("add member 3");
+    assert_eq!(reply.members.iter().filter(|m| m.voter).count(), 4);
+    converged(&c, 50).await;
+
+    // Remove member 0, then stop it: the other three keep serving writes.
+    let without_first: Vec<pb::Member> = all[1..].to_vec();
+    let reply = client.change_membership(without_first).await.expect("remove member 0");
+    assert!(reply.members.iter().all(|m| m.id != 0), "{reply:?}");
+    c.kill(0);
+    for i in 50..80 {
+        client
+            .publish(vec![block(TENANT, i)], None)
+            .await
+            .expect("publish after removal");
+    }
+    let status = c.status(new).await.expect("status");
+    assert_eq!(status.members.iter().filter(|m| m.voter).count(), 3);
+    wait_for(
+        "the new member to have every block",
+        Duration::from_secs(30),
+        || async { (c.blocks_on(new, TENANT).await?.len() == 80).then_some(()) },
+    )
+    .await;
+}

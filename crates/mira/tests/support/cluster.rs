@@ -69,6 +69,26 @@ impl Cluster {
         c
     }
 
+    /// Adds a member (not started) and includes it in the peer list given
+    /// to members started from now on.
+    pub fn add_member(&mut self) -> usize {
+        let id = self.members.len() as u64;
+        self.members.push(Member {
+            id,
+            addr: format!("127.0.0.1:{}", free_port()),
+            dir: self.root.path().join(format!("member-{id}")),
+            child: None,
+            starts: 0,
+        });
+        self.peers = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.id, m.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.members.len() - 1
+    }
+
     pub fn start(&mut self, i: usize) {
         let m = &mut self.members[i];
         assert!(m.child.is_none(), "member {i} already running");
