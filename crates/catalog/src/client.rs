@@ -22,6 +22,9 @@ use crate::error::ClientError;
 use crate::network::endpoint_url;
 use crate::service::LEADER_HEADER;
 
+/// A watch with no event for this long reconnects elsewhere.
+const WATCH_IDLE: Duration = Duration::from_secs(5);
+
 /// Timeouts and backoff of a [`CatalogClient`].
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -124,7 +127,23 @@ impl CatalogClient {
     }
 
     /// Runs `f` against members until one answers, following redirects.
-    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, ClientError>
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Grpc<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.call_with(self.config.attempt_timeout, true, f).await
+    }
+
+    /// [`Self::call`] with its own attempt timeout; when `retry_slow` is
+    /// false an attempt that times out ends the call (for admin operations
+    /// that must not be started on every member in turn).
+    async fn call_with<T, F, Fut>(
+        &self,
+        attempt_timeout: Duration,
+        retry_slow: bool,
+        mut f: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(Grpc<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
@@ -139,9 +158,17 @@ impl CatalogClient {
             if remaining.is_zero() {
                 break;
             }
-            let client = self.channel(&addr)?;
+            let client = match self.channel(&addr) {
+                Ok(c) => c,
+                Err(e) => {
+                    // A bad leader hint must not wedge the client.
+                    last = e.to_string();
+                    self.prefer(None);
+                    continue;
+                }
+            };
             let mut redirected = false;
-            match tokio::time::timeout(self.config.attempt_timeout.min(remaining), f(client)).await {
+            match tokio::time::timeout(attempt_timeout.min(remaining), f(client)).await {
                 Ok(Ok(resp)) => {
                     self.prefer(Some(addr));
                     return Ok(resp.into_inner());
@@ -167,7 +194,10 @@ impl CatalogClient {
                     }
                 }
                 Err(_) => {
-                    last = format!("{addr}: no answer within {:?}", self.config.attempt_timeout);
+                    last = format!("{addr}: no answer within {attempt_timeout:?}");
+                    if !retry_slow {
+                        return Err(ClientError::Unavailable { attempts, last });
+                    }
                     self.prefer(None);
                     self.forget_channel(&addr);
                 }
@@ -275,7 +305,7 @@ impl CatalogClient {
 
     pub async fn change_membership(&self, members: Vec<pb::Member>) -> Result<pb::ChangeMembershipReply, ClientError> {
         let req = pb::ChangeMembershipRequest { members };
-        self.call(|mut c| {
+        self.call_with(self.config.timeout, false, |mut c| {
             let req = req.clone();
             async move { c.change_membership(req).await }
         })
@@ -283,9 +313,11 @@ impl CatalogClient {
     }
 
     pub async fn trigger_snapshot(&self) -> Result<u64, ClientError> {
-        self.call(|mut c| async move { c.trigger_snapshot(pb::TriggerSnapshotRequest {}).await })
-            .await
-            .map(|r| r.snapshot_index)
+        self.call_with(self.config.timeout, false, |mut c| async move {
+            c.trigger_snapshot(pb::TriggerSnapshotRequest {}).await
+        })
+        .await
+        .map(|r| r.snapshot_index)
     }
 
     /// Every change after `after_version`, in order, from any member;
@@ -300,14 +332,21 @@ impl CatalogClient {
             let mut backoff = me.config.backoff_initial;
             loop {
                 let Some(addr) = me.target() else { return };
-                let Ok(mut client) = me.channel(&addr) else { return };
+                let Ok(mut client) = me.channel(&addr) else {
+                    me.prefer(None);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(me.config.backoff_max);
+                    continue;
+                };
                 match client.watch(pb::WatchRequest { after_version: resume }).await {
                     Ok(stream) => {
                         let mut stream = stream.into_inner();
                         // A reset is forwarded only once complete, so a
                         // connection lost mid-reset never leaves half a state.
                         let mut pending: Vec<pb::WatchEvent> = Vec::new();
-                        while let Some(item) = stream.next().await {
+                        // The server sends progress at least every second;
+                        // silence means a dead member or connection.
+                        while let Ok(Some(item)) = tokio::time::timeout(WATCH_IDLE, stream.next()).await {
                             let Ok(event) = item else { break };
                             backoff = me.config.backoff_initial;
                             if event.reset && !event.reset_done {

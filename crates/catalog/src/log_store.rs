@@ -131,7 +131,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.read_range((range.start_bound().cloned(), range.end_bound().cloned()))
+        let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.read_range(bounds))
+            .await
+            .map_err(read_err)?
     }
 }
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use mira_proto::catalog::RaftRequest;
 use mira_proto::catalog::raft_client::RaftClient;
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -86,11 +88,20 @@ impl Connection {
 
     async fn call<Req, Resp, E>(&mut self, kind: RpcKind, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
     where
-        Req: Serialize,
+        Req: Serialize + EntryCount,
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
         let payload = postcard::to_stdvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if payload.len() > MAX_RAFT_MESSAGE {
+            // openraft retries with fewer entries (append only; snapshots
+            // are chunked well below the limit).
+            let entries = match kind {
+                RpcKind::Append => (entries_of(req) / 2).max(1),
+                _ => 1,
+            };
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries)));
+        }
         let mut request = tonic::Request::new(RaftRequest {
             cluster_id: self.cluster_id.clone(),
             payload,
@@ -120,6 +131,33 @@ impl Connection {
             postcard::from_bytes(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+/// How many log entries a Raft request carries (for the size hint).
+trait EntryCount {
+    fn entry_count(&self) -> u64;
+}
+
+impl EntryCount for AppendEntriesRequest<TypeConfig> {
+    fn entry_count(&self) -> u64 {
+        self.entries.len() as u64
+    }
+}
+
+impl EntryCount for InstallSnapshotRequest<TypeConfig> {
+    fn entry_count(&self) -> u64 {
+        0
+    }
+}
+
+impl EntryCount for VoteRequest<NodeId> {
+    fn entry_count(&self) -> u64 {
+        0
+    }
+}
+
+fn entries_of(req: &impl EntryCount) -> u64 {
+    req.entry_count()
 }
 
 #[derive(Clone, Copy, Debug)]

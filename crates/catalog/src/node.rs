@@ -188,7 +188,7 @@ impl CatalogNode {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.keep_logs,
             purge_batch_size: 256,
-            max_payload_entries: 512,
+            max_payload_entries: 64,
             ..Default::default()
         }
         .validate()
@@ -210,6 +210,7 @@ impl CatalogNode {
             metrics: metrics.clone(),
             node_id: config.node_id,
             cluster_id: config.cluster_id.clone(),
+            resets: Arc::new(tokio::sync::Semaphore::new(crate::service::MAX_CONCURRENT_RESETS)),
         };
         let raft_svc = RaftService {
             raft: raft.clone(),
@@ -314,9 +315,13 @@ impl CatalogNode {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(target: "mira::catalog", error = %e, "raft shutdown");
         }
-        if let Some(server) = self.server.take() {
-            // Watch streams keep connections open; do not wait for them forever.
-            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        if let Some(mut server) = self.server.take() {
+            // Watch streams keep connections open; do not wait for them
+            // forever. Aborting drops the connections, which ends the
+            // watch tasks (their receivers go away).
+            if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
+                server.abort();
+            }
         }
     }
 }

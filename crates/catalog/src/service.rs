@@ -78,7 +78,15 @@ pub struct CatalogService {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) node_id: NodeId,
     pub(crate) cluster_id: String,
+    /// Full-state resets built at once (each copies the whole state).
+    pub(crate) resets: Arc<tokio::sync::Semaphore>,
 }
+
+/// Watch resets built concurrently per member.
+pub const MAX_CONCURRENT_RESETS: usize = 4;
+/// A watch sends a progress event at least this often, so a client can
+/// tell a quiet catalog from a dead connection.
+pub const WATCH_HEARTBEAT: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for CatalogService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -138,7 +146,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         if req.max_time_ns < req.min_time_ns {
             return Err(CommandError::invalid("max_time_ns", "before min_time_ns").into());
         }
-        let states = if req.states.is_empty() {
+        let mut states = if req.states.is_empty() {
             vec![StateKind::Live]
         } else {
             req.states
@@ -146,6 +154,8 @@ impl pb::catalog_server::Catalog for CatalogService {
                 .map(|s| state_kind_from_pb(*s))
                 .collect::<Result<Vec<_>, _>>()?
         };
+        states.sort_unstable();
+        states.dedup();
         self.consistent(req.linearizable).await?;
         let (blocks, version) = self.catalog.read(|state, version| {
             let blocks = state
@@ -214,7 +224,13 @@ impl pb::catalog_server::Catalog for CatalogService {
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let after = request.into_inner().after_version;
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(watch_loop(self.catalog.clone(), after, tx));
+        tokio::spawn(watch_loop(
+            self.catalog.clone(),
+            self.raft.clone(),
+            self.resets.clone(),
+            after,
+            tx,
+        ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -258,8 +274,13 @@ impl pb::catalog_server::Catalog for CatalogService {
         }
         let mut wanted = BTreeMap::new();
         for m in &req.members {
-            if m.address.is_empty() || m.address.len() > 512 {
-                return Err(CommandError::invalid("members.address", "must be 1..=512 bytes").into());
+            let parses = tonic::transport::Endpoint::from_shared(crate::network::endpoint_url(&m.address)).is_ok();
+            if m.address.is_empty() || m.address.len() > 512 || !parses || m.address.contains(char::is_whitespace) {
+                return Err(CommandError::invalid(
+                    "members.address",
+                    format!("{:?} is not host:port", m.address.chars().take(64).collect::<String>()),
+                )
+                .into());
             }
             if wanted.insert(m.id, m.address.clone()).is_some() {
                 return Err(CommandError::invalid("members.id", format!("member {} named twice", m.id)).into());
@@ -332,15 +353,27 @@ impl pb::catalog_server::Catalog for CatalogService {
     }
 }
 
-/// Streams every change after `after` until the receiver goes away.
-async fn watch_loop(catalog: Arc<Catalog>, mut after: u64, tx: mpsc::Sender<Result<pb::WatchEvent, Status>>) {
+/// Streams every change after `after` until the receiver goes away, with a
+/// progress event every [`WATCH_HEARTBEAT`]; ends with `UNAVAILABLE` when
+/// this member knows no leader (partitioned or removed), so the client
+/// moves to another member.
+async fn watch_loop(
+    catalog: Arc<Catalog>,
+    raft: Raft,
+    resets: Arc<tokio::sync::Semaphore>,
+    mut after: u64,
+    tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
+) {
     let mut versions = catalog.subscribe();
+    let mut heartbeat = tokio::time::interval(WATCH_HEARTBEAT);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // Read the applied version before the history: changes are in the
         // history before the version moves, so none up to `applied` is missed.
         let applied = *versions.borrow_and_update();
         match catalog.events_after(after, WATCH_BATCH) {
             Err(HistoryGone) => {
+                let Ok(_permit) = resets.acquire().await else { return };
                 let (version, changes) = catalog.full_state();
                 let chunks: Vec<&[crate::state::Change]> = if changes.is_empty() {
                     vec![&[]]
@@ -378,7 +411,7 @@ async fn watch_loop(catalog: Arc<Catalog>, mut after: u64, tx: mpsc::Sender<Resu
             Ok(_) => {
                 // Caught up. Tell the watcher how far the catalog got (log
                 // entries without changes still advance the version), then
-                // wait for the next apply.
+                // wait for the next apply or the heartbeat.
                 if applied > after {
                     after = applied;
                     let progress = pb::WatchEvent {
@@ -393,6 +426,18 @@ async fn watch_loop(catalog: Arc<Catalog>, mut after: u64, tx: mpsc::Sender<Resu
                 tokio::select! {
                     changed = versions.changed() => if changed.is_err() { return },
                     () = tx.closed() => return,
+                    _ = heartbeat.tick() => {
+                        if raft.metrics().borrow().current_leader.is_none() {
+                            let _ = tx
+                                .send(Err(Status::unavailable("this catalog member knows no leader; watch another")))
+                                .await;
+                            return;
+                        }
+                        let progress = pb::WatchEvent { version: after, ..Default::default() };
+                        if tx.send(Ok(progress)).await.is_err() {
+                            return;
+                        }
+                    }
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! no I/O, no clock (times come from the commands), so every member applies
 //! the same log to the same state, and the rules are tested directly.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use mira_core::ids::BlockId;
 use mira_proto::catalog as pb;
@@ -71,7 +71,14 @@ pub struct State {
     leases: BTreeMap<String, Lease>,
     policies: BTreeMap<(PolicyKind, String), Policy>,
     counts: [u64; 3],
+    /// Ids purged most recently (oldest first), so a retried purge succeeds
+    /// and a retried publish cannot bring a purged block back.
+    purged: VecDeque<u128>,
+    purged_set: HashSet<u128>,
 }
+
+/// Purged ids remembered for retries.
+pub const PURGED_MEMORY: usize = 100_000;
 
 /// The serialized form of [`State`] inside a snapshot.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -81,6 +88,8 @@ pub struct StateImage {
     pub ingesters: Vec<IngesterLease>,
     pub leases: Vec<Lease>,
     pub policies: Vec<Policy>,
+    /// Recently purged ids, oldest first.
+    pub purged: Vec<u128>,
 }
 
 fn state_index(k: StateKind) -> usize {
@@ -138,15 +147,14 @@ impl State {
                     lease: None,
                 })
             }
-            Command::DeletePolicy { kind, name } => match self.policies.remove(&(*kind, name.clone())) {
-                Some(p) => Ok(Applied {
+            // Deleting an absent policy succeeds: a retried delete must not fail.
+            Command::DeletePolicy { kind, name } => Ok(match self.policies.remove(&(*kind, name.clone())) {
+                Some(p) => Applied {
                     changes: vec![Change::PolicyDeleted(p)],
                     lease: None,
-                }),
-                None => Err(CommandError::NotFound {
-                    what: format!("policy {name:?} of kind {kind:?}"),
-                }),
-            },
+                },
+                None => Applied::default(),
+            }),
             Command::AcquireLease {
                 key,
                 holder,
@@ -215,6 +223,12 @@ impl State {
     fn publish(&mut self, blocks: &[BlockRecord], watermark: Option<&Watermark>) -> Result<Applied, CommandError> {
         let mut fresh = Vec::with_capacity(blocks.len());
         for b in blocks {
+            if self.purged_set.contains(&b.id) {
+                return Err(CommandError::conflict(format!(
+                    "block {} was purged; a purged id is never published again",
+                    b.block_id()
+                )));
+            }
             match self.blocks.get(&b.id) {
                 Some(old) if old.same_publish(b) => {}
                 Some(_) => {
@@ -268,7 +282,7 @@ impl State {
         let all_gone = tombstone
             .iter()
             .all(|id| self.blocks.get(id).is_none_or(|o| o.state.kind() != StateKind::Live));
-        if all_added && all_gone && !add.is_empty() {
+        if all_added && all_gone {
             return Ok(Applied::default());
         }
         if let Some((key, holder)) = lease {
@@ -348,7 +362,12 @@ impl State {
     }
 
     fn purge(&mut self, ids: &[u128]) -> Result<Applied, CommandError> {
-        let missing: Vec<u128> = ids.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+        // Already purged (a retry) counts as done; never known is an error.
+        let missing: Vec<u128> = ids
+            .iter()
+            .copied()
+            .filter(|id| !self.blocks.contains_key(id) && !self.purged_set.contains(id))
+            .collect();
         if !missing.is_empty() {
             return Err(not_found(&missing));
         }
@@ -368,7 +387,11 @@ impl State {
                 self.counts[state_index(b.state.kind())] -= 1;
                 if let Some(s) = self.streams.get_mut(&(b.tenant.clone(), b.signal)) {
                     s.by_min.remove(&(b.min_time_ns, b.id));
+                    if s.by_min.is_empty() {
+                        s.max_span = 0;
+                    }
                 }
+                self.remember_purged(*id);
                 changes.push(Change::Purged(*id));
             }
         }
@@ -458,6 +481,17 @@ impl State {
             },
             lease: Some(lease),
         })
+    }
+
+    fn remember_purged(&mut self, id: u128) {
+        if self.purged_set.insert(id) {
+            self.purged.push_back(id);
+            if self.purged.len() > PURGED_MEMORY
+                && let Some(old) = self.purged.pop_front()
+            {
+                self.purged_set.remove(&old);
+            }
+        }
     }
 
     fn insert_block(&mut self, b: BlockRecord) {
@@ -563,6 +597,7 @@ impl State {
             ingesters: self.ingesters.values().cloned().collect(),
             leases: self.leases(),
             policies: self.policies(None),
+            purged: self.purged.iter().copied().collect(),
         }
     }
 
@@ -582,6 +617,9 @@ impl State {
         }
         for p in image.policies {
             s.policies.insert((p.kind, p.name.clone()), p);
+        }
+        for id in image.purged {
+            s.remember_purged(id);
         }
         s
     }

@@ -21,8 +21,9 @@ use crate::types::{
     Accepted, CommandResult, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
-/// Changes kept for watchers; an older `after_version` gets a full reset.
-pub const HISTORY_EVENTS: usize = 100_000;
+/// Changes kept for watchers (counted as single changes, so a few huge
+/// commands cannot hold much); an older `after_version` gets a full reset.
+pub const HISTORY_CHANGES: usize = 200_000;
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"MIRACAT1";
 
@@ -38,6 +39,8 @@ struct Inner {
     applied: Option<LogId>,
     membership: StoredMembership,
     history: VecDeque<Event>,
+    /// Changes held in `history`.
+    history_changes: usize,
     /// `history` holds every change with version > `floor`.
     floor: u64,
 }
@@ -212,6 +215,7 @@ impl StateMachine {
                 applied,
                 membership,
                 history: VecDeque::new(),
+                history_changes: 0,
                 floor: version,
             }),
             version: watch::channel(version).0,
@@ -259,13 +263,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Normal(cmd) => match inner.state.apply(&cmd) {
                         Ok(Applied { changes, lease }) => {
                             if !changes.is_empty() {
+                                inner.history_changes += changes.len();
                                 inner.history.push_back(Event {
                                     version: index,
                                     changes: Arc::new(changes),
                                 });
-                                if inner.history.len() > HISTORY_EVENTS
+                                while inner.history_changes > HISTORY_CHANGES
                                     && let Some(old) = inner.history.pop_front()
                                 {
+                                    inner.history_changes -= old.changes.len();
                                     inner.floor = old.version;
                                 }
                             }
@@ -319,6 +325,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             inner.applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
             inner.history.clear();
+            inner.history_changes = 0;
             inner.floor = version;
         }
         self.catalog.version.send_replace(version);

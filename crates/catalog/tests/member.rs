@@ -242,7 +242,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             "not found",
         ),
         (
-            "restore live",
+            "restore unknown",
             write(C::MarkRestored(pb::MarkRestored {
                 id: BlockId::new().to_string(),
             })),
@@ -333,13 +333,13 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             "kind",
         ),
         (
-            "delete missing policy",
-            write(C::DeletePolicy(pb::DeletePolicy {
-                kind: 1,
-                name: "none".into(),
+            "offload unknown",
+            write(C::MarkOffloaded(pb::MarkOffloaded {
+                id: BlockId::new().to_string(),
+                location: "s3://x/y".into(),
             })),
             Code::NotFound,
-            "policy",
+            "not found",
         ),
     ];
     for (name, req, code, needle) in cases {

@@ -32,6 +32,12 @@ fn publish(blocks: Vec<BlockRecord>) -> Command {
     }
 }
 
+impl State {
+    fn apply_clone_rejects_publish(&self, b: BlockRecord) -> bool {
+        self.clone().apply(&publish(vec![b])).is_err()
+    }
+}
+
 fn ids(state: &State, tenant: &str, min: i64, max: i64, states: &[StateKind]) -> Vec<u128> {
     state
         .list_blocks(tenant, Signal::Logs.code(), min, max, states)
@@ -267,15 +273,58 @@ fn policies_are_validated() {
     );
     s.apply(&set(r#"{"days": 7}"#)).expect("ok");
     assert_eq!(s.policies(None).len(), 1);
+    let delete = Command::DeletePolicy {
+        kind: PolicyKind::Retention,
+        name: "default".into(),
+    };
+    assert_eq!(s.apply(&delete).expect("delete").changes.len(), 1);
+    assert!(s.apply(&delete).expect("a retried delete succeeds").changes.is_empty());
+    assert!(s.policies(None).is_empty());
+}
+
+#[test]
+fn retried_purges_succeed_and_purged_ids_stay_dead() {
+    let mut s = State::new();
+    s.apply(&publish(vec![block(1, "t", 0, 1)])).expect("seed");
+    s.apply(&Command::Tombstone {
+        ids: vec![1],
+        now_ns: 1,
+    })
+    .expect("tombstone");
+    s.apply(&Command::Purge { ids: vec![1] }).expect("purge");
+    assert!(
+        s.apply(&Command::Purge { ids: vec![1] })
+            .expect("retry")
+            .changes
+            .is_empty()
+    );
     assert_eq!(
-        s.apply(&Command::DeletePolicy {
-            kind: PolicyKind::Offload,
-            name: "default".into()
-        })
-        .expect_err("absent")
-        .code(),
+        s.apply(&Command::Purge { ids: vec![2] })
+            .expect_err("never known")
+            .code(),
         tonic::Code::NotFound
     );
+    let err = s.apply(&publish(vec![block(1, "t", 0, 1)])).expect_err("resurrect");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(s.block(1).is_none());
+    // The memory survives a snapshot.
+    let back = State::from_image(s.to_image());
+    assert!(back.apply_clone_rejects_publish(block(1, "t", 0, 1)));
+}
+
+#[test]
+fn a_retried_tombstone_only_replace_succeeds() {
+    let mut s = State::new();
+    s.apply(&publish(vec![block(1, "t", 0, 1), block(2, "t", 0, 1)]))
+        .expect("seed");
+    let r = Command::Replace {
+        add: vec![],
+        tombstone: vec![1, 2],
+        now_ns: 3,
+        lease: None,
+    };
+    assert_eq!(s.apply(&r).expect("first").changes.len(), 2);
+    assert!(s.apply(&r).expect("retry").changes.is_empty());
 }
 
 #[test]
