@@ -15,6 +15,7 @@ pub mod scan;
 pub mod schema;
 pub mod sidecar;
 pub mod tables;
+pub mod wal;
 
 pub use error::Error;
 pub use ids::{BlockId, Signal, TenantId};
