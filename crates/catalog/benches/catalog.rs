@@ -185,22 +185,7 @@ fn redb_commit_rate(dir: &std::path::Path) -> f64 {
 }
 
 fn pb_block(seq: u64) -> pb::Block {
-    let min = BASE + seq as i64 * 1_000_000;
-    let id = BlockId::new();
-    let key = block_path(&TenantId::new("acme").expect("tenant"), Signal::Logs, min as u64, id);
-    pb::Block {
-        id: id.to_string(),
-        tenant: "acme".into(),
-        signal: pb::Signal::Logs as i32,
-        min_time_ns: min,
-        max_time_ns: min + 1,
-        rows: 1,
-        bytes: 1,
-        level: pb::Level::Hot as i32,
-        object_key: key.to_string(),
-        created_at_ns: min,
-        ..Default::default()
-    }
+    mira_catalog::testing::block("acme", BASE + seq as i64 * 1_000_000, 1)
 }
 
 async fn bench_publish() {

@@ -21,6 +21,8 @@ pub mod node;
 pub mod service;
 pub mod state;
 pub mod state_machine;
+#[doc(hidden)]
+pub mod testing;
 pub mod types;
 
 pub use client::{CatalogClient, ClientConfig};

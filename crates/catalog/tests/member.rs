@@ -9,8 +9,7 @@ use mira_catalog::proto as pb;
 use mira_catalog::proto::catalog_client::CatalogClient as Grpc;
 use mira_catalog::proto::raft_client::RaftClient;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
-use mira_core::block::path::block_path;
-use mira_core::ids::{BlockId, Signal, TenantId};
+use mira_core::ids::BlockId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -24,22 +23,7 @@ fn free_addr() -> SocketAddr {
 }
 
 fn block(seq: i64) -> pb::Block {
-    let id = BlockId::new();
-    let min = BASE + seq * 1_000_000;
-    let key = block_path(&TenantId::new("t").expect("tenant"), Signal::Logs, min as u64, id);
-    pb::Block {
-        id: id.to_string(),
-        tenant: "t".into(),
-        signal: pb::Signal::Logs as i32,
-        min_time_ns: min,
-        max_time_ns: min + 10,
-        rows: 1,
-        bytes: 1,
-        level: pb::Level::Hot as i32,
-        object_key: key.to_string(),
-        created_at_ns: min,
-        ..Default::default()
-    }
+    mira_catalog::testing::block("t", BASE + seq * 1_000_000, 10)
 }
 
 async fn start(dir: &std::path::Path, addr: SocketAddr, snapshot_every: u64) -> CatalogNode {

@@ -245,21 +245,5 @@ where
 /// A publishable block of tenant `tenant` with a fresh id, `seq` seconds
 /// after [`BASE`].
 pub fn block(tenant: &str, seq: i64) -> pb::Block {
-    let id = mira_core::ids::BlockId::new();
-    let min = BASE + seq * 1_000_000_000;
-    let tenant_id = mira_core::ids::TenantId::new(tenant).expect("tenant");
-    let key = mira_core::block::path::block_path(&tenant_id, mira_core::ids::Signal::Logs, min as u64, id);
-    pb::Block {
-        id: id.to_string(),
-        tenant: tenant.to_owned(),
-        signal: pb::Signal::Logs as i32,
-        min_time_ns: min,
-        max_time_ns: min + 500_000_000,
-        rows: 100,
-        bytes: 4096,
-        level: pb::Level::Hot as i32,
-        object_key: key.to_string(),
-        created_at_ns: min,
-        ..Default::default()
-    }
+    mira_catalog::testing::block(tenant, BASE + seq * 1_000_000_000, 500_000_000)
 }
