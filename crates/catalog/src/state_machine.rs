@@ -201,6 +201,16 @@ impl StateMachine {
             source: e.into(),
         };
         std::fs::create_dir_all(dir).map_err(storage)?;
+        // A crash during a snapshot write leaves a temp file behind.
+        for entry in std::fs::read_dir(dir).map_err(storage)?.flatten() {
+            let name = entry.file_name();
+            if name
+                .to_str()
+                .is_some_and(|n| n.starts_with(SNAPSHOT_FILE) && n.ends_with(".tmp"))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let (state, applied, membership) = match read_snapshot_file(dir).map_err(storage)? {
             Some((meta, data)) => {
                 let image = decode_image(&data).map_err(storage)?;
