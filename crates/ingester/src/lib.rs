@@ -1,7 +1,9 @@
-//! mira-ingester: the write path. It owns the write-ahead log ([`wal`]);
-//! the OTLP servers, admission, shards with their open blocks, sealing,
-//! upload and publish are built on it.
+//! mira-ingester: the write path. It owns the write-ahead log ([`wal`])
+//! and request-body handling ([`body`]: content encodings with bounded
+//! decompression); the OTLP servers, admission, shards with their open
+//! blocks, sealing, upload and publish are built on them.
 
+pub mod body;
 pub mod error;
 pub mod wal;
 
