@@ -22,8 +22,6 @@ pub const MAX_NAME_LEN: usize = 512;
 /// Longest lease.
 pub const MAX_TTL_MS: i64 = 24 * 3600 * 1000;
 const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
-/// Widest time span of one block (a compacted block covers at most this).
-pub const MAX_BLOCK_SPAN_NS: i64 = 31 * 24 * NANOS_PER_HOUR;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Level {
@@ -394,12 +392,6 @@ fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
     check_time(&field("created_at_ns"), b.created_at_ns)?;
     if b.max_time_ns < b.min_time_ns {
         return Err(CommandError::invalid(field("max_time_ns"), "before min_time_ns"));
-    }
-    if b.max_time_ns - b.min_time_ns > MAX_BLOCK_SPAN_NS {
-        return Err(CommandError::invalid(
-            field("max_time_ns"),
-            "a block spans at most 31 days",
-        ));
     }
     if b.rows == 0 {
         return Err(CommandError::invalid(field("rows"), "a block holds at least one row"));

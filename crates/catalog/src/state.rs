@@ -52,13 +52,27 @@ pub struct Applied {
     pub lease: Option<Lease>,
 }
 
-/// Blocks of one (tenant, signal), ordered by min time.
+/// Blocks spanning at most this long are "narrow": a narrow block
+/// overlapping `[start, end]` has `min >= start - NARROW_SPAN_NS`.
+pub const NARROW_SPAN_NS: i64 = 24 * 3_600_000_000_000;
+
+/// Blocks of one (tenant, signal), ordered by min time. Wide blocks (rare:
+/// backfills, clock skew) are kept apart and checked one by one, so they
+/// never widen the range scanned for the narrow ones.
 #[derive(Clone, Debug, Default)]
 struct Stream {
-    by_min: BTreeSet<(i64, u128)>,
-    /// Widest `max - min` of any block ever indexed here: a block overlapping
-    /// `[start, end]` has `min >= start - max_span`.
-    max_span: i64,
+    narrow: BTreeSet<(i64, u128)>,
+    wide: BTreeSet<(i64, u128)>,
+}
+
+impl Stream {
+    fn set_for(&mut self, b: &BlockRecord) -> &mut BTreeSet<(i64, u128)> {
+        if b.max_time_ns - b.min_time_ns > NARROW_SPAN_NS {
+            &mut self.wide
+        } else {
+            &mut self.narrow
+        }
+    }
 }
 
 /// The whole catalog.
@@ -386,10 +400,7 @@ impl State {
             if let Some(b) = self.blocks.remove(id) {
                 self.counts[state_index(b.state.kind())] -= 1;
                 if let Some(s) = self.streams.get_mut(&(b.tenant.clone(), b.signal)) {
-                    s.by_min.remove(&(b.min_time_ns, b.id));
-                    if s.by_min.is_empty() {
-                        s.max_span = 0;
-                    }
+                    s.set_for(&b).remove(&(b.min_time_ns, b.id));
                 }
                 self.remember_purged(*id);
                 changes.push(Change::Purged(*id));
@@ -496,8 +507,7 @@ impl State {
 
     fn insert_block(&mut self, b: BlockRecord) {
         let stream = self.streams.entry((b.tenant.clone(), b.signal)).or_default();
-        stream.by_min.insert((b.min_time_ns, b.id));
-        stream.max_span = stream.max_span.max(b.max_time_ns - b.min_time_ns);
+        stream.set_for(&b).insert((b.min_time_ns, b.id));
         self.counts[state_index(b.state.kind())] += 1;
         self.blocks.insert(b.id, b);
     }
@@ -521,13 +531,18 @@ impl State {
         let Some(stream) = self.streams.get(&(tenant.to_owned(), signal)) else {
             return Vec::new();
         };
-        let from = min.saturating_sub(stream.max_span);
-        stream
-            .by_min
-            .range((from, 0)..=(max, u128::MAX))
+        let from = min.saturating_sub(NARROW_SPAN_NS);
+        let narrow = stream.narrow.range((from, 0)..=(max, u128::MAX));
+        let wide = stream.wide.range(..=(max, u128::MAX));
+        let mut out: Vec<&BlockRecord> = narrow
+            .chain(wide)
             .filter_map(|(_, id)| self.blocks.get(id))
             .filter(|b| b.max_time_ns >= min && states.contains(&b.state.kind()))
-            .collect()
+            .collect();
+        if !stream.wide.is_empty() {
+            out.sort_unstable_by_key(|b| (b.min_time_ns, b.id));
+        }
+        out
     }
 
     pub fn block(&self, id: u128) -> Option<&BlockRecord> {

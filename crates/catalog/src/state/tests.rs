@@ -363,15 +363,25 @@ fn list_finds_overlapping_blocks_including_long_ones() {
     s.apply(&publish(vec![
         block(1, "t", 0, HOUR - 1),
         block(2, "t", HOUR, 2 * HOUR - 1),
-        // A compacted block spanning five hours.
+        // A compacted block spanning five hours, and a wide one (60 days).
         block(3, "t", 2 * HOUR, 7 * HOUR),
+        block(5, "t", 3 * HOUR, 3 * HOUR + 60 * 24 * HOUR),
         block(4, "u", HOUR, HOUR + 1),
     ]))
     .expect("seed");
     assert_eq!(ids(&s, "t", HOUR, HOUR, &[StateKind::Live]), vec![2]);
-    assert_eq!(ids(&s, "t", 6 * HOUR, 6 * HOUR + 1, &[StateKind::Live]), vec![3]);
-    assert_eq!(ids(&s, "t", 0, 10 * HOUR, &[StateKind::Live]), vec![1, 2, 3]);
-    assert!(ids(&s, "t", 8 * HOUR, 9 * HOUR, &[StateKind::Live]).is_empty());
+    assert_eq!(ids(&s, "t", 6 * HOUR, 6 * HOUR + 1, &[StateKind::Live]), vec![3, 5]);
+    assert_eq!(ids(&s, "t", 0, 10 * HOUR, &[StateKind::Live]), vec![1, 2, 3, 5]);
+    assert_eq!(ids(&s, "t", 8 * HOUR, 9 * HOUR, &[StateKind::Live]), vec![5]);
+    assert!(ids(&s, "t", 62 * 24 * HOUR, 63 * 24 * HOUR, &[StateKind::Live]).is_empty());
+    // Purging the wide block takes it out of the listing.
+    s.apply(&Command::Tombstone {
+        ids: vec![5],
+        now_ns: 1,
+    })
+    .expect("tombstone");
+    s.apply(&Command::Purge { ids: vec![5] }).expect("purge");
+    assert!(ids(&s, "t", 8 * HOUR, 9 * HOUR, &[StateKind::Live, StateKind::Tombstoned]).is_empty());
 }
 
 #[test]
