@@ -14,6 +14,7 @@ pub mod ids;
 pub mod scan;
 pub mod schema;
 pub mod sidecar;
+pub mod store;
 pub mod tables;
 pub mod wal;
 

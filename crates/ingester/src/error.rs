@@ -20,3 +20,54 @@ impl WalError {
         }
     }
 }
+
+/// Why an export was not accepted. One mapping to HTTP and gRPC.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The request is malformed; names the problem. 400 / INVALID_ARGUMENT.
+    #[error("{0}")]
+    Invalid(String),
+    /// Every shard stayed full for the admission wait. 429 / RESOURCE_EXHAUSTED.
+    #[error("ingester is full: no shard had room for {bytes} bytes within {wait_ms} ms; retry later")]
+    Overloaded { bytes: usize, wait_ms: u64 },
+    /// The request is larger than one shard's whole queue. 413 / RESOURCE_EXHAUSTED.
+    #[error("request of {bytes} bytes exceeds the {limit}-byte limit")]
+    TooLarge { bytes: usize, limit: usize },
+    /// The WAL or a shard stopped (shutting down, disk failure). 503 / UNAVAILABLE.
+    #[error("ingester unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl IngestError {
+    pub fn http_status(&self) -> u16 {
+        match self {
+            IngestError::Invalid(_) => 400,
+            IngestError::Overloaded { .. } => 429,
+            IngestError::TooLarge { .. } => 413,
+            IngestError::Unavailable(_) => 503,
+        }
+    }
+
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self {
+            IngestError::Invalid(_) => tonic::Code::InvalidArgument,
+            IngestError::Overloaded { .. } | IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
+            IngestError::Unavailable(_) => tonic::Code::Unavailable,
+        }
+    }
+}
+
+impl From<WalError> for IngestError {
+    fn from(e: WalError) -> Self {
+        IngestError::Unavailable(e.to_string())
+    }
+}
+
+/// Why an ingester could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error("listen on {0}: {1}")]
+    Listen(String, #[source] std::io::Error),
+}

@@ -1,11 +1,19 @@
-//! mira-ingester: the write path. It owns the write-ahead log ([`wal`])
-//! and request-body handling ([`body`]: content encodings with bounded
-//! decompression); the OTLP servers, admission, shards with their open
-//! blocks, sealing, upload and publish are built on them.
+//! mira-ingester: the write path. It owns the write-ahead log ([`wal`]),
+//! request-body handling ([`body`]: content encodings with bounded
+//! decompression), the shards with their open generations ([`shard`]), the
+//! uploader that writes and publishes sealed blocks ([`upload`]), and the
+//! admission pipeline in front of them ([`pipeline`]).
 
 pub mod body;
 pub mod error;
+pub mod otlp;
+pub mod node;
+pub mod pipeline;
+pub mod shard;
+pub mod upload;
 pub mod wal;
 
-pub use error::WalError;
+pub use error::{IngestError, StartError, WalError};
+pub use node::{IngesterConfig, IngesterNode};
+pub use pipeline::{Pipeline, PipelineConfig};
 pub use wal::{Wal, WalConfig, WalMode};

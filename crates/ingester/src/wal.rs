@@ -64,6 +64,7 @@ impl WalConfig {
 }
 
 struct Append {
+    seq: u64,
     signal: Signal,
     shard: u16,
     tenant: TenantId,
@@ -76,6 +77,8 @@ struct Append {
 struct Segments {
     /// first seq → (path, shard → max seq)
     by_first: BTreeMap<u64, (PathBuf, BTreeMap<u16, u64>)>,
+    /// The segment being written (never swept).
+    current: Option<u64>,
 }
 
 /// Where group timings go (the ingester's probes).
@@ -217,7 +220,6 @@ impl Wal {
             dir: config.dir.clone(),
             fsync: config.mode == WalMode::Fsync,
             segment_bytes: config.segment_bytes,
-            next_seq: last_seq + 1,
             file: None,
             file_len: 0,
             segments,
@@ -250,20 +252,41 @@ impl Wal {
         tenant: TenantId,
         payload: bytes::Bytes,
     ) -> Result<u64, WalError> {
-        let Some(tx) = &self.tx else {
-            return Ok(self.next_off.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        };
+        let (seq, rx) = self.submit(signal, shard, tenant, payload).await?;
+        rx.await.map_err(|_| WalError::Stopped)?.map(|_| seq)
+    }
+
+    /// Queues one request for the writer and returns its sequence number at
+    /// once, with a receiver that resolves when it is durable. Sequences are
+    /// assigned in submission order, so one caller (a shard) submitting in
+    /// turn gets increasing sequences in the order its frames are written.
+    /// In `off` mode the receiver resolves at once.
+    pub async fn submit(
+        &self,
+        signal: Signal,
+        shard: u16,
+        tenant: TenantId,
+        payload: bytes::Bytes,
+    ) -> Result<(u64, oneshot::Receiver<Result<u64, WalError>>), WalError> {
         let (ack, rx) = oneshot::channel();
-        tx.send(Append {
+        let Some(tx) = &self.tx else {
+            let seq = self.next_off.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = ack.send(Ok(seq));
+            return Ok((seq, rx));
+        };
+        // Reserve the channel slot first so the sequence and the send
+        // happen together for this caller.
+        let permit = tx.reserve().await.map_err(|_| WalError::Stopped)?;
+        let seq = self.next_off.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        permit.send(Append {
+            seq,
             signal,
             shard,
             tenant,
             payload,
             ack,
-        })
-        .await
-        .map_err(|_| WalError::Stopped)?;
-        rx.await.map_err(|_| WalError::Stopped)?
+        });
+        Ok((seq, rx))
     }
 
     /// Calls `f` for every frame whose sequence is above its shard's
@@ -300,10 +323,10 @@ impl Wal {
     pub fn sweep(&self, watermark: impl Fn(u16) -> u64) -> Result<usize, WalError> {
         let doomed: Vec<(u64, PathBuf)> = {
             let segs = self.segments.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let newest = segs.by_first.keys().next_back().copied();
+            let current = segs.current;
             segs.by_first
                 .iter()
-                .filter(|(first, _)| Some(**first) != newest)
+                .filter(|(first, _)| Some(**first) != current)
                 .filter(|(_, (_, shards))| shards.iter().all(|(shard, max)| *max <= watermark(*shard)))
                 .map(|(first, (path, _))| (*first, path.clone()))
                 .collect()
@@ -337,7 +360,6 @@ struct Writer {
     dir: PathBuf,
     fsync: bool,
     segment_bytes: u64,
-    next_seq: u64,
     file: Option<File>,
     file_len: u64,
     segments: Arc<Mutex<Segments>>,
@@ -355,16 +377,15 @@ impl Writer {
         while let Some(first) = rx.blocking_recv() {
             group.clear();
             buf.clear();
-            let mut push = |a: Append, group: &mut Vec<(Append, u64)>, this: &mut Self| {
-                let seq = this.next_seq;
-                this.next_seq += 1;
-                encode_frame(&mut buf, seq, a.signal, a.shard, &a.tenant, &a.payload);
+            let mut push = |a: Append, group: &mut Vec<(Append, u64)>| {
+                encode_frame(&mut buf, a.seq, a.signal, a.shard, &a.tenant, &a.payload);
+                let seq = a.seq;
                 group.push((a, seq));
             };
-            push(first, &mut group, &mut self);
+            push(first, &mut group);
             while group.len() < MAX_GROUP {
                 match rx.try_recv() {
-                    Ok(a) => push(a, &mut group, &mut self),
+                    Ok(a) => push(a, &mut group),
                     Err(_) => break,
                 }
             }
@@ -400,7 +421,7 @@ impl Writer {
     }
 
     fn write_group(&mut self, buf: &[u8], group: &[(Append, u64)]) -> Result<GroupStats, WalError> {
-        let first_seq = group.first().map_or(self.next_seq, |(_, s)| *s);
+        let first_seq = group.iter().map(|(_, s)| *s).min().unwrap_or(0);
         if self.file.is_none() || self.file_len >= self.segment_bytes {
             let path = segment_path(&self.dir, first_seq);
             let file = OpenOptions::new()
@@ -411,11 +432,11 @@ impl Writer {
             if let Ok(d) = File::open(&self.dir) {
                 let _ = d.sync_all();
             }
-            self.segments
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .by_first
-                .insert(first_seq, (path, BTreeMap::new()));
+            {
+                let mut segs = self.segments.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                segs.by_first.insert(first_seq, (path, BTreeMap::new()));
+                segs.current = Some(first_seq);
+            }
             self.file = Some(file);
             self.file_len = 0;
         }
@@ -433,7 +454,8 @@ impl Writer {
         self.file_len += buf.len() as u64;
         {
             let mut segs = self.segments.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some((_, shards)) = segs.by_first.values_mut().next_back() {
+            let current = segs.current;
+            if let Some((_, shards)) = current.and_then(|c| segs.by_first.get_mut(&c)) {
                 for (a, seq) in group {
                     let e = shards.entry(a.shard).or_insert(0);
                     *e = (*e).max(*seq);

@@ -4,6 +4,7 @@
 //! and writes.
 
 mod catalog;
+mod ingester;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Catalog(catalog::CatalogArgs),
     /// Inspect or change a running catalog: status, members, snapshot.
     CatalogAdmin(catalog::AdminArgs),
+    /// Run an ingester: OTLP in, WAL, blocks out to the object store and catalog.
+    Ingester(ingester::IngesterArgs),
 }
 
 fn version_text() -> String {
@@ -74,6 +77,10 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(catalog::run(args))?;
         }
         Command::CatalogAdmin(args) => tokio::runtime::Runtime::new()?.block_on(catalog::admin(args))?,
+        Command::Ingester(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(ingester::run(args))?;
+        }
     }
     Ok(())
 }

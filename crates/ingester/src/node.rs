@@ -1,0 +1,250 @@
+//! A running ingester: WAL, pipeline, OTLP servers, catalog lease and WAL
+//! sweep, and `/ready`. Start-up order: open the WAL (repairing a torn
+//! tail), read this ingester's watermarks from the catalog, replay the WAL
+//! above them, then accept traffic.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use mira_catalog::{CatalogClient, proto as pb};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::otlp::{ReceiverConfig, Receivers, grpc_router, http_router};
+use crate::pipeline::{Pipeline, PipelineConfig, Replayed};
+use crate::upload::Destination;
+use crate::wal::{Wal, WalConfig, WalMode};
+
+/// Everything an ingester needs.
+#[derive(Clone, Debug)]
+pub struct IngesterConfig {
+    /// Stable identity (the StatefulSet pod name): keys watermarks and the lease.
+    pub ingester_id: String,
+    pub grpc_listen: SocketAddr,
+    pub http_listen: SocketAddr,
+    /// Address queriers reach this ingester at (registered in the catalog).
+    pub advertise: String,
+    pub data_dir: PathBuf,
+    pub wal_mode: WalMode,
+    pub pipeline: PipelineConfig,
+    pub receivers: ReceiverConfig,
+    pub lease_ttl: Duration,
+}
+
+/// A running ingester.
+pub struct IngesterNode {
+    pipeline: Option<Arc<Pipeline>>,
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+    stops: Vec<oneshot::Sender<()>>,
+    servers: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+    catalog: Arc<CatalogClient>,
+    config: IngesterConfig,
+    pub replayed: Replayed,
+}
+
+impl std::fmt::Debug for IngesterNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngesterNode").field("grpc", &self.grpc_addr).field("http", &self.http_addr).finish()
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+async fn watermarks(catalog: &CatalogClient, id: &str) -> HashMap<u16, u64> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match catalog
+            .get_watermarks(pb::GetWatermarksRequest {
+                ingester_id: id.to_owned(),
+                linearizable: true,
+            })
+            .await
+        {
+            Ok(r) => {
+                return r
+                    .watermarks
+                    .into_iter()
+                    .filter_map(|w| u16::try_from(w.shard).ok().map(|s| (s, w.wal_seq)))
+                    .collect();
+            }
+            Err(e) => {
+                tracing::warn!(target: "mira::ingester", error = %e, "catalog unreachable at start; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let handle = tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+            let _ = rx.await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!(target: "mira::ingester", error = %e, "server stopped");
+        }
+    });
+    (tx, handle)
+}
+
+impl IngesterNode {
+    /// Starts the ingester; returns once it accepts traffic.
+    pub async fn start(
+        config: IngesterConfig,
+        catalog: Arc<CatalogClient>,
+        store: Arc<dyn object_store::ObjectStore>,
+    ) -> Result<IngesterNode, crate::error::StartError> {
+        let wal_dir = config.data_dir.join("wal");
+        let (wal, last_seq, repair) = Wal::open(&WalConfig::new(wal_dir.clone(), config.wal_mode))?;
+        if repair.torn_bytes > 0 {
+            tracing::warn!(target: "mira::ingester", bytes = repair.torn_bytes, "cut a torn WAL tail");
+        }
+        let marks = watermarks(&catalog, &config.ingester_id).await;
+        let dest = Destination {
+            store,
+            catalog: catalog.clone(),
+            ingester_id: config.ingester_id.clone(),
+        };
+        let replay_dir = (config.wal_mode != WalMode::Off).then_some(wal_dir.as_path());
+        let (pipeline, replayed) = Pipeline::start(config.pipeline, wal.clone(), replay_dir, dest, &marks).await?;
+        tracing::info!(target: "mira::ingester", frames = replayed.frames, skipped = replayed.skipped, last_seq, "WAL replayed");
+        let pipeline = Arc::new(pipeline);
+        let ready = Arc::new(AtomicBool::new(true));
+
+        let receivers = Receivers {
+            pipeline: pipeline.clone(),
+            config: config.receivers.clone(),
+        };
+        let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
+            .await
+            .map_err(|e| crate::error::StartError::Listen(config.grpc_listen.to_string(), e))?;
+        let http_listener = tokio::net::TcpListener::bind(config.http_listen)
+            .await
+            .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
+        let grpc_addr = grpc_listener.local_addr().map_err(|e| crate::error::StartError::Listen(config.grpc_listen.to_string(), e))?;
+        let http_addr = http_listener.local_addr().map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
+        let ready2 = ready.clone();
+        let http = http_router(receivers.clone()).route(
+            "/ready",
+            get(move || {
+                let ready = ready2.clone();
+                async move {
+                    if ready.load(Ordering::Relaxed) {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    }
+                }
+            }),
+        );
+        let (s1, h1) = serve(grpc_listener, grpc_router(receivers)).await;
+        let (s2, h2) = serve(http_listener, http).await;
+
+        // Lease in the catalog, renewed at a third of its ttl.
+        let lease = {
+            let catalog = catalog.clone();
+            let id = config.ingester_id.clone();
+            let advertise = config.advertise.clone();
+            let ttl = config.lease_ttl;
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                loop {
+                    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+                    let ok = catalog.heartbeat(&id, &advertise, now_ns(), ttl_ms).await.is_ok();
+                    ready.store(ok, Ordering::Relaxed);
+                    tokio::time::sleep(ttl / 3).await;
+                }
+            })
+        };
+        // WAL sweep: delete segments every shard has published past.
+        let sweep = {
+            let catalog = catalog.clone();
+            let id = config.ingester_id.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    if let Ok(r) = catalog
+                        .get_watermarks(pb::GetWatermarksRequest {
+                            ingester_id: id.clone(),
+                            linearizable: false,
+                        })
+                        .await
+                    {
+                        let marks: HashMap<u16, u64> = r
+                            .watermarks
+                            .into_iter()
+                            .filter_map(|w| u16::try_from(w.shard).ok().map(|s| (s, w.wal_seq)))
+                            .collect();
+                        match wal.sweep(|s| marks.get(&s).copied().unwrap_or(0)) {
+                            Ok(n) if n > 0 => tracing::info!(target: "mira::ingester", segments = n, "swept WAL"),
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(target: "mira::ingester", error = %e, "WAL sweep failed"),
+                        }
+                    }
+                }
+            })
+        };
+        Ok(IngesterNode {
+            pipeline: Some(pipeline),
+            grpc_addr,
+            http_addr,
+            stops: vec![s1, s2],
+            servers: vec![h1, h2],
+            background: vec![lease, sweep],
+            catalog,
+            config,
+            replayed,
+        })
+    }
+
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Ordered shutdown: stop accepting, seal and publish every open
+    /// generation, leave the catalog.
+    pub async fn shutdown(mut self) {
+        for s in self.stops.drain(..) {
+            let _ = s.send(());
+        }
+        for h in self.servers.drain(..) {
+            if tokio::time::timeout(Duration::from_secs(10), h).await.is_err() {
+                tracing::warn!(target: "mira::ingester", "a server did not drain in 10 s");
+            }
+        }
+        for b in self.background.drain(..) {
+            b.abort();
+        }
+        if let Some(p) = self.pipeline.take() {
+            match Arc::try_unwrap(p) {
+                Ok(p) => p.shutdown(Duration::from_secs(60)).await,
+                Err(_) => tracing::warn!(target: "mira::ingester", "pipeline still shared at shutdown; the WAL keeps open data"),
+            }
+        }
+        let _ = self
+            .catalog
+            .heartbeat(&self.config.ingester_id, &self.config.advertise, now_ns(), 0)
+            .await;
+    }
+}

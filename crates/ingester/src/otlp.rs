@@ -1,0 +1,351 @@
+//! The OTLP receivers: gRPC (`/opentelemetry.proto.collector.*.v1.*Service/Export`)
+//! and HTTP (`POST /v1/logs`, `/v1/traces`, `/v1/metrics`, protobuf or
+//! JSON). Both hand the request to the [`Pipeline`] as OTLP protobuf bytes:
+//! gRPC bodies are never decoded into structs here (the shard's builder
+//! reads them straight from the wire), JSON bodies are decoded and
+//! re-encoded once.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, BufMut, Bytes};
+use mira_core::ids::{Signal, TenantId};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+use crate::body::{BodyError, decode_body, parse_encoding};
+use crate::error::IngestError;
+use crate::pipeline::Pipeline;
+
+/// The tenant header (Loki/Mimir/Tempo convention).
+pub const TENANT_HEADER: &str = "x-scope-orgid";
+
+/// Receiver settings.
+#[derive(Clone, Debug)]
+pub struct ReceiverConfig {
+    /// Largest request body on the wire (compressed), bytes.
+    pub max_wire_bytes: usize,
+    /// Largest request after decompression, bytes.
+    pub max_message_bytes: usize,
+    /// Refuse requests without `X-Scope-OrgID` instead of using the default tenant.
+    pub require_tenant: bool,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            max_wire_bytes: 16 << 20,
+            max_message_bytes: 16 << 20,
+            require_tenant: false,
+        }
+    }
+}
+
+/// What the receivers share.
+#[derive(Clone)]
+pub struct Receivers {
+    pub pipeline: Arc<Pipeline>,
+    pub config: ReceiverConfig,
+}
+
+impl std::fmt::Debug for Receivers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receivers").field("config", &self.config).finish()
+    }
+}
+
+impl Receivers {
+    fn tenant(&self, value: Option<&str>) -> Result<TenantId, IngestError> {
+        match value.map(str::trim).filter(|v| !v.is_empty()) {
+            Some(v) => TenantId::new(v).map_err(|e| IngestError::Invalid(format!("X-Scope-OrgID: {e}"))),
+            None if self.config.require_tenant => {
+                Err(IngestError::Invalid("X-Scope-OrgID is required by this ingester".to_owned()))
+            }
+            None => Ok(TenantId::default_tenant()),
+        }
+    }
+}
+
+fn body_error(e: BodyError) -> IngestError {
+    match e {
+        BodyError::TooLarge { limit } | BodyError::DecompressedTooLarge { limit } => IngestError::TooLarge {
+            bytes: limit.saturating_add(1),
+            limit,
+        },
+        other => IngestError::Invalid(other.to_string()),
+    }
+}
+
+/// OTLP JSON → OTLP protobuf for `signal`.
+pub fn json_to_protobuf(signal: Signal, body: &[u8]) -> Result<Bytes, IngestError> {
+    let bad = |e: serde_json::Error| IngestError::Invalid(format!("invalid OTLP JSON: {e}"));
+    let bytes = match signal {
+        Signal::Logs => serde_json::from_slice::<ExportLogsServiceRequest>(body).map_err(bad)?.encode_to_vec(),
+        Signal::Traces => serde_json::from_slice::<ExportTraceServiceRequest>(body).map_err(bad)?.encode_to_vec(),
+        Signal::Metrics => serde_json::from_slice::<ExportMetricsServiceRequest>(body).map_err(bad)?.encode_to_vec(),
+    };
+    Ok(Bytes::from(bytes))
+}
+
+// ---- HTTP ----
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Protobuf,
+    Json,
+}
+
+fn http_error(e: &IngestError, format: Format) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let message = e.to_string();
+    // OTLP/HTTP: the body is a google.rpc.Status in the request's format.
+    let mut response = match format {
+        Format::Json => (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::json!({ "code": e.grpc_code() as i32, "message": message }).to_string(),
+        )
+            .into_response(),
+        Format::Protobuf => {
+            let mut buf = Vec::new();
+            // google.rpc.Status { int32 code = 1; string message = 2; }
+            prost::encoding::int32::encode(1, &(e.grpc_code() as i32), &mut buf);
+            prost::encoding::string::encode(2, &message, &mut buf);
+            (status, [(header::CONTENT_TYPE, "application/x-protobuf")], buf).into_response()
+        }
+    };
+    if matches!(e, IngestError::Overloaded { .. }) {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap, body: Bytes) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let format = match content_type.as_str() {
+        "application/x-protobuf" | "application/protobuf" => Format::Protobuf,
+        "application/json" => Format::Json,
+        other => {
+            let e = IngestError::Invalid(format!(
+                "unsupported content type {:?}: use application/x-protobuf or application/json",
+                other.chars().take(64).collect::<String>()
+            ));
+            let mut r = http_error(&e, Format::Json);
+            *r.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+            return r;
+        }
+    };
+    let result = async {
+        let tenant = receivers.tenant(headers.get(TENANT_HEADER).and_then(|v| v.to_str().ok()))?;
+        let encoding = parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))
+            .map_err(body_error)?;
+        let body = decode_body(
+            body,
+            encoding,
+            receivers.config.max_wire_bytes,
+            receivers.config.max_message_bytes,
+        )
+        .map_err(body_error)?;
+        let payload = match format {
+            Format::Protobuf => body,
+            Format::Json => json_to_protobuf(signal, &body)?,
+        };
+        receivers.pipeline.submit(signal, tenant, payload).await
+    }
+    .await;
+    match result {
+        Ok(_) => match format {
+            // An empty Export*ServiceResponse: no partial success to report.
+            Format::Protobuf => (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-protobuf")], Vec::new()).into_response(),
+            Format::Json => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
+        },
+        Err(e) => {
+            if e.http_status() >= 500 {
+                tracing::warn!(target: "mira::ingester", error = %e, "export failed");
+            }
+            http_error(&e, format)
+        }
+    }
+}
+
+/// The OTLP/HTTP router (`/v1/logs`, `/v1/traces`, `/v1/metrics`).
+pub fn http_router(receivers: Receivers) -> axum::Router {
+    use axum::routing::post;
+    let limit = receivers.config.max_wire_bytes;
+    axum::Router::new()
+        .route(
+            "/v1/logs",
+            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move { http_export(&r, Signal::Logs, &h, b).await }),
+        )
+        .route(
+            "/v1/traces",
+            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move { http_export(&r, Signal::Traces, &h, b).await }),
+        )
+        .route(
+            "/v1/metrics",
+            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move { http_export(&r, Signal::Metrics, &h, b).await }),
+        )
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .with_state(receivers)
+}
+
+// ---- gRPC ----
+
+/// Passes message bytes through untouched (the shard decodes them).
+#[derive(Clone, Copy, Debug, Default)]
+struct RawCodec;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RawCoder;
+
+impl Encoder for RawCoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCoder;
+    type Decoder = RawCoder;
+    fn encoder(&mut self) -> RawCoder {
+        RawCoder
+    }
+    fn decoder(&mut self) -> RawCoder {
+        RawCoder
+    }
+}
+
+/// gRPC paths of the three export services.
+pub const GRPC_LOGS: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+pub const GRPC_TRACES: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+pub const GRPC_METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+#[derive(Clone)]
+struct Export {
+    receivers: Receivers,
+    signal: Signal,
+}
+
+impl tonic::server::UnaryService<Bytes> for Export {
+    type Response = Bytes;
+    type Future = futures::future::BoxFuture<'static, Result<tonic::Response<Bytes>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let receivers = self.receivers.clone();
+        let signal = self.signal;
+        Box::pin(async move {
+            let tenant = request.metadata().get(TENANT_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let result = async {
+                let tenant = receivers.tenant(tenant.as_deref())?;
+                receivers.pipeline.submit(signal, tenant, request.into_inner()).await
+            }
+            .await;
+            match result {
+                // An empty Export*ServiceResponse.
+                Ok(_) => Ok(tonic::Response::new(Bytes::new())),
+                Err(e) => Err(grpc_status(&e)),
+            }
+        })
+    }
+}
+
+/// The gRPC status for `e`; overload carries a RetryInfo-style hint.
+pub fn grpc_status(e: &IngestError) -> tonic::Status {
+    let mut status = tonic::Status::new(e.grpc_code(), e.to_string());
+    if matches!(e, IngestError::Overloaded { .. }) {
+        // google.rpc.RetryInfo { Duration retry_delay = 1 } in the details,
+        // which the Collector's exporter honours.
+        let mut delay = Vec::new();
+        prost::encoding::int64::encode(1, &1i64, &mut delay);
+        let mut retry_info = Vec::new();
+        prost::encoding::bytes::encode(1, &delay, &mut retry_info);
+        let mut any = Vec::new();
+        prost::encoding::string::encode(1, &"type.googleapis.com/google.rpc.RetryInfo".to_owned(), &mut any);
+        prost::encoding::bytes::encode(2, &retry_info, &mut any);
+        let mut details = Vec::new();
+        prost::encoding::int32::encode(1, &(e.grpc_code() as i32), &mut details);
+        prost::encoding::string::encode(2, &e.to_string(), &mut details);
+        prost::encoding::bytes::encode(3, &any, &mut details);
+        status = tonic::Status::with_details(e.grpc_code(), e.to_string(), Bytes::from(details));
+    }
+    status
+}
+
+/// A tower service answering one export path.
+#[derive(Clone)]
+pub struct GrpcExport {
+    inner: Export,
+}
+
+impl std::fmt::Debug for GrpcExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcExport").field("signal", &self.inner.signal).finish()
+    }
+}
+
+impl tower_service::Service<axum::http::Request<Body>> for GrpcExport {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: axum::http::Request<Body>) -> Self::Future {
+        let svc = self.inner.clone();
+        let max = svc.receivers.config.max_message_bytes;
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RawCodec)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd)
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(1 << 20);
+            let response = grpc.unary(svc, req).await;
+            Ok(response.map(Body::new))
+        })
+    }
+}
+
+/// The OTLP/gRPC router (one route per export service).
+pub fn grpc_router(receivers: Receivers) -> axum::Router {
+    let svc = |signal| GrpcExport {
+        inner: Export {
+            receivers: receivers.clone(),
+            signal,
+        },
+    };
+    axum::Router::new()
+        .route_service(GRPC_LOGS, svc(Signal::Logs))
+        .route_service(GRPC_TRACES, svc(Signal::Traces))
+        .route_service(GRPC_METRICS, svc(Signal::Metrics))
+}

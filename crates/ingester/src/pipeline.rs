@@ -1,0 +1,226 @@
+//! The ingest pipeline: per signal, N shards (lanes) with a bounded byte
+//! budget each. Admission is first-fit across the lanes; when all are full
+//! a request parks up to `admit_wait`, then is refused as overloaded (the
+//! client retries; nothing decoded is dropped). Shards log to the WAL,
+//! seal generations, and their uploaders publish them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mira_core::ids::{Signal, TenantId};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::error::{IngestError, WalError};
+use crate::shard::{SealPolicy, Shard, Work};
+use crate::upload::{self, Destination};
+use crate::wal::Wal;
+
+/// Sizes and waits of the pipeline.
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineConfig {
+    /// Shards per signal.
+    pub shards: usize,
+    /// Bytes of requests queued per shard before admission waits.
+    pub queue_bytes: usize,
+    pub admit_wait: Duration,
+    pub seal: SealPolicy,
+    /// Sealed generations waiting for upload per shard before the shard
+    /// stops taking work (bounds memory when the store stalls).
+    pub upload_queue: usize,
+}
+
+struct Lane {
+    tx: mpsc::Sender<Work>,
+    room: Arc<Semaphore>,
+    versions: watch::Receiver<u64>,
+}
+
+struct SignalLanes {
+    lanes: Vec<Lane>,
+    next: AtomicUsize,
+}
+
+/// The running pipeline.
+pub struct Pipeline {
+    signals: Vec<SignalLanes>,
+    config: PipelineConfig,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+fn signal_index(s: Signal) -> usize {
+    match s {
+        Signal::Logs => 0,
+        Signal::Traces => 1,
+        Signal::Metrics => 2,
+    }
+}
+
+/// The shard id written to WAL frames and watermarks: unique across signals.
+pub fn global_shard(signal: Signal, index: usize, shards: usize) -> u16 {
+    u16::try_from(signal_index(signal) * shards + index).unwrap_or(u16::MAX)
+}
+
+/// Counts of a start-up replay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub frames: u64,
+    pub skipped: u64,
+}
+
+impl Pipeline {
+    /// Starts the shards and uploaders, then replays the WAL frames above
+    /// `watermarks` (global shard → published sequence) into them.
+    pub async fn start(
+        config: PipelineConfig,
+        wal: Wal,
+        wal_dir: Option<&std::path::Path>,
+        dest: Destination,
+        watermarks: &HashMap<u16, u64>,
+    ) -> Result<(Pipeline, Replayed), WalError> {
+        let shards = config.shards.max(1);
+        let mut signals = Vec::new();
+        let mut tasks = Vec::new();
+        for signal in Signal::ALL {
+            let mut lanes = Vec::new();
+            for i in 0..shards {
+                let (tx, rx) = mpsc::channel(1024);
+                let (sealed_tx, sealed_rx) = mpsc::channel(config.upload_queue.max(1));
+                let (published_tx, published_rx) = watch::channel(0u64);
+                let (versions_tx, versions_rx) = watch::channel(0u64);
+                let shard = Shard {
+                    signal,
+                    id: global_shard(signal, i, shards),
+                    wal: wal.clone(),
+                    policy: config.seal,
+                    sealed: sealed_tx,
+                    published: published_rx,
+                };
+                tasks.push(tokio::spawn(shard.run(rx)));
+                tasks.push(tokio::spawn(upload::run(dest.clone(), sealed_rx, published_tx, versions_tx)));
+                lanes.push(Lane {
+                    tx,
+                    room: Arc::new(Semaphore::new(config.queue_bytes)),
+                    versions: versions_rx,
+                });
+            }
+            signals.push(SignalLanes {
+                lanes,
+                next: AtomicUsize::new(0),
+            });
+        }
+        let pipeline = Pipeline {
+            signals,
+            config,
+            tasks,
+        };
+        let mut replayed = Replayed::default();
+        if let Some(dir) = wal_dir {
+            let mut frames = Vec::new();
+            let stats = Wal::replay(
+                dir,
+                |shard| watermarks.get(&shard).copied().unwrap_or(0),
+                |f| {
+                    frames.push((f.signal, f.shard, f.tenant, Bytes::copy_from_slice(f.payload), f.seq));
+                    Ok(())
+                },
+            )?;
+            replayed.skipped = stats.skipped;
+            for (signal, shard, tenant, payload, seq) in frames {
+                let lanes = &pipeline.signals[signal_index(signal)].lanes;
+                let base = signal_index(signal) * shards;
+                let index = usize::from(shard).saturating_sub(base) % shards;
+                if lanes[index].tx.send(Work::Replay { tenant, payload, seq }).await.is_err() {
+                    return Err(WalError::Stopped);
+                }
+                replayed.frames += 1;
+            }
+        }
+        Ok((pipeline, replayed))
+    }
+
+    /// Admits, logs and appends one export request (OTLP protobuf); returns
+    /// the records accepted once the request is acknowledged by the WAL
+    /// mode's promise.
+    pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<usize, IngestError> {
+        let cost = payload.len().max(1);
+        if cost > self.config.queue_bytes {
+            return Err(IngestError::TooLarge {
+                bytes: cost,
+                limit: self.config.queue_bytes,
+            });
+        }
+        let lanes = &self.signals[signal_index(signal)];
+        let n = lanes.lanes.len();
+        let start = lanes.next.fetch_add(1, Ordering::Relaxed) % n;
+        let cost32 = u32::try_from(cost).unwrap_or(u32::MAX);
+        let mut chosen = None;
+        for i in 0..n {
+            let lane = &lanes.lanes[(start + i) % n];
+            if let Ok(p) = lane.room.clone().try_acquire_many_owned(cost32) {
+                chosen = Some((lane, p));
+                break;
+            }
+        }
+        let (lane, permit) = match chosen {
+            Some(c) => c,
+            None => {
+                let lane = &lanes.lanes[start];
+                match tokio::time::timeout(self.config.admit_wait, lane.room.clone().acquire_many_owned(cost32)).await {
+                    Ok(Ok(p)) => (lane, p),
+                    Ok(Err(_)) => return Err(IngestError::Unavailable("the ingester is stopping".to_owned())),
+                    Err(_) => {
+                        return Err(IngestError::Overloaded {
+                            bytes: cost,
+                            wait_ms: u64::try_from(self.config.admit_wait.as_millis()).unwrap_or(u64::MAX),
+                        });
+                    }
+                }
+            }
+        };
+        let (reply, rx) = oneshot::channel();
+        lane.tx
+            .send(Work::Export {
+                tenant,
+                payload,
+                permit,
+                reply,
+            })
+            .await
+            .map_err(|_| IngestError::Unavailable("the shard stopped".to_owned()))?;
+        let accepted = rx
+            .await
+            .map_err(|_| IngestError::Unavailable("the shard stopped".to_owned()))??;
+        accepted.ack.wait().await?;
+        Ok(accepted.rows)
+    }
+
+    /// The catalog version of the newest publish of each shard of `signal`.
+    pub fn published_versions(&self, signal: Signal) -> Vec<u64> {
+        self.signals[signal_index(signal)]
+            .lanes
+            .iter()
+            .map(|l| *l.versions.borrow())
+            .collect()
+    }
+
+    /// Stops taking work, seals every open generation, and waits (up to
+    /// `timeout`) until all are published.
+    pub async fn shutdown(self, timeout: Duration) {
+        let Pipeline { signals, tasks, .. } = self;
+        drop(signals);
+        let all = futures::future::join_all(tasks);
+        if tokio::time::timeout(timeout, all).await.is_err() {
+            tracing::warn!(target: "mira::ingester", "shutdown: some generations were not published in time; the WAL keeps them");
+        }
+    }
+}

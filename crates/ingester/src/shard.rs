@@ -1,0 +1,298 @@
+//! Shards: each owns one *generation* of open blocks (one builder per
+//! tenant) for its signal. A request is decoded into the builder (refused
+//! whole on bad input), logged to the WAL in the shard's order, and
+//! answered. A generation seals on size, age or the hour boundary; its
+//! blocks are uploaded and published in one catalog command with the
+//! shard's watermark = the highest WAL sequence in the generation, so a
+//! restart replays exactly the frames above it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet};
+use mira_core::ids::{Signal, TenantId};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
+
+use crate::error::{IngestError, WalError};
+use crate::wal::{Wal, WalMode};
+
+/// An open block's builder for any signal.
+#[derive(Debug)]
+pub enum AnyBuilder {
+    Logs(LogsBuilder),
+    Traces(SpansBuilder),
+    Metrics(PointsBuilder),
+}
+
+impl AnyBuilder {
+    pub fn new(signal: Signal) -> AnyBuilder {
+        match signal {
+            Signal::Logs => AnyBuilder::Logs(LogsBuilder::default()),
+            Signal::Traces => AnyBuilder::Traces(SpansBuilder::default()),
+            Signal::Metrics => AnyBuilder::Metrics(PointsBuilder::default()),
+        }
+    }
+
+    pub fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, mira_core::convert::ConvertError> {
+        match self {
+            AnyBuilder::Logs(b) => b.append_encoded(buf),
+            AnyBuilder::Traces(b) => b.append_encoded(buf),
+            AnyBuilder::Metrics(b) => b.append_encoded(buf),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        match self {
+            AnyBuilder::Logs(b) => b.rows(),
+            AnyBuilder::Traces(b) => b.rows(),
+            AnyBuilder::Metrics(b) => b.rows(),
+        }
+    }
+
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            AnyBuilder::Logs(b) => b.approx_bytes(),
+            AnyBuilder::Traces(b) => b.approx_bytes(),
+            AnyBuilder::Metrics(b) => b.approx_bytes(),
+        }
+    }
+
+    pub fn finish(&mut self) -> Result<TableSet, mira_core::convert::ConvertError> {
+        match self {
+            AnyBuilder::Logs(b) => b.finish(),
+            AnyBuilder::Traces(b) => b.finish(),
+            AnyBuilder::Metrics(b) => b.finish(),
+        }
+    }
+}
+
+/// What the caller waits on before acknowledging.
+#[derive(Debug)]
+pub enum AckWait {
+    /// The WAL write (page-cache or fsync mode).
+    Wal(oneshot::Receiver<Result<u64, WalError>>),
+    /// WAL off: the generation's publish.
+    Published { generation: u64, published: watch::Receiver<u64> },
+}
+
+impl AckWait {
+    pub async fn wait(self) -> Result<(), IngestError> {
+        match self {
+            AckWait::Wal(rx) => {
+                rx.await.map_err(|_| WalError::Stopped)??;
+                Ok(())
+            }
+            AckWait::Published {
+                generation,
+                mut published,
+            } => {
+                published
+                    .wait_for(|p| *p >= generation)
+                    .await
+                    .map_err(|_| IngestError::Unavailable("the shard stopped before publishing".to_owned()))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A request accepted into a shard.
+#[derive(Debug)]
+pub struct Accepted {
+    pub rows: usize,
+    pub ack: AckWait,
+}
+
+/// Work for a shard.
+#[derive(Debug)]
+pub enum Work {
+    Export {
+        tenant: TenantId,
+        payload: Bytes,
+        permit: OwnedSemaphorePermit,
+        reply: oneshot::Sender<Result<Accepted, IngestError>>,
+    },
+    /// A WAL frame above the published watermark, replayed at start.
+    Replay { tenant: TenantId, payload: Bytes, seq: u64 },
+}
+
+/// A sealed generation on its way to the store and the catalog.
+#[derive(Debug)]
+pub struct Sealed {
+    pub signal: Signal,
+    pub shard: u16,
+    pub number: u64,
+    /// Highest WAL sequence in the generation (0 when nothing was logged).
+    pub max_seq: u64,
+    pub blocks: Vec<(TenantId, TableSet)>,
+}
+
+#[derive(Debug)]
+struct Generation {
+    number: u64,
+    builders: HashMap<TenantId, AnyBuilder>,
+    max_seq: u64,
+    rows: usize,
+    started: Instant,
+    hour: u64,
+}
+
+fn current_hour() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 3600)
+}
+
+impl Generation {
+    fn new(number: u64) -> Generation {
+        Generation {
+            number,
+            builders: HashMap::new(),
+            max_seq: 0,
+            rows: 0,
+            started: Instant::now(),
+            hour: current_hour(),
+        }
+    }
+
+    fn approx_bytes(&self) -> usize {
+        self.builders.values().map(AnyBuilder::approx_bytes).sum()
+    }
+}
+
+/// Sealing thresholds.
+#[derive(Clone, Copy, Debug)]
+pub struct SealPolicy {
+    pub max_bytes: usize,
+    pub max_age: Duration,
+}
+
+/// One shard's task.
+pub struct Shard {
+    pub signal: Signal,
+    pub id: u16,
+    pub wal: Wal,
+    pub policy: SealPolicy,
+    pub sealed: mpsc::Sender<Sealed>,
+    pub published: watch::Receiver<u64>,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard").field("signal", &self.signal).field("id", &self.id).finish()
+    }
+}
+
+impl Shard {
+    /// Runs until `work` closes, then seals what is open.
+    pub async fn run(self, mut work: mpsc::Receiver<Work>) {
+        let mut generation = Generation::new(1);
+        let tick_every = (self.policy.max_age / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        let mut tick = tokio::time::interval(tick_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                item = work.recv() => {
+                    let Some(item) = item else { break };
+                    self.handle(&mut generation, item).await;
+                    if generation.approx_bytes() >= self.policy.max_bytes {
+                        self.seal(&mut generation).await;
+                    }
+                }
+                _ = tick.tick() => {
+                    if generation.rows > 0
+                        && (generation.started.elapsed() >= self.policy.max_age || generation.hour != current_hour())
+                    {
+                        self.seal(&mut generation).await;
+                    }
+                }
+            }
+        }
+        self.seal(&mut generation).await;
+    }
+
+    async fn handle(&self, g: &mut Generation, item: Work) {
+        match item {
+            Work::Replay { tenant, payload, seq } => {
+                let b = g.builders.entry(tenant.clone()).or_insert_with(|| AnyBuilder::new(self.signal));
+                match b.append_encoded(&payload) {
+                    Ok(rows) => {
+                        g.rows += rows;
+                        g.max_seq = g.max_seq.max(seq);
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "mira::ingester", %tenant, seq, error = %e, "a replayed WAL frame no longer decodes; skipped");
+                    }
+                }
+            }
+            Work::Export {
+                tenant,
+                payload,
+                permit,
+                reply,
+            } => {
+                let b = g.builders.entry(tenant.clone()).or_insert_with(|| AnyBuilder::new(self.signal));
+                let rows = match b.append_encoded(&payload) {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        let _ = reply.send(Err(IngestError::Invalid(format!("{e}"))));
+                        return;
+                    }
+                };
+                g.rows += rows;
+                let ack = if self.wal.mode() == WalMode::Off {
+                    AckWait::Published {
+                        generation: g.number,
+                        published: self.published.clone(),
+                    }
+                } else {
+                    match self.wal.submit(self.signal, self.id, tenant, payload).await {
+                        Ok((seq, rx)) => {
+                            g.max_seq = g.max_seq.max(seq);
+                            AckWait::Wal(rx)
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e.into()));
+                            return;
+                        }
+                    }
+                };
+                drop(permit);
+                let _ = reply.send(Ok(Accepted { rows, ack }));
+            }
+        }
+    }
+
+    async fn seal(&self, g: &mut Generation) {
+        let next = Generation::new(g.number + 1);
+        let old = std::mem::replace(g, next);
+        if old.rows == 0 {
+            // Nothing to publish; keep the generation number moving so
+            // waiters of an empty generation are not stuck.
+            return;
+        }
+        let mut blocks = Vec::new();
+        for (tenant, mut b) in old.builders {
+            if b.rows() == 0 {
+                continue;
+            }
+            match b.finish() {
+                Ok(tables) => blocks.push((tenant, tables)),
+                Err(e) => {
+                    tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; its rows are lost")
+                }
+            }
+        }
+        let sealed = Sealed {
+            signal: self.signal,
+            shard: self.id,
+            number: old.number,
+            max_seq: old.max_seq,
+            blocks,
+        };
+        if self.sealed.send(sealed).await.is_err() {
+            tracing::error!(target: "mira::ingester", shard = self.id, "uploader stopped; a sealed generation was dropped");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `mira ingester`: OTLP in, WAL, sealed blocks into the object store,
+//! published to the catalog.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use mira_catalog::{CatalogClient, ClientConfig};
+use mira_ingester::otlp::ReceiverConfig;
+use mira_ingester::shard::SealPolicy;
+use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
+
+/// Flags of `mira ingester`.
+#[derive(Debug, Args)]
+pub struct IngesterArgs {
+    /// Stable identity (the pod name); keys WAL watermarks and the catalog lease.
+    #[arg(long, env = "MIRA_INGESTER_ID", default_value = "ingester-0")]
+    pub ingester_id: String,
+    /// OTLP/gRPC listen address.
+    #[arg(long, env = "MIRA_GRPC_LISTEN", default_value = "0.0.0.0:4317")]
+    pub grpc_listen: SocketAddr,
+    /// OTLP/HTTP listen address (also /ready).
+    #[arg(long, env = "MIRA_HTTP_LISTEN", default_value = "0.0.0.0:4318")]
+    pub http_listen: SocketAddr,
+    /// Address queriers reach this ingester at; default: the gRPC listen address.
+    #[arg(long, env = "MIRA_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Catalog members, comma separated host:port.
+    #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400")]
+    pub catalog: String,
+    /// Object store URL (file:///abs/dir, memory://, s3://bucket, gs://bucket, az://container).
+    #[arg(long, env = "MIRA_OBJECT_STORE")]
+    pub object_store: Option<String>,
+    /// Object store option key=value (object_store's config keys, e.g. aws_endpoint=http://127.0.0.1:5000); repeatable.
+    #[arg(long = "object-store-option", env = "MIRA_OBJECT_STORE_OPTIONS", value_delimiter = ',')]
+    pub object_store_options: Vec<String>,
+    /// Directory of the WAL (and the default file object store).
+    #[arg(long, env = "MIRA_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// When an export is acknowledged: after write(2), after fsync, or after publish.
+    #[arg(long, env = "MIRA_WAL", value_enum, default_value = "page-cache")]
+    pub wal: WalMode,
+    /// Shards per signal (default: the number of cores).
+    #[arg(long, env = "MIRA_SHARDS")]
+    pub shards: Option<usize>,
+    /// Bytes of requests queued per shard.
+    #[arg(long, env = "MIRA_SHARD_QUEUE_BYTES", default_value_t = 64 << 20)]
+    pub shard_queue_bytes: usize,
+    /// How long a request waits for room before 429 / RESOURCE_EXHAUSTED, ms.
+    #[arg(long, env = "MIRA_ADMIT_WAIT_MS", default_value_t = 5_000)]
+    pub admit_wait_ms: u64,
+    /// Seal a generation at this many bytes of Arrow data.
+    #[arg(long, env = "MIRA_SEAL_BYTES", default_value_t = 32 << 20)]
+    pub seal_bytes: usize,
+    /// Seal a generation at this age, seconds.
+    #[arg(long, env = "MIRA_SEAL_AGE_S", default_value_t = 300)]
+    pub seal_age_s: u64,
+    /// Largest decompressed request, bytes.
+    #[arg(long, env = "MIRA_MAX_MESSAGE_BYTES", default_value_t = 16 << 20)]
+    pub max_message_bytes: usize,
+    /// Refuse requests without X-Scope-OrgID.
+    #[arg(long, env = "MIRA_REQUIRE_TENANT")]
+    pub require_tenant: bool,
+}
+
+fn options(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    raw.iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| anyhow::anyhow!("object-store-option {s:?} is not key=value"))
+        })
+        .collect()
+}
+
+pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
+    let shards = args
+        .shards
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    anyhow::ensure!((1..=256).contains(&shards), "shards: {shards} is outside 1..=256");
+    anyhow::ensure!(args.seal_bytes > 0, "seal-bytes must be positive");
+    let data_dir = std::path::absolute(&args.data_dir)?;
+    let url = match &args.object_store {
+        Some(u) => u.clone(),
+        None => format!("file://{}", data_dir.join("objects").display()),
+    };
+    let store = mira_core::store::from_url(&url, &options(&args.object_store_options)?)?;
+    let catalog = Arc::new(CatalogClient::new(
+        args.catalog.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        ClientConfig::default(),
+    ));
+    let config = IngesterConfig {
+        ingester_id: args.ingester_id.clone(),
+        grpc_listen: args.grpc_listen,
+        http_listen: args.http_listen,
+        advertise: args.advertise.clone().unwrap_or_else(|| args.grpc_listen.to_string()),
+        data_dir,
+        wal_mode: args.wal,
+        pipeline: PipelineConfig {
+            shards,
+            queue_bytes: args.shard_queue_bytes,
+            admit_wait: Duration::from_millis(args.admit_wait_ms),
+            seal: SealPolicy {
+                max_bytes: args.seal_bytes,
+                max_age: Duration::from_secs(args.seal_age_s.max(1)),
+            },
+            upload_queue: 2,
+        },
+        receivers: ReceiverConfig {
+            max_wire_bytes: args.max_message_bytes,
+            max_message_bytes: args.max_message_bytes,
+            require_tenant: args.require_tenant,
+        },
+        lease_ttl: Duration::from_secs(15),
+    };
+    let node = IngesterNode::start(config, catalog, store.store).await?;
+    tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");
+    crate::shutdown_signal().await;
+    tracing::info!(target: "mira::ingester", "stopping: sealing and publishing open blocks");
+    node.shutdown().await;
+    Ok(())
+}
