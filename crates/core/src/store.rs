@@ -38,7 +38,9 @@ pub fn from_url(url: &str, options: &[(String, String)]) -> Result<Store, StoreE
     };
     let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
     if parsed.scheme() == "file" {
-        let dir = parsed.to_file_path().map_err(|()| bad("not an absolute file path".to_owned()))?;
+        let dir = parsed
+            .to_file_path()
+            .map_err(|()| bad("not an absolute file path".to_owned()))?;
         std::fs::create_dir_all(&dir).map_err(|e| bad(format!("create {}: {e}", dir.display())))?;
         let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|source| StoreError::Build {
             url: url.to_owned(),
@@ -55,7 +57,11 @@ pub fn from_url(url: &str, options: &[(String, String)]) -> Result<Store, StoreE
         "gs" => Some("GOOGLE_"),
         "az" | "abfs" | "abfss" | "azure" => Some("AZURE_"),
         "memory" => None,
-        other => return Err(bad(format!("unsupported scheme {other:?}: use file, memory, s3, gs or az"))),
+        other => {
+            return Err(bad(format!(
+                "unsupported scheme {other:?}: use file, memory, s3, gs or az"
+            )));
+        }
     };
     if let Some(prefix) = env_prefix {
         for (k, v) in std::env::vars() {
@@ -87,10 +93,16 @@ mod tests {
         let url = format!("file://{}/objects", dir.path().display());
         let s = from_url(&url, &[]).expect("file store");
         let p = Path::from("a/b.mira");
-        s.store.put(&p, bytes::Bytes::from_static(b"x").into()).await.expect("put");
+        s.store
+            .put(&p, bytes::Bytes::from_static(b"x").into())
+            .await
+            .expect("put");
         assert!(dir.path().join("objects/a/b.mira").exists());
         let m = from_url("memory://", &[]).expect("memory store");
-        m.store.put(&p, bytes::Bytes::from_static(b"y").into()).await.expect("put");
+        m.store
+            .put(&p, bytes::Bytes::from_static(b"y").into())
+            .await
+            .expect("put");
         let got = m.store.get(&p).await.expect("get").bytes().await.expect("bytes");
         assert_eq!(&got[..], b"y");
     }

@@ -6,8 +6,8 @@
 
 pub mod body;
 pub mod error;
-pub mod otlp;
 pub mod node;
+pub mod otlp;
 pub mod pipeline;
 pub mod shard;
 pub mod upload;

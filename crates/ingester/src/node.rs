@@ -52,7 +52,10 @@ pub struct IngesterNode {
 
 impl std::fmt::Debug for IngesterNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IngesterNode").field("grpc", &self.grpc_addr).field("http", &self.http_addr).finish()
+        f.debug_struct("IngesterNode")
+            .field("grpc", &self.grpc_addr)
+            .field("http", &self.http_addr)
+            .finish()
     }
 }
 
@@ -138,8 +141,12 @@ impl IngesterNode {
         let http_listener = tokio::net::TcpListener::bind(config.http_listen)
             .await
             .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
-        let grpc_addr = grpc_listener.local_addr().map_err(|e| crate::error::StartError::Listen(config.grpc_listen.to_string(), e))?;
-        let http_addr = http_listener.local_addr().map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
+        let grpc_addr = grpc_listener
+            .local_addr()
+            .map_err(|e| crate::error::StartError::Listen(config.grpc_listen.to_string(), e))?;
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
         let ready2 = ready.clone();
         let http = http_router(receivers.clone()).route(
             "/ready",
@@ -239,7 +246,9 @@ impl IngesterNode {
         if let Some(p) = self.pipeline.take() {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.shutdown(Duration::from_secs(60)).await,
-                Err(_) => tracing::warn!(target: "mira::ingester", "pipeline still shared at shutdown; the WAL keeps open data"),
+                Err(_) => {
+                    tracing::warn!(target: "mira::ingester", "pipeline still shared at shutdown; the WAL keeps open data")
+                }
             }
         }
         let _ = self

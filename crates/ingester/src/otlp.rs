@@ -66,9 +66,9 @@ impl Receivers {
     fn tenant(&self, value: Option<&str>) -> Result<TenantId, IngestError> {
         match value.map(str::trim).filter(|v| !v.is_empty()) {
             Some(v) => TenantId::new(v).map_err(|e| IngestError::Invalid(format!("X-Scope-OrgID: {e}"))),
-            None if self.config.require_tenant => {
-                Err(IngestError::Invalid("X-Scope-OrgID is required by this ingester".to_owned()))
-            }
+            None if self.config.require_tenant => Err(IngestError::Invalid(
+                "X-Scope-OrgID is required by this ingester".to_owned(),
+            )),
             None => Ok(TenantId::default_tenant()),
         }
     }
@@ -88,9 +88,15 @@ fn body_error(e: BodyError) -> IngestError {
 pub fn json_to_protobuf(signal: Signal, body: &[u8]) -> Result<Bytes, IngestError> {
     let bad = |e: serde_json::Error| IngestError::Invalid(format!("invalid OTLP JSON: {e}"));
     let bytes = match signal {
-        Signal::Logs => serde_json::from_slice::<ExportLogsServiceRequest>(body).map_err(bad)?.encode_to_vec(),
-        Signal::Traces => serde_json::from_slice::<ExportTraceServiceRequest>(body).map_err(bad)?.encode_to_vec(),
-        Signal::Metrics => serde_json::from_slice::<ExportMetricsServiceRequest>(body).map_err(bad)?.encode_to_vec(),
+        Signal::Logs => serde_json::from_slice::<ExportLogsServiceRequest>(body)
+            .map_err(bad)?
+            .encode_to_vec(),
+        Signal::Traces => serde_json::from_slice::<ExportTraceServiceRequest>(body)
+            .map_err(bad)?
+            .encode_to_vec(),
+        Signal::Metrics => serde_json::from_slice::<ExportMetricsServiceRequest>(body)
+            .map_err(bad)?
+            .encode_to_vec(),
     };
     Ok(Bytes::from(bytes))
 }
@@ -123,7 +129,9 @@ fn http_error(e: &IngestError, format: Format) -> Response {
         }
     };
     if matches!(e, IngestError::Overloaded { .. }) {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     response
 }
@@ -153,8 +161,8 @@ async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap,
     };
     let result = async {
         let tenant = receivers.tenant(headers.get(TENANT_HEADER).and_then(|v| v.to_str().ok()))?;
-        let encoding = parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))
-            .map_err(body_error)?;
+        let encoding =
+            parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok())).map_err(body_error)?;
         let body = decode_body(
             body,
             encoding,
@@ -172,7 +180,12 @@ async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap,
     match result {
         Ok(_) => match format {
             // An empty Export*ServiceResponse: no partial success to report.
-            Format::Protobuf => (StatusCode::OK, [(header::CONTENT_TYPE, "application/x-protobuf")], Vec::new()).into_response(),
+            Format::Protobuf => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/x-protobuf")],
+                Vec::new(),
+            )
+                .into_response(),
             Format::Json => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
         },
         Err(e) => {
@@ -191,15 +204,21 @@ pub fn http_router(receivers: Receivers) -> axum::Router {
     axum::Router::new()
         .route(
             "/v1/logs",
-            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move { http_export(&r, Signal::Logs, &h, b).await }),
+            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move {
+                http_export(&r, Signal::Logs, &h, b).await
+            }),
         )
         .route(
             "/v1/traces",
-            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move { http_export(&r, Signal::Traces, &h, b).await }),
+            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move {
+                http_export(&r, Signal::Traces, &h, b).await
+            }),
         )
         .route(
             "/v1/metrics",
-            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move { http_export(&r, Signal::Metrics, &h, b).await }),
+            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move {
+                http_export(&r, Signal::Metrics, &h, b).await
+            }),
         )
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(receivers)
@@ -263,7 +282,11 @@ impl tonic::server::UnaryService<Bytes> for Export {
         let receivers = self.receivers.clone();
         let signal = self.signal;
         Box::pin(async move {
-            let tenant = request.metadata().get(TENANT_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let tenant = request
+                .metadata()
+                .get(TENANT_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let result = async {
                 let tenant = receivers.tenant(tenant.as_deref())?;
                 receivers.pipeline.submit(signal, tenant, request.into_inner()).await
@@ -308,7 +331,9 @@ pub struct GrpcExport {
 
 impl std::fmt::Debug for GrpcExport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GrpcExport").field("signal", &self.inner.signal).finish()
+        f.debug_struct("GrpcExport")
+            .field("signal", &self.inner.signal)
+            .finish()
     }
 }
 

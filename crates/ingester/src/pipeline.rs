@@ -53,7 +53,9 @@ pub struct Pipeline {
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pipeline").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Pipeline")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -106,7 +108,12 @@ impl Pipeline {
                     published: published_rx,
                 };
                 tasks.push(tokio::spawn(shard.run(rx)));
-                tasks.push(tokio::spawn(upload::run(dest.clone(), sealed_rx, published_tx, versions_tx)));
+                tasks.push(tokio::spawn(upload::run(
+                    dest.clone(),
+                    sealed_rx,
+                    published_tx,
+                    versions_tx,
+                )));
                 lanes.push(Lane {
                     tx,
                     room: Arc::new(Semaphore::new(config.queue_bytes)),
@@ -118,11 +125,7 @@ impl Pipeline {
                 next: AtomicUsize::new(0),
             });
         }
-        let pipeline = Pipeline {
-            signals,
-            config,
-            tasks,
-        };
+        let pipeline = Pipeline { signals, config, tasks };
         let mut replayed = Replayed::default();
         if let Some(dir) = wal_dir {
             let mut frames = Vec::new();
@@ -139,7 +142,12 @@ impl Pipeline {
                 let lanes = &pipeline.signals[signal_index(signal)].lanes;
                 let base = signal_index(signal) * shards;
                 let index = usize::from(shard).saturating_sub(base) % shards;
-                if lanes[index].tx.send(Work::Replay { tenant, payload, seq }).await.is_err() {
+                if lanes[index]
+                    .tx
+                    .send(Work::Replay { tenant, payload, seq })
+                    .await
+                    .is_err()
+                {
                     return Err(WalError::Stopped);
                 }
                 replayed.frames += 1;

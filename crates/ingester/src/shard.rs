@@ -73,7 +73,10 @@ pub enum AckWait {
     /// The WAL write (page-cache or fsync mode).
     Wal(oneshot::Receiver<Result<u64, WalError>>),
     /// WAL off: the generation's publish.
-    Published { generation: u64, published: watch::Receiver<u64> },
+    Published {
+        generation: u64,
+        published: watch::Receiver<u64>,
+    },
 }
 
 impl AckWait {
@@ -180,7 +183,10 @@ pub struct Shard {
 
 impl std::fmt::Debug for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shard").field("signal", &self.signal).field("id", &self.id).finish()
+        f.debug_struct("Shard")
+            .field("signal", &self.signal)
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -215,7 +221,10 @@ impl Shard {
     async fn handle(&self, g: &mut Generation, item: Work) {
         match item {
             Work::Replay { tenant, payload, seq } => {
-                let b = g.builders.entry(tenant.clone()).or_insert_with(|| AnyBuilder::new(self.signal));
+                let b = g
+                    .builders
+                    .entry(tenant.clone())
+                    .or_insert_with(|| AnyBuilder::new(self.signal));
                 match b.append_encoded(&payload) {
                     Ok(rows) => {
                         g.rows += rows;
@@ -232,7 +241,10 @@ impl Shard {
                 permit,
                 reply,
             } => {
-                let b = g.builders.entry(tenant.clone()).or_insert_with(|| AnyBuilder::new(self.signal));
+                let b = g
+                    .builders
+                    .entry(tenant.clone())
+                    .or_insert_with(|| AnyBuilder::new(self.signal));
                 let rows = match b.append_encoded(&payload) {
                     Ok(rows) => rows,
                     Err(e) => {

@@ -28,7 +28,9 @@ pub struct Destination {
 
 impl std::fmt::Debug for Destination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Destination").field("ingester_id", &self.ingester_id).finish()
+        f.debug_struct("Destination")
+            .field("ingester_id", &self.ingester_id)
+            .finish()
     }
 }
 

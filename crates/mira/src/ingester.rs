@@ -34,7 +34,11 @@ pub struct IngesterArgs {
     #[arg(long, env = "MIRA_OBJECT_STORE")]
     pub object_store: Option<String>,
     /// Object store option key=value (object_store's config keys, e.g. aws_endpoint=http://127.0.0.1:5000); repeatable.
-    #[arg(long = "object-store-option", env = "MIRA_OBJECT_STORE_OPTIONS", value_delimiter = ',')]
+    #[arg(
+        long = "object-store-option",
+        env = "MIRA_OBJECT_STORE_OPTIONS",
+        value_delimiter = ','
+    )]
     pub object_store_options: Vec<String>,
     /// Directory of the WAL (and the default file object store).
     #[arg(long, env = "MIRA_DATA_DIR", default_value = "./data")]
@@ -89,7 +93,11 @@ pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
     };
     let store = mira_core::store::from_url(&url, &options(&args.object_store_options)?)?;
     let catalog = Arc::new(CatalogClient::new(
-        args.catalog.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+        args.catalog
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
         ClientConfig::default(),
     ));
     let config = IngesterConfig {
