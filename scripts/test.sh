@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: format check, clippy with warnings as errors, then the
-# whole workspace test suite. Run from anywhere inside the repository.
+# The test command: format check, clippy with warnings as errors, the whole
+# workspace test suite, then the end-to-end tests with real OTLP clients
+# (Python, in .venv, set up by scripts/python-env.sh). Run from anywhere
+# inside the repository.
 set -euo pipefail
 export CARGO_TERM_COLOR=never
 cd "$(dirname "$0")/.."
@@ -17,6 +19,20 @@ echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
+
+echo "== end-to-end (OpenTelemetry Python SDK exporters against target/debug/mira)"
+scripts/python-env.sh
+pylog=$(mktemp)
+trap 'rm -f "$log" "$pylog"' EXIT
+cargo build -p mira --locked
+MIRA_BIN="$PWD/target/debug/mira" .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider 2>&1 | tee "$pylog"
+
 # One closing line for the whole suite (cargo prints one per test binary,
-# and the last of those is a doc-test run that may hold no tests).
-awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+# and the last of those is a doc-test run that may hold no tests; pytest
+# prints "N passed, M failed in Ts").
+awk -v py="$pylog" '
+  FILENAME != py && /^test result:/ { p += $4; f += $6 }
+  FILENAME == py && / in [0-9.]+s/ {
+    for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|error)/) f += $i }
+  }
+  END { printf "tests: %d passed, %d failed\n", p, f }' "$log" "$pylog"

@@ -3,6 +3,7 @@
 //! `mira version` prints what this build is and the block format it reads
 //! and writes.
 
+mod block_dump;
 mod catalog;
 mod ingester;
 
@@ -26,6 +27,11 @@ enum Command {
     CatalogAdmin(catalog::AdminArgs),
     /// Run an ingester: OTLP in, WAL, blocks out to the object store and catalog.
     Ingester(ingester::IngesterArgs),
+    /// Print the records of block files as OTLP/JSON, one line per block.
+    BlockDump {
+        /// `.mira` block files.
+        files: Vec<std::path::PathBuf>,
+    },
 }
 
 fn version_text() -> String {
@@ -77,6 +83,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(catalog::run(args))?;
         }
         Command::CatalogAdmin(args) => tokio::runtime::Runtime::new()?.block_on(catalog::admin(args))?,
+        Command::BlockDump { files } => block_dump::run(&files)?,
         Command::Ingester(args) => {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(ingester::run(args))?;
