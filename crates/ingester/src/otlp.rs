@@ -228,10 +228,10 @@ pub fn http_router(receivers: Receivers) -> axum::Router {
 
 /// Passes message bytes through untouched (the shard decodes them).
 #[derive(Clone, Copy, Debug, Default)]
-struct RawCodec;
+pub struct RawCodec;
 
 #[derive(Clone, Copy, Debug, Default)]
-struct RawCoder;
+pub struct RawCoder;
 
 impl Encoder for RawCoder {
     type Item = Bytes;

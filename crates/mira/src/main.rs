@@ -6,6 +6,7 @@
 mod block_dump;
 mod catalog;
 mod ingester;
+mod loadgen;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,8 @@ enum Command {
     CatalogAdmin(catalog::AdminArgs),
     /// Run an ingester: OTLP in, WAL, blocks out to the object store and catalog.
     Ingester(ingester::IngesterArgs),
+    /// Send OTLP load (pre-encoded testkit corpus) and report records/s and ack latency.
+    Loadgen(loadgen::LoadgenArgs),
     /// Print the records of block files as OTLP/JSON, one line per block.
     BlockDump {
         /// `.mira` block files.
@@ -84,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::CatalogAdmin(args) => tokio::runtime::Runtime::new()?.block_on(catalog::admin(args))?,
         Command::BlockDump { files } => block_dump::run(&files)?,
+        Command::Loadgen(args) => tokio::runtime::Runtime::new()?.block_on(loadgen::run(args))?,
         Command::Ingester(args) => {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(ingester::run(args))?;

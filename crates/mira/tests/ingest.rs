@@ -375,3 +375,74 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
     );
     assert_eq!(counts.get("json-1"), Some(&1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_loadgen_runs_keeps_every_acknowledged_request_once() {
+    let mut p = Procs::new();
+    p.start_ingester(&[]);
+    wait_ready(&p.http).await;
+    let acked_file = p.root.path().join("acked.txt");
+    let loadgen = Command::new(env!("CARGO_BIN_EXE_mira"))
+        .args([
+            "loadgen",
+            "--protocol",
+            "grpc",
+            "--target",
+            &p.grpc,
+            "--conns",
+            "4",
+            "--batch",
+            "200",
+            "--for",
+            "8",
+            "--rate",
+            "100",
+        ])
+        .arg("--acked-file")
+        .arg(&acked_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn loadgen");
+    // Let it run, kill -9 the ingester mid-stream, bring it back.
+    let wal = p.root.path().join("ingester/wal");
+    wait_for("WAL frames", Duration::from_secs(30), || async {
+        let size: u64 = std::fs::read_dir(&wal)
+            .ok()?
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        (size > 1 << 20).then_some(())
+    })
+    .await;
+    p.kill_ingester();
+    p.start_ingester(&[]);
+    wait_ready(&p.http).await;
+    let status = tokio::task::spawn_blocking(move || loadgen.wait_with_output())
+        .await
+        .expect("join")
+        .expect("loadgen");
+    assert!(status.status.success());
+    let report = String::from_utf8_lossy(&status.stdout).to_string();
+    p.stop_ingester();
+    let acked: Vec<u64> = std::fs::read_to_string(&acked_file)
+        .expect("acked file")
+        .lines()
+        .map(|l| l.parse().expect("number"))
+        .collect();
+    assert!(
+        acked.len() > 10,
+        "loadgen acknowledged too little to mean anything: {report}"
+    );
+    let counts = published_bodies(&p).await;
+    for (body, n) in counts.iter().filter(|(b, _)| b.starts_with("loadgen-")) {
+        assert_eq!(*n, 1, "{body} published {n} times");
+    }
+    for n in &acked {
+        assert_eq!(
+            counts.get(&format!("loadgen-{n}")),
+            Some(&1),
+            "acknowledged request {n} is missing"
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! `mira loadgen`: an OTLP load generator. Requests are built from the
+//! testkit corpus and encoded once up front, so the generator spends its
+//! CPU on sending. With `--acked-file`, each request also carries one
+//! marker record (`loadgen-<n>`, appended as an extra ResourceLogs /
+//! ResourceSpans / ResourceMetrics entry, which protobuf merges) and the
+//! numbers of acknowledged requests are written to the file, so a test can
+//! check that every acknowledged request was stored exactly once.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::{Args, ValueEnum};
+use mira_testkit::corpus::{Cardinality, Corpus};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Protocol {
+    Grpc,
+    Http,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SignalArg {
+    Logs,
+    Traces,
+    Metrics,
+}
+
+/// Flags of `mira loadgen`.
+#[derive(Debug, Args)]
+pub struct LoadgenArgs {
+    /// host:port of the ingester's OTLP port for --protocol.
+    #[arg(long, env = "MIRA_LOADGEN_TARGET", default_value = "127.0.0.1:4317")]
+    pub target: String,
+    #[arg(long, value_enum, default_value = "grpc")]
+    pub protocol: Protocol,
+    #[arg(long, value_enum, default_value = "logs")]
+    pub signal: SignalArg,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 4)]
+    pub conns: usize,
+    /// Records per request.
+    #[arg(long, default_value_t = 8192)]
+    pub batch: usize,
+    /// How long to run, seconds.
+    #[arg(long = "for", default_value_t = 10)]
+    pub duration_s: u64,
+    /// Requests per second over all connections; 0 = as fast as acknowledged.
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Tenant (X-Scope-OrgID).
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// High-cardinality corpus (unique ids, more resources).
+    #[arg(long)]
+    pub high_cardinality: bool,
+    /// Write the numbers of acknowledged requests here (one per line) and
+    /// mark each request with a `loadgen-<n>` record.
+    #[arg(long)]
+    pub acked_file: Option<std::path::PathBuf>,
+}
+
+/// Pre-encoded requests (distinct corpus slices, reused round robin).
+fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
+    let card = if args.high_cardinality {
+        Cardinality::High
+    } else {
+        Cardinality::Low
+    };
+    let mut corpus = Corpus::new(42, card);
+    (0..16)
+        .map(|_| {
+            Bytes::from(match args.signal {
+                SignalArg::Logs => corpus.logs(args.batch).encode_to_vec(),
+                SignalArg::Traces => corpus.traces(args.batch).encode_to_vec(),
+                SignalArg::Metrics => corpus.metrics(args.batch).encode_to_vec(),
+            })
+        })
+        .collect()
+}
+
+fn marker_value(n: u64) -> Option<AnyValue> {
+    Some(AnyValue {
+        value: Some(any_value::Value::StringValue(format!("loadgen-{n}"))),
+    })
+}
+
+/// The extra top-level entry (field 1 of every Export*ServiceRequest)
+/// carrying request `n`'s marker record.
+fn marker(signal: SignalArg, n: u64) -> Vec<u8> {
+    let inner = match signal {
+        SignalArg::Logs => ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord {
+                    time_unix_nano: 1,
+                    body: marker_value(n),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        SignalArg::Traces => ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span {
+                    trace_id: n.to_be_bytes().repeat(2),
+                    span_id: n.to_be_bytes().to_vec(),
+                    name: format!("loadgen-{n}"),
+                    start_time_unix_nano: 1,
+                    end_time_unix_nano: 2,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        SignalArg::Metrics => ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "loadgen_marker".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            time_unix_nano: 1,
+                            value: Some(number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX))),
+                            attributes: vec![KeyValue {
+                                key: "loadgen".into(),
+                                value: marker_value(n),
+                                ..Default::default()
+                            }],
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    };
+    let mut out = Vec::with_capacity(inner.len() + 8);
+    prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut out);
+    prost::encoding::encode_varint(inner.len() as u64, &mut out);
+    out.extend_from_slice(&inner);
+    out
+}
+
+fn path(signal: SignalArg, protocol: Protocol) -> &'static str {
+    match (protocol, signal) {
+        (Protocol::Http, SignalArg::Logs) => "/v1/logs",
+        (Protocol::Http, SignalArg::Traces) => "/v1/traces",
+        (Protocol::Http, SignalArg::Metrics) => "/v1/metrics",
+        (Protocol::Grpc, SignalArg::Logs) => mira_ingester::otlp::GRPC_LOGS,
+        (Protocol::Grpc, SignalArg::Traces) => mira_ingester::otlp::GRPC_TRACES,
+        (Protocol::Grpc, SignalArg::Metrics) => mira_ingester::otlp::GRPC_METRICS,
+    }
+}
+
+/// A keep-alive HTTP/1.1 connection (the loadgen talks only to Mira).
+struct HttpConn {
+    stream: BufReader<tokio::net::TcpStream>,
+}
+
+impl HttpConn {
+    async fn connect(addr: &str) -> std::io::Result<HttpConn> {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        Ok(HttpConn {
+            stream: BufReader::new(s),
+        })
+    }
+
+    async fn post(&mut self, path: &str, tenant: &str, body: &[u8]) -> std::io::Result<u16> {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: mira\r\nContent-Type: application/x-protobuf\r\nX-Scope-OrgID: {tenant}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let s = self.stream.get_mut();
+        s.write_all(head.as_bytes()).await?;
+        s.write_all(body).await?;
+        let mut line = String::new();
+        self.stream.read_line(&mut line).await?;
+        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            if self.stream.read_line(&mut line).await? == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut sink = vec![0u8; len];
+        self.stream.read_exact(&mut sink).await?;
+        Ok(status)
+    }
+}
+
+struct Totals {
+    acked_requests: AtomicU64,
+    acked_records: AtomicU64,
+    acked_bytes: AtomicU64,
+    failed: AtomicU64,
+    latencies: std::sync::Mutex<Vec<Duration>>,
+    acked_ids: std::sync::Mutex<Vec<u64>>,
+}
+
+pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.conns > 0 && args.batch > 0, "conns and batch must be positive");
+    let pool = Arc::new(encode_pool(&args));
+    let totals = Arc::new(Totals {
+        acked_requests: AtomicU64::new(0),
+        acked_records: AtomicU64::new(0),
+        acked_bytes: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        latencies: std::sync::Mutex::new(Vec::new()),
+        acked_ids: std::sync::Mutex::new(Vec::new()),
+    });
+    let next = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs(args.duration_s);
+    let interval = (args.rate > 0).then(|| Duration::from_secs_f64(args.conns as f64 / args.rate as f64));
+    let path = path(args.signal, args.protocol);
+    let marked = args.acked_file.is_some();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.conns {
+        let (pool, totals, next, stop) = (pool.clone(), totals.clone(), next.clone(), stop.clone());
+        let (target, tenant, protocol, signal, batch) = (
+            args.target.clone(),
+            args.tenant.clone(),
+            args.protocol,
+            args.signal,
+            args.batch,
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut grpc: Option<tonic::client::Grpc<tonic::transport::Channel>> = None;
+            let mut http: Option<HttpConn> = None;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let base = &pool[(n as usize) % pool.len()];
+                let body = if marked {
+                    let m = marker(signal, n);
+                    let mut b = BytesMut::with_capacity(base.len() + m.len());
+                    b.put_slice(base);
+                    b.put_slice(&m);
+                    b.freeze()
+                } else {
+                    base.clone()
+                };
+                let t = Instant::now();
+                let ok = match protocol {
+                    Protocol::Http => {
+                        if http.is_none() {
+                            http = HttpConn::connect(&target).await.ok();
+                        }
+                        match http.as_mut() {
+                            Some(c) => match c.post(path, &tenant, &body).await {
+                                Ok(s) => s == 200,
+                                Err(_) => {
+                                    http = None;
+                                    false
+                                }
+                            },
+                            None => false,
+                        }
+                    }
+                    Protocol::Grpc => {
+                        if grpc.is_none() {
+                            grpc = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
+                                .ok()
+                                .map(|e| tonic::client::Grpc::new(e.tcp_nodelay(true).connect_lazy()));
+                        }
+                        match grpc.as_mut() {
+                            Some(g) => grpc_export(g, path, &tenant, body.clone()).await,
+                            None => false,
+                        }
+                    }
+                };
+                if ok {
+                    totals.acked_requests.fetch_add(1, Ordering::Relaxed);
+                    totals.acked_records.fetch_add(batch as u64, Ordering::Relaxed);
+                    totals.acked_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+                    if let Ok(mut l) = totals.latencies.lock() {
+                        l.push(t.elapsed());
+                    }
+                    if marked && let Ok(mut ids) = totals.acked_ids.lock() {
+                        ids.push(n);
+                    }
+                } else {
+                    totals.failed.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if let Some(iv) = interval {
+                    tokio::time::sleep(iv.saturating_sub(t.elapsed())).await;
+                }
+            }
+        }));
+    }
+    tokio::select! {
+        _ = futures::future::join_all(tasks) => {}
+        () = crate::shutdown_signal() => { stop.store(true, Ordering::Relaxed); }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat = totals.latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    lat.sort_unstable();
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "acked {} requests, {} records in {secs:.1} s: {:.0} records/s, {:.1} MiB/s; ack latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {} failed attempts",
+        totals.acked_requests.load(Ordering::Relaxed),
+        totals.acked_records.load(Ordering::Relaxed),
+        totals.acked_records.load(Ordering::Relaxed) as f64 / secs,
+        totals.acked_bytes.load(Ordering::Relaxed) as f64 / secs / 1048576.0,
+        ms(pct(0.5)),
+        ms(pct(0.99)),
+        ms(lat.last().copied().unwrap_or_default()),
+        totals.failed.load(Ordering::Relaxed),
+    );
+    if let Some(path) = &args.acked_file {
+        let ids = totals.acked_ids.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut f = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+        for id in ids {
+            writeln!(f, "{id}")?;
+        }
+    }
+    Ok(())
+}
+
+async fn grpc_export(
+    g: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    path: &'static str,
+    tenant: &str,
+    body: Bytes,
+) -> bool {
+    if g.ready().await.is_err() {
+        return false;
+    }
+    let mut req = tonic::Request::new(body);
+    if let Ok(v) = tenant.parse() {
+        req.metadata_mut().insert(mira_ingester::otlp::TENANT_HEADER, v);
+    }
+    g.unary(
+        req,
+        tonic::codegen::http::uri::PathAndQuery::from_static(path),
+        mira_ingester::otlp::RawCodec,
+    )
+    .await
+    .is_ok()
+}
