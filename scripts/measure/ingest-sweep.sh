@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Ingest sweep (docs/perf.md): `mira loadgen` against `mira ingester` on the
+# same machine, OTLP/gRPC, batch 8192 log records, 1/4/32/96 connections,
+# WAL page-cache and fsync. Prints records/s, ack p50/p99, the ingester's
+# CPU cores used and peak RSS. The ratio column is records/s against the
+# DESIGN §10 target of 1 M records/s.
+# Usage: scripts/measure/ingest-sweep.sh [seconds-per-point]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR="${1:-10}"
+cargo build --release -p mira
+BIN="$PWD/target/release/mira"
+work=$(mktemp -d)
+cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ticks=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+CAT="127.0.0.1:$(port)"
+"$BIN" catalog --listen "$CAT" --peers "0=$CAT" --data-dir "$work/catalog" 2>"$work/catalog.log" &
+printf '%-10s %5s  %s\n' wal conns result
+for wal in page-cache fsync; do
+  for conns in 1 4 32 96; do
+    GRPC="127.0.0.1:$(port)"; HTTP="127.0.0.1:$(port)"
+    rm -rf "$work/ingester"
+    "$BIN" ingester --ingester-id "sweep-$wal-$conns" --catalog "$CAT" --grpc-listen "$GRPC" \
+      --http-listen "$HTTP" --data-dir "$work/ingester" --wal "$wal" 2>"$work/ingester.log" &
+    pid=$!
+    for _ in $(seq 1 600); do
+      curl -sf "http://$HTTP/ready" >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    before=$(cpu_ticks "$pid")
+    out=$("$BIN" loadgen --target "$GRPC" --conns "$conns" --batch 8192 --for "$DUR")
+    after=$(cpu_ticks "$pid")
+    rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
+    cores=$(awk -v a="$after" -v b="$before" -v t="$ticks" -v d="$DUR" 'BEGIN { printf "%.2f", (a - b) / t / d }')
+    rate=$(echo "$out" | sed -n 's/.* \([0-9]*\) records\/s.*/\1/p')
+    ratio=$(awk -v r="${rate:-0}" 'BEGIN { printf "%.2f", r / 1000000 }')
+    printf '%-10s %5s  %s; ingester %s cores, peak RSS %s; ratio to 1 M/s %s\n' "$wal" "$conns" "$out" "$cores" "$rss" "$ratio"
+    kill -TERM "$pid"; wait "$pid" || true
+  done
+done
