@@ -56,7 +56,7 @@ def wait_until(what, check, timeout=60):
 class Mira:
     """A catalog and an ingester as real processes."""
 
-    def __init__(self):
+    def __init__(self, seal_age_s=300):
         self.dir = tempfile.mkdtemp(prefix="mira-e2e-")
         self.catalog = f"127.0.0.1:{free_port()}"
         self.http = f"127.0.0.1:{free_port()}"
@@ -66,7 +66,8 @@ class Mira:
                                                   "--data-dir", os.path.join(self.dir, "catalog")]))
         self.ingester = self._spawn("ingester", ["ingester", "--catalog", self.catalog, "--http-listen", self.http,
                                                  "--grpc-listen", self.grpc, "--data-dir",
-                                                 os.path.join(self.dir, "ingester"), "--shards", "2"])
+                                                 os.path.join(self.dir, "ingester"), "--shards", "2",
+                                                 "--seal-age-s", str(seal_age_s)])
         self.procs.append(self.ingester)
         wait_until("ready", lambda: urllib.request.urlopen(f"http://{self.http}/ready", timeout=1).status == 200)
 
