@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod error;
+pub mod metrics;
 pub mod node;
 pub mod otlp;
 pub mod pipeline;

@@ -120,7 +120,18 @@ impl IngesterNode {
             tracing::warn!(target: "mira::ingester", bytes = repair.torn_bytes, "cut a torn WAL tail");
         }
         let marks = watermarks(&catalog, &config.ingester_id).await;
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        {
+            let m = metrics.clone();
+            wal.on_group(move |g| {
+                m.wal_write.observe(g.write.as_secs_f64());
+                m.wal_fsync.observe(g.fsync.as_secs_f64());
+                m.wal_group_frames.observe(g.frames as f64);
+                tracing::debug!(target: "mira::ingester::probe", frames = g.frames, bytes = g.bytes, write_us = g.write.as_micros() as u64, fsync_us = g.fsync.as_micros() as u64, "wal group");
+            });
+        }
         let dest = Destination {
+            metrics: metrics.clone(),
             store,
             catalog: catalog.clone(),
             ingester_id: config.ingester_id.clone(),
@@ -148,22 +159,49 @@ impl IngesterNode {
             .local_addr()
             .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
         let ready2 = ready.clone();
-        let http = http_router(receivers.clone()).route(
-            "/ready",
-            get(move || {
-                let ready = ready2.clone();
-                async move {
-                    if ready.load(Ordering::Relaxed) {
-                        (StatusCode::OK, "ready\n")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        let m = metrics.clone();
+        let http = http_router(receivers.clone())
+            .route(
+                "/metrics",
+                get(move || {
+                    let m = m.clone();
+                    async move {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                            m.render(),
+                        )
                     }
-                }
-            }),
-        );
+                }),
+            )
+            .route(
+                "/ready",
+                get(move || {
+                    let ready = ready2.clone();
+                    async move {
+                        if ready.load(Ordering::Relaxed) {
+                            (StatusCode::OK, "ready\n")
+                        } else {
+                            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                        }
+                    }
+                }),
+            );
         let (s1, h1) = serve(grpc_listener, grpc_router(receivers)).await;
         let (s2, h2) = serve(http_listener, http).await;
 
+        // Runtime lag: how late a 10 ms tick fires.
+        let lag = {
+            let m = metrics.clone();
+            tokio::spawn(async move {
+                let period = Duration::from_millis(10);
+                loop {
+                    let t = std::time::Instant::now();
+                    tokio::time::sleep(period).await;
+                    let late = t.elapsed().saturating_sub(period);
+                    m.runtime_lag.observe(late.as_secs_f64());
+                }
+            })
+        };
         // Lease in the catalog, renewed at a third of its ttl.
         let lease = {
             let catalog = catalog.clone();
@@ -214,7 +252,7 @@ impl IngesterNode {
             http_addr,
             stops: vec![s1, s2],
             servers: vec![h1, h2],
-            background: vec![lease, sweep],
+            background: vec![lease, sweep, lag],
             catalog,
             config,
             replayed,

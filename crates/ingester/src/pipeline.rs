@@ -46,6 +46,7 @@ struct SignalLanes {
 
 /// The running pipeline.
 pub struct Pipeline {
+    metrics: Arc<crate::metrics::Metrics>,
     signals: Vec<SignalLanes>,
     config: PipelineConfig,
     tasks: Vec<JoinHandle<()>>,
@@ -89,6 +90,7 @@ impl Pipeline {
         dest: Destination,
         watermarks: &HashMap<u16, u64>,
     ) -> Result<(Pipeline, Replayed), WalError> {
+        let metrics = dest.metrics.clone();
         let shards = config.shards.max(1);
         let mut signals = Vec::new();
         let mut tasks = Vec::new();
@@ -100,6 +102,7 @@ impl Pipeline {
                 let (published_tx, published_rx) = watch::channel(0u64);
                 let (versions_tx, versions_rx) = watch::channel(0u64);
                 let shard = Shard {
+                    metrics: metrics.clone(),
                     signal,
                     id: global_shard(signal, i, shards),
                     wal: wal.clone(),
@@ -125,7 +128,12 @@ impl Pipeline {
                 next: AtomicUsize::new(0),
             });
         }
-        let pipeline = Pipeline { signals, config, tasks };
+        let pipeline = Pipeline {
+            metrics,
+            signals,
+            config,
+            tasks,
+        };
         let mut replayed = Replayed::default();
         if let Some(dir) = wal_dir {
             let mut frames = Vec::new();
@@ -160,6 +168,31 @@ impl Pipeline {
     /// the records accepted once the request is acknowledged by the WAL
     /// mode's promise.
     pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<usize, IngestError> {
+        let result = self.submit_inner(signal, tenant, payload).await;
+        let labels = crate::metrics::OutcomeLabels {
+            signal: signal.as_str(),
+            outcome: match &result {
+                Ok(_) => "ok",
+                Err(IngestError::Invalid(_)) => "invalid",
+                Err(IngestError::Overloaded { .. }) => "overloaded",
+                Err(IngestError::TooLarge { .. }) => "too_large",
+                Err(IngestError::Unavailable(_)) => "unavailable",
+            },
+        };
+        self.metrics.requests.get_or_create(&labels).inc();
+        if let Ok(rows) = &result {
+            self.metrics
+                .records
+                .get_or_create(&crate::metrics::SignalLabels {
+                    signal: signal.as_str(),
+                })
+                .inc_by(*rows as u64);
+        }
+        result
+    }
+
+    async fn submit_inner(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<usize, IngestError> {
+        let admitted = std::time::Instant::now();
         let cost = payload.len().max(1);
         if cost > self.config.queue_bytes {
             return Err(IngestError::TooLarge {
@@ -195,6 +228,12 @@ impl Pipeline {
                 }
             }
         };
+        self.metrics
+            .admission_wait
+            .get_or_create(&crate::metrics::SignalLabels {
+                signal: signal.as_str(),
+            })
+            .observe(admitted.elapsed().as_secs_f64());
         let (reply, rx) = oneshot::channel();
         lane.tx
             .send(Work::Export {

@@ -173,6 +173,7 @@ pub struct SealPolicy {
 
 /// One shard's task.
 pub struct Shard {
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub signal: Signal,
     pub id: u16,
     pub wal: Wal,
@@ -245,7 +246,17 @@ impl Shard {
                     .builders
                     .entry(tenant.clone())
                     .or_insert_with(|| AnyBuilder::new(self.signal));
-                let rows = match b.append_encoded(&payload) {
+                let t = Instant::now();
+                let appended = b.append_encoded(&payload);
+                let took = t.elapsed();
+                self.metrics
+                    .append
+                    .get_or_create(&crate::metrics::SignalLabels {
+                        signal: self.signal.as_str(),
+                    })
+                    .observe(took.as_secs_f64());
+                tracing::debug!(target: "mira::ingester::probe", shard = self.id, bytes = payload.len(), append_us = took.as_micros() as u64, "append");
+                let rows = match appended {
                     Ok(rows) => rows,
                     Err(e) => {
                         let _ = reply.send(Err(IngestError::Invalid(format!("{e}"))));

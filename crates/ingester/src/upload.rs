@@ -21,6 +21,7 @@ use crate::shard::Sealed;
 /// Where blocks go and who they are published as.
 #[derive(Clone)]
 pub struct Destination {
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub store: Arc<dyn ObjectStore>,
     pub catalog: Arc<CatalogClient>,
     pub ingester_id: String,
@@ -63,6 +64,7 @@ pub async fn run(
             };
             let path = block_path(tenant, g.signal, tables.min_time, id);
             put_until_written(&*dest.store, &path, bytes.clone()).await;
+            dest.metrics.bytes_uploaded.inc_by(bytes.len() as u64);
             blocks.push(pb::Block {
                 id: id.to_string(),
                 tenant: tenant.to_string(),
@@ -90,7 +92,14 @@ pub async fn run(
             published.send_replace(g.number);
             continue;
         }
+        let published_blocks = blocks.len() as u64;
         let version = publish_until_done(&dest.catalog, blocks, watermark).await;
+        dest.metrics
+            .blocks_published
+            .get_or_create(&crate::metrics::SignalLabels {
+                signal: g.signal.as_str(),
+            })
+            .inc_by(published_blocks);
         versions.send_replace(version);
         published.send_replace(g.number);
     }

@@ -366,6 +366,25 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
     assert_eq!(got, 200, "{}", String::from_utf8_lossy(&body));
     let (got, _) = http(&p.http, "POST", "/v1/logs", &[pb_ct], &good).await.expect("good");
     assert_eq!(got, 200);
+    // The probes count what happened.
+    let (got, metrics) = http(&p.http, "GET", "/metrics", &[], b"").await.expect("metrics");
+    assert_eq!(got, 200);
+    let metrics = String::from_utf8_lossy(&metrics);
+    for line in [
+        "mira_ingester_requests_total{signal=\"logs\",outcome=\"invalid\"} 1",
+        "mira_ingester_requests_total{signal=\"logs\",outcome=\"ok\"} 2",
+        "mira_ingester_records_total{signal=\"logs\"} 11",
+        "mira_ingester_wal_write_seconds_count 2",
+    ] {
+        assert!(metrics.contains(line), "/metrics lacks {line}:\n{metrics}");
+    }
+    for name in [
+        "mira_ingester_admission_wait_seconds_count",
+        "mira_ingester_decode_append_seconds_count",
+        "mira_ingester_runtime_lag_seconds_count",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}");
+    }
     p.stop_ingester();
     let counts = published_bodies(&p).await;
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Test support for Mira: OTLP data to feed the store and a way to compare what comes back.
 //!
-//! The crate owns three things, one module each:
+//! The crate owns four things, one module each:
 //!
 //! - [`corpus`]: a deterministic OTLP generator shaped like a real load generator (logs, traces,
 //!   metrics; low or high cardinality). Same seed, same bytes. Used by tests, benches and the load
@@ -11,9 +11,12 @@
 //! - [`flatten`]: a canonical form of an export request, one entry per leaf (log record, span, data
 //!   point) with its full resource and scope context, so two requests can be compared "equal modulo
 //!   resource/scope grouping order".
+//! - [`store`]: an in-memory object store that records GET ranges and can stall writes.
 //!
-//! Nothing here is used in production code paths; the crate is `publish = false`.
+//! Only `mira loadgen` uses it outside tests and benches (the corpus); the
+//! crate is `publish = false`.
 
 pub mod arb;
 pub mod corpus;
 pub mod flatten;
+pub mod store;

@@ -1,10 +1,8 @@
 //! Cross-cutting tests of the block container: round trips through every
 //! reader, zero-copy, verification caching, corruption and hostile input.
 
-use std::fmt;
 use std::ops::Range;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{
     ArrayData, ArrayRef, BooleanArray, Decimal128Array, DictionaryArray, Int32Array, ListArray, StringArray,
@@ -14,13 +12,9 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{Int32Type, Int64Type};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetRange, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{GetRange, ObjectStore, ObjectStoreExt};
 use proptest::prelude::*;
 
 use super::footer::{FooterProto, SectionProto, encode_tail, header};
@@ -785,105 +779,7 @@ fn row_count_mismatch_is_corrupt() {
     assert!(err.is_corrupt());
 }
 
-/// An [`ObjectStore`] that records every GET it forwards.
-#[derive(Debug)]
-struct CountingStore {
-    inner: InMemory,
-    gets: Mutex<Vec<Option<GetRange>>>,
-}
-
-impl CountingStore {
-    fn new() -> Self {
-        CountingStore {
-            inner: InMemory::new(),
-            gets: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn take(&self) -> Vec<Option<GetRange>> {
-        std::mem::take(&mut *self.gets.lock().expect("not poisoned"))
-    }
-}
-
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
-type BoxFut<'a, T> = Pin<Box<dyn Future<Output = object_store::Result<T>> + Send + 'a>>;
-
-// `ObjectStore` is an `async_trait`; these are its desugared signatures.
-impl ObjectStore for CountingStore {
-    fn put_opts<'a, 'b, 'c>(
-        &'a self,
-        location: &'b Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> BoxFut<'c, PutResult>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        self.inner.put_opts(location, payload, opts)
-    }
-
-    fn put_multipart_opts<'a, 'b, 'c>(
-        &'a self,
-        location: &'b Path,
-        opts: PutMultipartOptions,
-    ) -> BoxFut<'c, Box<dyn MultipartUpload>>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        self.inner.put_multipart_opts(location, opts)
-    }
-
-    fn get_opts<'a, 'b, 'c>(&'a self, location: &'b Path, options: GetOptions) -> BoxFut<'c, GetResult>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        if !options.head {
-            self.gets.lock().expect("not poisoned").push(options.range.clone());
-        }
-        self.inner.get_opts(location, options)
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_delimiter<'a, 'b, 'c>(&'a self, prefix: Option<&'b Path>) -> BoxFut<'c, ListResult>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        self.inner.list_with_delimiter(prefix)
-    }
-
-    fn copy_opts<'a, 'b, 'c, 'd>(&'a self, from: &'b Path, to: &'c Path, options: CopyOptions) -> BoxFut<'d, ()>
-    where
-        'a: 'd,
-        'b: 'd,
-        'c: 'd,
-        Self: 'd,
-    {
-        self.inner.copy_opts(from, to, options)
-    }
-}
+use mira_testkit::store::TestStore as CountingStore;
 
 fn bounded(r: Range<u64>) -> Option<GetRange> {
     Some(GetRange::Bounded(r))
@@ -905,16 +801,16 @@ fn remote_fetches_only_tail_and_the_section_read() -> TestResult {
         store.put(&path, bytes.clone().into()).await?;
         let verify = cache();
         let block = RemoteBlock::open(store, &path, verify.clone()).await?;
-        assert_eq!(counting.take(), [Some(GetRange::Suffix(TAIL_FETCH_LEN))]);
+        assert_eq!(counting.take_gets(), [Some(GetRange::Suffix(TAIL_FETCH_LEN))]);
         assert_eq!(verify.verifications(), 0);
 
         let (_, root) = block.manifest().section("root").expect("root");
         assert_eq!(block.read_batches("root").await?, root_batches());
-        assert_eq!(counting.take(), [bounded(root.range())]);
+        assert_eq!(counting.take_gets(), [bounded(root.range())]);
         let (_, bloom) = block.manifest().section("bloom").expect("bloom");
         block.section_bytes("bloom").await?;
         block.section_bytes("bloom").await?;
-        assert_eq!(counting.take(), [bounded(bloom.range()), bounded(bloom.range())]);
+        assert_eq!(counting.take_gets(), [bounded(bloom.range()), bounded(bloom.range())]);
         assert_eq!(verify.verifications(), 2, "big was never verified, bloom once");
         Ok(())
     })
@@ -939,7 +835,7 @@ fn remote_fetches_a_long_footer_in_a_second_get() -> TestResult {
         let block = RemoteBlock::open(store, &path, cache()).await?;
         let len = bytes.len() as u64;
         assert_eq!(
-            counting.take(),
+            counting.take_gets(),
             [
                 Some(GetRange::Suffix(TAIL_FETCH_LEN)),
                 bounded(len - need..len - TAIL_FETCH_LEN)

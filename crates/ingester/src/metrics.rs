@@ -1,0 +1,134 @@
+//! The ingester's probes (seed 002): per-export timings for admission
+//! wait, decode + append and the WAL group write / fsync, a runtime-lag
+//! tick, and counters of what was accepted and published. Served on
+//! `/metrics`; the same timings go to debug logs under the
+//! `mira::ingester::probe` target.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    pub signal: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub signal: &'static str,
+    pub outcome: &'static str,
+}
+
+fn seconds() -> Histogram {
+    // 10 µs .. ~20 s
+    Histogram::new(exponential_buckets(0.000_01, 2.5, 16))
+}
+
+/// Every metric of one ingester.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub admission_wait: Family<SignalLabels, Histogram, fn() -> Histogram>,
+    pub append: Family<SignalLabels, Histogram, fn() -> Histogram>,
+    pub wal_write: Histogram,
+    pub wal_fsync: Histogram,
+    pub wal_group_frames: Histogram,
+    pub runtime_lag: Histogram,
+    pub requests: Family<OutcomeLabels, Counter>,
+    pub records: Family<SignalLabels, Counter>,
+    pub blocks_published: Family<SignalLabels, Counter>,
+    pub bytes_uploaded: Counter,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let admission_wait = Family::<SignalLabels, Histogram, fn() -> Histogram>::new_with_constructor(seconds);
+        registry.register(
+            "mira_ingester_admission_wait_seconds",
+            "Time an export waited for room in a shard",
+            admission_wait.clone(),
+        );
+        let append = Family::<SignalLabels, Histogram, fn() -> Histogram>::new_with_constructor(seconds);
+        registry.register(
+            "mira_ingester_decode_append_seconds",
+            "Time to decode an export into its shard's open block",
+            append.clone(),
+        );
+        let wal_write = seconds();
+        registry.register(
+            "mira_ingester_wal_write_seconds",
+            "WAL group write(2) time",
+            wal_write.clone(),
+        );
+        let wal_fsync = seconds();
+        registry.register(
+            "mira_ingester_wal_fsync_seconds",
+            "WAL group fdatasync time (fsync mode)",
+            wal_fsync.clone(),
+        );
+        let wal_group_frames = Histogram::new(exponential_buckets(1.0, 2.0, 11));
+        registry.register(
+            "mira_ingester_wal_group_frames",
+            "Frames per WAL group write",
+            wal_group_frames.clone(),
+        );
+        let runtime_lag = seconds();
+        registry.register(
+            "mira_ingester_runtime_lag_seconds",
+            "Lateness of a 10 ms tick on the runtime (time workers were busy or parked)",
+            runtime_lag.clone(),
+        );
+        let requests = Family::<OutcomeLabels, Counter>::default();
+        registry.register("mira_ingester_requests", "Export requests by outcome", requests.clone());
+        let records = Family::<SignalLabels, Counter>::default();
+        registry.register("mira_ingester_records", "Records accepted", records.clone());
+        let blocks_published = Family::<SignalLabels, Counter>::default();
+        registry.register(
+            "mira_ingester_blocks_published",
+            "Blocks published to the catalog",
+            blocks_published.clone(),
+        );
+        let bytes_uploaded = Counter::default();
+        registry.register(
+            "mira_ingester_uploaded_bytes",
+            "Block bytes written to the object store",
+            bytes_uploaded.clone(),
+        );
+        Metrics {
+            registry,
+            admission_wait,
+            append,
+            wal_write,
+            wal_fsync,
+            wal_group_frames,
+            runtime_lag,
+            requests,
+            records,
+            blocks_published,
+            bytes_uploaded,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
