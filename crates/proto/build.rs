@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = ["catalog.proto"].map(|f| root.join(f));
+    let files = ["catalog.proto", "ingester.proto"].map(|f| root.join(f));
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

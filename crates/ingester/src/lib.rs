@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod node;
 pub mod otlp;
 pub mod pipeline;
+pub mod recent;
 pub mod shard;
 pub mod upload;
 pub mod wal;

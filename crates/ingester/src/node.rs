@@ -186,7 +186,13 @@ impl IngesterNode {
                     }
                 }),
             );
-        let (s1, h1) = serve(grpc_listener, grpc_router(receivers)).await;
+        let recent = tonic::service::Routes::new(mira_proto::ingester::recent_server::RecentServer::new(
+            crate::recent::RecentService {
+                pipeline: pipeline.clone(),
+            },
+        ))
+        .into_axum_router();
+        let (s1, h1) = serve(grpc_listener, grpc_router(receivers).merge(recent)).await;
         let (s2, h2) = serve(http_listener, http).await;
 
         // Runtime lag: how late a 10 ms tick fires.

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::error::{IngestError, WalError};
-use crate::shard::{SealPolicy, Shard, Work};
+use crate::shard::{AnyBuilder, SealPolicy, Shard, SharedView, Work, lock_view};
 use crate::upload::{self, Destination};
 use crate::wal::Wal;
 
@@ -37,6 +37,7 @@ struct Lane {
     tx: mpsc::Sender<Work>,
     room: Arc<Semaphore>,
     versions: watch::Receiver<u64>,
+    view: SharedView,
 }
 
 struct SignalLanes {
@@ -101,7 +102,9 @@ impl Pipeline {
                 let (sealed_tx, sealed_rx) = mpsc::channel(config.upload_queue.max(1));
                 let (published_tx, published_rx) = watch::channel(0u64);
                 let (versions_tx, versions_rx) = watch::channel(0u64);
+                let view = SharedView::default();
                 let shard = Shard {
+                    view: view.clone(),
                     metrics: metrics.clone(),
                     signal,
                     id: global_shard(signal, i, shards),
@@ -116,11 +119,13 @@ impl Pipeline {
                     sealed_rx,
                     published_tx,
                     versions_tx,
+                    view.clone(),
                 )));
                 lanes.push(Lane {
                     tx,
                     room: Arc::new(Semaphore::new(config.queue_bytes)),
                     versions: versions_rx,
+                    view,
                 });
             }
             signals.push(SignalLanes {
@@ -249,6 +254,58 @@ impl Pipeline {
             .map_err(|_| IngestError::Unavailable("the shard stopped".to_owned()))??;
         accepted.ack.wait().await?;
         Ok(accepted.rows)
+    }
+
+    /// The rows of `tenant`'s `signal` not yet in published blocks (see
+    /// `proto/ingester.proto` for the contract): `(pending block id or None
+    /// for open rows, tables)`, and the published version read after the
+    /// snapshot. Blocks not overlapping `[min, max]` are left out.
+    pub fn recent(
+        &self,
+        tenant: &TenantId,
+        signal: Signal,
+        min: u64,
+        max: u64,
+    ) -> (
+        Vec<(Option<mira_core::ids::BlockId>, mira_core::convert::TableSet)>,
+        u64,
+    ) {
+        let lanes = &self.signals[signal_index(signal)].lanes;
+        let mut parts: Vec<(Option<mira_core::ids::BlockId>, Vec<Bytes>)> = Vec::new();
+        for lane in lanes {
+            let view = lock_view(&lane.view);
+            if let Some((id, p)) = view.open.get(tenant) {
+                parts.push((Some(*id), p.clone()));
+            }
+            for generation in view.pending.values() {
+                for (t, id, p) in generation {
+                    if t == tenant {
+                        parts.push((Some(*id), p.clone()));
+                    }
+                }
+            }
+        }
+        // Read after the snapshot: anything published and gone from the
+        // views is at or below this version.
+        let version = lanes.iter().map(|l| *l.versions.borrow()).max().unwrap_or(0);
+        let mut out = Vec::new();
+        for (id, payloads) in parts {
+            let mut b = AnyBuilder::new(signal);
+            for p in &payloads {
+                if let Err(e) = b.append_encoded(p) {
+                    tracing::warn!(target: "mira::ingester", error = %e, "an accepted payload no longer decodes");
+                }
+            }
+            if b.rows() == 0 {
+                continue;
+            }
+            match b.finish() {
+                Ok(t) if t.max_time >= min && t.min_time <= max => out.push((id, t)),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(target: "mira::ingester", error = %e, "building recent rows failed"),
+            }
+        }
+        (out, version)
     }
 
     /// The catalog version of the newest publish of each shard of `signal`.

@@ -6,12 +6,13 @@
 //! shard's watermark = the highest WAL sequence in the generation, so a
 //! restart replays exactly the frames above it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet};
-use mira_core::ids::{Signal, TenantId};
+use mira_core::ids::{BlockId, Signal, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 
 use crate::error::{IngestError, WalError};
@@ -120,6 +121,23 @@ pub enum Work {
     Replay { tenant: TenantId, payload: Bytes, seq: u64 },
 }
 
+/// What a shard holds that is not yet published, for the recent-data
+/// service: the request payloads of the open generation and of each sealed
+/// generation until its publish is done, each tenant's with the block id it
+/// will be published under (chosen when the tenant's open block starts, so
+/// a querier can tell rows it already has from the catalog).
+#[derive(Debug, Default)]
+pub struct ShardView {
+    pub open: HashMap<TenantId, (BlockId, Vec<Bytes>)>,
+    pub pending: BTreeMap<u64, Vec<(TenantId, BlockId, Vec<Bytes>)>>,
+}
+
+pub type SharedView = Arc<Mutex<ShardView>>;
+
+pub fn lock_view(v: &SharedView) -> std::sync::MutexGuard<'_, ShardView> {
+    v.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A sealed generation on its way to the store and the catalog.
 #[derive(Debug)]
 pub struct Sealed {
@@ -128,7 +146,8 @@ pub struct Sealed {
     pub number: u64,
     /// Highest WAL sequence in the generation (0 when nothing was logged).
     pub max_seq: u64,
-    pub blocks: Vec<(TenantId, TableSet)>,
+    /// Each tenant's block, with the id chosen at seal time.
+    pub blocks: Vec<(TenantId, BlockId, TableSet)>,
 }
 
 #[derive(Debug)]
@@ -173,6 +192,7 @@ pub struct SealPolicy {
 
 /// One shard's task.
 pub struct Shard {
+    pub view: SharedView,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub signal: Signal,
     pub id: u16,
@@ -230,6 +250,12 @@ impl Shard {
                     Ok(rows) => {
                         g.rows += rows;
                         g.max_seq = g.max_seq.max(seq);
+                        lock_view(&self.view)
+                            .open
+                            .entry(tenant)
+                            .or_insert_with(|| (BlockId::new(), Vec::new()))
+                            .1
+                            .push(payload);
                     }
                     Err(e) => {
                         tracing::warn!(target: "mira::ingester", %tenant, seq, error = %e, "a replayed WAL frame no longer decodes; skipped");
@@ -264,6 +290,12 @@ impl Shard {
                     }
                 };
                 g.rows += rows;
+                lock_view(&self.view)
+                    .open
+                    .entry(tenant.clone())
+                    .or_insert_with(|| (BlockId::new(), Vec::new()))
+                    .1
+                    .push(payload.clone());
                 let ack = if self.wal.mode() == WalMode::Off {
                     AckWait::Published {
                         generation: g.number,
@@ -291,21 +323,34 @@ impl Shard {
         let next = Generation::new(g.number + 1);
         let old = std::mem::replace(g, next);
         if old.rows == 0 {
-            // Nothing to publish; keep the generation number moving so
-            // waiters of an empty generation are not stuck.
+            lock_view(&self.view).open.clear();
             return;
         }
         let mut blocks = Vec::new();
+        let mut finished = Vec::new();
         for (tenant, mut b) in old.builders {
             if b.rows() == 0 {
                 continue;
             }
             match b.finish() {
-                Ok(tables) => blocks.push((tenant, tables)),
+                Ok(tables) => finished.push((tenant, tables)),
                 Err(e) => {
                     tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; its rows are lost")
                 }
             }
+        }
+        {
+            // One step, so a recent-data snapshot sees these rows either as
+            // open or as pending, never as neither.
+            let mut view = lock_view(&self.view);
+            let mut open = std::mem::take(&mut view.open);
+            let mut pending = Vec::with_capacity(finished.len());
+            for (tenant, tables) in finished {
+                let (id, payloads) = open.remove(&tenant).unwrap_or_else(|| (BlockId::new(), Vec::new()));
+                pending.push((tenant.clone(), id, payloads));
+                blocks.push((tenant, id, tables));
+            }
+            view.pending.insert(old.number, pending);
         }
         let sealed = Sealed {
             signal: self.signal,

@@ -11,7 +11,6 @@ use std::time::Duration;
 use mira_catalog::CatalogClient;
 use mira_catalog::proto as pb;
 use mira_core::block::path::block_path;
-use mira_core::ids::BlockId;
 use mira_core::tables::write_hot;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{mpsc, watch};
@@ -50,11 +49,12 @@ pub async fn run(
     mut sealed: mpsc::Receiver<Sealed>,
     published: watch::Sender<u64>,
     versions: watch::Sender<u64>,
+    view: crate::shard::SharedView,
 ) {
     while let Some(g) = sealed.recv().await {
         let mut blocks = Vec::with_capacity(g.blocks.len());
-        for (tenant, tables) in &g.blocks {
-            let id = BlockId::new();
+        for (tenant, id, tables) in &g.blocks {
+            let id = *id;
             let bytes = match write_hot(tables, id, tenant.clone()) {
                 Ok(b) => b,
                 Err(e) => {
@@ -89,18 +89,24 @@ pub async fn run(
             wal_seq: g.max_seq,
         });
         if blocks.is_empty() && watermark.is_none() {
+            crate::shard::lock_view(&view).pending.remove(&g.number);
             published.send_replace(g.number);
             continue;
         }
         let published_blocks = blocks.len() as u64;
         let version = publish_until_done(&dest.catalog, blocks, watermark).await;
+        // The version moves before the generation leaves the recent view:
+        // a recent-data reply that no longer holds it reports a published
+        // version at least this high.
+        let newest = (*versions.borrow()).max(version);
+        versions.send_replace(newest);
+        crate::shard::lock_view(&view).pending.remove(&g.number);
         dest.metrics
             .blocks_published
             .get_or_create(&crate::metrics::SignalLabels {
                 signal: g.signal.as_str(),
             })
             .inc_by(published_blocks);
-        versions.send_replace(version);
         published.send_replace(g.number);
     }
 }

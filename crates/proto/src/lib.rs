@@ -8,3 +8,8 @@
 pub mod catalog {
     tonic::include_proto!("mira.catalog.v1");
 }
+
+/// The ingester's recent-data service (`proto/ingester.proto`).
+pub mod ingester {
+    tonic::include_proto!("mira.ingester.v1");
+}
