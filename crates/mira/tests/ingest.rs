@@ -292,6 +292,14 @@ async fn kill_9_loses_no_acknowledged_record_and_duplicates_none() {
     }
 }
 
+/// `n` zero bytes, gzipped (a few tens of KiB).
+fn gzip_zeros(n: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(&vec![0u8; n]).expect("gzip");
+    e.finish().expect("gzip")
+}
+
 /// (name, headers, body, expected status, text the answer must contain)
 type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<u8>, u16, &'a str);
 
@@ -344,6 +352,13 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
             b"\x1f\x8bnot gzip".to_vec(),
             400,
             "gzip",
+        ),
+        (
+            "gzip bomb",
+            vec![pb_ct, ("Content-Encoding", "gzip")],
+            gzip_zeros(64 << 20),
+            413,
+            "limit",
         ),
     ];
     for (name, headers, body, status, needle) in cases {
