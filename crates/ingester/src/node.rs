@@ -35,6 +35,8 @@ pub struct IngesterConfig {
     pub pipeline: PipelineConfig,
     pub receivers: ReceiverConfig,
     pub lease_ttl: Duration,
+    /// Blocks larger than this are uploaded in parts.
+    pub multipart_above: usize,
 }
 
 /// A running ingester.
@@ -131,6 +133,7 @@ impl IngesterNode {
             });
         }
         let dest = Destination {
+            multipart_above: config.multipart_above,
             metrics: metrics.clone(),
             store,
             catalog: catalog.clone(),

@@ -20,6 +20,8 @@ use crate::shard::Sealed;
 /// Where blocks go and who they are published as.
 #[derive(Clone)]
 pub struct Destination {
+    /// Blocks larger than this are uploaded in parts (multipart).
+    pub multipart_above: usize,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub store: Arc<dyn ObjectStore>,
     pub catalog: Arc<CatalogClient>,
@@ -63,7 +65,7 @@ pub async fn run(
                 }
             };
             let path = block_path(tenant, g.signal, tables.min_time, id);
-            put_until_written(&*dest.store, &path, bytes.clone()).await;
+            put_until_written(&*dest.store, &path, bytes.clone(), dest.multipart_above).await;
             dest.metrics.bytes_uploaded.inc_by(bytes.len() as u64);
             blocks.push(pb::Block {
                 id: id.to_string(),
@@ -111,12 +113,36 @@ pub async fn run(
     }
 }
 
-async fn put_until_written(store: &dyn ObjectStore, path: &object_store::path::Path, bytes: bytes::Bytes) {
+/// Part size of multipart uploads (S3's minimum is 5 MiB).
+const PART_BYTES: usize = 8 << 20;
+
+/// One attempt: a single put, or a multipart upload that is completed
+/// only when every part is written (aborted otherwise). Either way the
+/// object appears whole or not at all.
+async fn put_once(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    bytes: &bytes::Bytes,
+    multipart_above: usize,
+) -> object_store::Result<()> {
+    if bytes.len() <= multipart_above {
+        return store.put(path, PutPayload::from(bytes.clone())).await.map(|_| ());
+    }
+    let upload = store.put_multipart(path).await?;
+    let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+    w.put(bytes.clone());
+    w.finish().await.map(|_| ())
+}
+
+async fn put_until_written(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    bytes: bytes::Bytes,
+    multipart_above: usize,
+) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        // A put is atomic in object_store: the object exists whole or not at
-        // all, so a failed attempt never leaves a partial block behind.
-        match store.put(path, PutPayload::from(bytes.clone())).await {
+        match put_once(store, path, &bytes, multipart_above).await {
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(target: "mira::ingester", %path, error = %e, "block upload failed; retrying");

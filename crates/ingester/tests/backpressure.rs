@@ -20,6 +20,8 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+const MULTIPART_ABOVE: usize = 16 << 20;
+
 fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -99,6 +101,7 @@ async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
         },
         receivers: ReceiverConfig::default(),
         lease_ttl: Duration::from_secs(15),
+        multipart_above: MULTIPART_ABOVE,
     };
     let node = IngesterNode::start(config, client.clone(), store.clone())
         .await

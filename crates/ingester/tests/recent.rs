@@ -22,6 +22,9 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Every block goes up in parts here (the multipart path under the contract).
+const MULTIPART_ABOVE: usize = 0;
+
 fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -113,6 +116,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
         },
         receivers: ReceiverConfig::default(),
         lease_ttl: Duration::from_secs(15),
+        multipart_above: MULTIPART_ABOVE,
     };
     let node = IngesterNode::start(config, client.clone(), store.clone())
         .await
@@ -214,6 +218,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
         }
     }
     sender.await.expect("sender");
+    assert!(store.multipart_uploads() > 0, "blocks were uploaded in parts");
     assert!(rounds > 5, "the loop ran alongside the sender");
     // (Whether a block was published between a reply and the listing
     // depends on timing; the assertions above hold either way.)

@@ -123,6 +123,7 @@ pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
             require_tenant: args.require_tenant,
         },
         lease_ttl: Duration::from_secs(15),
+        multipart_above: 16 << 20,
     };
     let node = IngesterNode::start(config, catalog, store.store).await?;
     tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");

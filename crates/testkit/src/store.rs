@@ -22,6 +22,7 @@ pub struct TestStore {
     inner: InMemory,
     gets: Mutex<Vec<Option<GetRange>>>,
     open: watch::Sender<bool>,
+    multipart: std::sync::atomic::AtomicU64,
 }
 
 impl Default for TestStore {
@@ -37,12 +38,18 @@ impl TestStore {
             inner: InMemory::new(),
             gets: Mutex::new(Vec::new()),
             open: watch::channel(true).0,
+            multipart: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// The GET ranges served since the last call (`None`: whole object).
     pub fn take_gets(&self) -> Vec<Option<GetRange>> {
         std::mem::take(&mut *self.gets.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Multipart uploads started.
+    pub fn multipart_uploads(&self) -> u64 {
+        self.multipart.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Stalls (`false`) or releases (`true`) every write; stalled writes
@@ -98,6 +105,7 @@ impl ObjectStore for TestStore {
         Self: 'c,
     {
         let gate = self.gate();
+        self.multipart.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Box::pin(async move {
             gate.await;
             self.inner.put_multipart_opts(location, opts).await
