@@ -97,7 +97,7 @@ impl Connection {
             // openraft retries with fewer entries (append only; snapshots
             // are chunked well below the limit).
             let entries = match kind {
-                RpcKind::Append => (entries_of(req) / 2).max(1),
+                RpcKind::Append => (req.entry_count() / 2).max(1),
                 _ => 1,
             };
             return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries)));
@@ -154,10 +154,6 @@ impl EntryCount for VoteRequest<NodeId> {
     fn entry_count(&self) -> u64 {
         0
     }
-}
-
-fn entries_of(req: &impl EntryCount) -> u64 {
-    req.entry_count()
 }
 
 #[derive(Clone, Copy, Debug)]

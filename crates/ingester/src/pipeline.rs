@@ -308,15 +308,6 @@ impl Pipeline {
         (out, version)
     }
 
-    /// The catalog version of the newest publish of each shard of `signal`.
-    pub fn published_versions(&self, signal: Signal) -> Vec<u64> {
-        self.signals[signal_index(signal)]
-            .lanes
-            .iter()
-            .map(|l| *l.versions.borrow())
-            .collect()
-    }
-
     /// Stops taking work, seals every open generation, and waits (up to
     /// `timeout`) until all are published.
     pub async fn shutdown(self, timeout: Duration) {

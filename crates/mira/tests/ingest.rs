@@ -192,14 +192,8 @@ async fn published_bodies(p: &Procs) -> HashMap<String, usize> {
         let block = mira_core::block::Block::from_bytes(bytes.into(), cache.clone()).expect("block");
         let tables = mira_core::tables::read_tables(&block, None).expect("tables");
         let req = mira_core::convert::logs_to_otlp(&tables).expect("otlp");
-        for rl in req.resource_logs {
-            for sl in rl.scope_logs {
-                for r in sl.log_records {
-                    if let Some(any_value::Value::StringValue(s)) = r.body.and_then(|b| b.value) {
-                        *counts.entry(s).or_insert(0) += 1;
-                    }
-                }
-            }
+        for body in mira_testkit::flatten::log_bodies(&req) {
+            *counts.entry(body).or_insert(0) += 1;
         }
     }
     counts

@@ -241,6 +241,21 @@ fn single_points(data: &metric::Data) -> Vec<metric::Data> {
     }
 }
 
+/// The string bodies of every log record, in request order (records with
+/// another body type are skipped).
+pub fn log_bodies(req: &ExportLogsServiceRequest) -> Vec<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    req.resource_logs
+        .iter()
+        .flat_map(|r| &r.scope_logs)
+        .flat_map(|s| &s.log_records)
+        .filter_map(|r| match r.body.as_ref().and_then(|b| b.value.as_ref()) {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,133 @@
+//! Shared by the ingester's in-process tests: a single-member catalog and
+//! an ingester over a test store, one-record log exports, a raw HTTP POST,
+//! and the log bodies of a block.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mira_catalog::proto as pb;
+use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
+use mira_ingester::otlp::ReceiverConfig;
+use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
+use mira_testkit::store::TestStore;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+}
+
+/// An export of one log record with `body`, at a time derived from `n`.
+pub fn log_export(n: u64, body: String) -> Vec<u8> {
+    ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord {
+                    time_unix_nano: 1_796_169_600_000_000_000 + n,
+                    body: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(body)),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// POSTs one protobuf export to `/v1/logs`; returns the raw response, or
+/// an empty string when the connection failed.
+pub async fn post(addr: SocketAddr, body: &[u8]) -> String {
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return String::new();
+    };
+    let head = format!(
+        "POST /v1/logs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    if s.write_all(head.as_bytes()).await.is_err() || s.write_all(body).await.is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
+/// The status code of a raw response (0 when there is none).
+pub fn status(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The string bodies of a logs block.
+pub fn block_bodies(bytes: bytes::Bytes) -> Vec<String> {
+    let cache = Arc::new(mira_core::block::VerifyCache::new(16));
+    let block = mira_core::block::Block::from_bytes(bytes, cache).expect("block");
+    let req =
+        mira_core::convert::logs_to_otlp(&mira_core::tables::read_tables(&block, None).expect("tables")).expect("otlp");
+    mira_testkit::flatten::log_bodies(&req)
+}
+
+/// A single-member catalog and an ingester (page-cache WAL) in `dir`.
+pub struct Running {
+    pub catalog: CatalogNode,
+    pub client: Arc<CatalogClient>,
+    pub node: IngesterNode,
+}
+
+pub async fn start(dir: &Path, pipeline: PipelineConfig, multipart_above: usize, store: Arc<TestStore>) -> Running {
+    let catalog_addr = free_addr();
+    let catalog = CatalogNode::start(NodeConfig::single(catalog_addr, dir.join("catalog")))
+        .await
+        .expect("catalog");
+    catalog.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
+    let client = Arc::new(CatalogClient::new(
+        vec![catalog_addr.to_string()],
+        ClientConfig::default(),
+    ));
+    let config = IngesterConfig {
+        ingester_id: "test".into(),
+        grpc_listen: free_addr(),
+        http_listen: free_addr(),
+        advertise: "127.0.0.1:1".into(),
+        data_dir: dir.join("ingester"),
+        wal_mode: WalMode::PageCache,
+        pipeline,
+        receivers: ReceiverConfig::default(),
+        lease_ttl: Duration::from_secs(15),
+        multipart_above,
+    };
+    let node = IngesterNode::start(config, client.clone(), store)
+        .await
+        .expect("ingester");
+    Running { catalog, client, node }
+}
+
+/// Every published logs block of the default tenant (linearizable).
+pub async fn published_logs(client: &CatalogClient) -> pb::ListBlocksReply {
+    client
+        .list_blocks(pb::ListBlocksRequest {
+            tenant: "default".into(),
+            signal: pb::Signal::Logs as i32,
+            min_time_ns: 0,
+            max_time_ns: i64::MAX,
+            states: vec![],
+            linearizable: true,
+        })
+        .await
+        .expect("list")
+}
