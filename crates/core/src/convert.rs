@@ -10,11 +10,13 @@ use crate::ids::Signal;
 
 pub mod columns;
 mod context;
+pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod traces;
 pub(crate) mod wire;
 
+pub use limits::{Appended, Limits};
 pub use logs::{LogsBuilder, logs_to_otlp};
 pub use metrics::{PointsBuilder, points_to_otlp};
 pub use traces::{SpansBuilder, spans_to_otlp};
@@ -62,10 +64,22 @@ pub trait SignalBuilder: Default + Send + std::fmt::Debug {
     /// whole.
     fn append(&mut self, req: &Self::Request) -> Result<usize, ConvertError>;
 
+    /// Applies `limits` to a decoded request (see [`limits`]); `rows` of
+    /// the answer is left 0.
+    fn apply_limits(limits: &Limits, req: &mut Self::Request) -> Appended;
+
+    /// Appends an encoded request (an OTLP protobuf body) under `limits`.
+    fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
+        let mut req =
+            <Self::Request as prost::Message>::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+        let mut out = Self::apply_limits(limits, &mut req);
+        out.rows = self.append(&req)?;
+        Ok(out)
+    }
+
     /// Appends an encoded request (an OTLP protobuf body).
     fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, ConvertError> {
-        let req = <Self::Request as prost::Message>::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
-        self.append(&req)
+        self.append_limited(buf, &Limits::NONE).map(|a| a.rows)
     }
 
     /// Takes the accumulated rows as a block's tables and resets the builder.

@@ -27,12 +27,16 @@ pub enum IngestError {
     /// The request is malformed; names the problem. 400 / INVALID_ARGUMENT.
     #[error("{0}")]
     Invalid(String),
-    /// Every shard stayed full for the admission wait. 429 / RESOURCE_EXHAUSTED.
-    #[error("ingester is full: no shard had room for {bytes} bytes within {wait_ms} ms; retry later")]
-    Overloaded { bytes: usize, wait_ms: u64 },
+    /// Every shard stayed full, or every in-flight slot stayed taken, for
+    /// the admission wait. 429 / RESOURCE_EXHAUSTED.
+    #[error("ingester is full: {what} within {wait_ms} ms; retry later")]
+    Overloaded { what: String, wait_ms: u64 },
     /// The request is larger than one shard's whole queue. 413 / RESOURCE_EXHAUSTED.
     #[error("request of {bytes} bytes exceeds the {limit}-byte limit")]
     TooLarge { bytes: usize, limit: usize },
+    /// The client was too slow sending its request. 408 / DEADLINE_EXCEEDED.
+    #[error("{0}")]
+    Timeout(String),
     /// The WAL or a shard stopped (shutting down, disk failure). 503 / UNAVAILABLE.
     #[error("ingester unavailable: {0}")]
     Unavailable(String),
@@ -44,6 +48,7 @@ impl IngestError {
             IngestError::Invalid(_) => 400,
             IngestError::Overloaded { .. } => 429,
             IngestError::TooLarge { .. } => 413,
+            IngestError::Timeout(_) => 408,
             IngestError::Unavailable(_) => 503,
         }
     }
@@ -52,6 +57,7 @@ impl IngestError {
         match self {
             IngestError::Invalid(_) => tonic::Code::InvalidArgument,
             IngestError::Overloaded { .. } | IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
+            IngestError::Timeout(_) => tonic::Code::DeadlineExceeded,
             IngestError::Unavailable(_) => tonic::Code::Unavailable,
         }
     }

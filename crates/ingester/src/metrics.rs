@@ -9,6 +9,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -40,8 +41,13 @@ pub struct Metrics {
     pub runtime_lag: Histogram,
     pub requests: Family<OutcomeLabels, Counter>,
     pub records: Family<SignalLabels, Counter>,
+    /// What the attribute limits did, by `outcome`: rejected_point,
+    /// dropped_attribute, truncated_value.
+    pub limited: Family<OutcomeLabels, Counter>,
     pub blocks_published: Family<SignalLabels, Counter>,
     pub bytes_uploaded: Counter,
+    /// Export requests holding an in-flight slot.
+    pub inflight: Gauge,
 }
 
 impl Metrics {
@@ -87,6 +93,12 @@ impl Metrics {
         registry.register("mira_ingester_requests", "Export requests by outcome", requests.clone());
         let records = Family::<SignalLabels, Counter>::default();
         registry.register("mira_ingester_records", "Records accepted", records.clone());
+        let limited = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "mira_ingester_limited",
+            "Data points rejected, attributes dropped and values truncated by the attribute limits",
+            limited.clone(),
+        );
         let blocks_published = Family::<SignalLabels, Counter>::default();
         registry.register(
             "mira_ingester_blocks_published",
@@ -99,7 +111,14 @@ impl Metrics {
             "Block bytes written to the object store",
             bytes_uploaded.clone(),
         );
+        let inflight = Gauge::default();
+        registry.register(
+            "mira_ingester_inflight_requests",
+            "Export requests holding an in-flight slot (being read, decoded or awaiting their ack)",
+            inflight.clone(),
+        );
         Metrics {
+            inflight,
             registry,
             admission_wait,
             append,
@@ -109,6 +128,7 @@ impl Metrics {
             runtime_lag,
             requests,
             records,
+            limited,
             blocks_published,
             bytes_uploaded,
         }

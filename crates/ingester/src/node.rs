@@ -145,10 +145,7 @@ impl IngesterNode {
         let pipeline = Arc::new(pipeline);
         let ready = Arc::new(AtomicBool::new(true));
 
-        let receivers = Receivers {
-            pipeline: pipeline.clone(),
-            config: config.receivers.clone(),
-        };
+        let receivers = Receivers::new(pipeline.clone(), config.receivers.clone());
         let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
             .await
             .map_err(|e| crate::error::StartError::Listen(config.grpc_listen.to_string(), e))?;

@@ -11,14 +11,22 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BufMut, Bytes};
+use mira_core::convert::{Appended, Limits};
 use mira_core::ids::{Signal, TenantId};
-use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use prost::Message;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::body::{BodyError, decode_body, parse_encoding};
@@ -37,6 +45,14 @@ pub struct ReceiverConfig {
     pub max_message_bytes: usize,
     /// Refuse requests without `X-Scope-OrgID` instead of using the default tenant.
     pub require_tenant: bool,
+    /// Export requests (gRPC and HTTP together) being read, decoded or
+    /// waiting for their ack at once; more wait for a slot (up to the
+    /// admission wait) before their body is read, so memory is bounded by
+    /// configuration, not by the number of connections.
+    pub max_inflight: usize,
+    /// Longest time to receive an HTTP request's body once it holds a
+    /// slot (a client that stalls mid-body gets 408 and frees the slot).
+    pub body_timeout: std::time::Duration,
 }
 
 impl Default for ReceiverConfig {
@@ -45,7 +61,21 @@ impl Default for ReceiverConfig {
             max_wire_bytes: 16 << 20,
             max_message_bytes: 16 << 20,
             require_tenant: false,
+            max_inflight: 32,
+            body_timeout: std::time::Duration::from_secs(30),
         }
+    }
+}
+
+/// An in-flight slot; counted on `/metrics` while held.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 
@@ -54,6 +84,7 @@ impl Default for ReceiverConfig {
 pub struct Receivers {
     pub pipeline: Arc<Pipeline>,
     pub config: ReceiverConfig,
+    inflight: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Receivers {
@@ -63,6 +94,36 @@ impl std::fmt::Debug for Receivers {
 }
 
 impl Receivers {
+    pub fn new(pipeline: Arc<Pipeline>, config: ReceiverConfig) -> Receivers {
+        Receivers {
+            inflight: Arc::new(Semaphore::new(config.max_inflight.max(1))),
+            pipeline,
+            config,
+        }
+    }
+
+    /// Takes an in-flight slot, waiting up to the admission wait; held
+    /// until the request is answered.
+    async fn enter(&self) -> Result<Slot, IngestError> {
+        let slot = |permit| {
+            let gauge = self.pipeline.metrics().inflight.clone();
+            gauge.inc();
+            Slot { _permit: permit, gauge }
+        };
+        if let Ok(p) = self.inflight.clone().try_acquire_owned() {
+            return Ok(slot(p));
+        }
+        let wait = self.pipeline.admit_wait();
+        match tokio::time::timeout(wait, self.inflight.clone().acquire_owned()).await {
+            Ok(Ok(p)) => Ok(slot(p)),
+            Ok(Err(_)) => Err(IngestError::Unavailable("the ingester is stopping".to_owned())),
+            Err(_) => Err(IngestError::Overloaded {
+                what: format!("all {} in-flight request slots stayed taken", self.config.max_inflight),
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
     fn tenant(&self, value: Option<&str>) -> Result<TenantId, IngestError> {
         match value.map(str::trim).filter(|v| !v.is_empty()) {
             Some(v) => TenantId::new(v).map_err(|e| IngestError::Invalid(format!("X-Scope-OrgID: {e}"))),
@@ -101,6 +162,58 @@ pub fn json_to_protobuf(signal: Signal, body: &[u8]) -> Result<Bytes, IngestErro
     Ok(Bytes::from(bytes))
 }
 
+/// The Export*ServiceResponse for an accepted request: empty, or a
+/// partial success naming rows the limits rejected (`rejected` > 0) or,
+/// with `rejected` = 0, a warning about what they cut, as OTLP allows.
+fn partial_success(appended: &Appended, limits: &Limits) -> Option<(i64, String)> {
+    appended
+        .message(limits)
+        .map(|m| (i64::try_from(appended.rejected).unwrap_or(i64::MAX), m))
+}
+
+fn response_protobuf(signal: Signal, partial: Option<(i64, String)>) -> Bytes {
+    let Some((rejected, error_message)) = partial else {
+        return Bytes::new();
+    };
+    let bytes = match signal {
+        Signal::Logs => ExportLogsServiceResponse {
+            partial_success: Some(ExportLogsPartialSuccess {
+                rejected_log_records: rejected,
+                error_message,
+            }),
+        }
+        .encode_to_vec(),
+        Signal::Traces => ExportTraceServiceResponse {
+            partial_success: Some(ExportTracePartialSuccess {
+                rejected_spans: rejected,
+                error_message,
+            }),
+        }
+        .encode_to_vec(),
+        Signal::Metrics => ExportMetricsServiceResponse {
+            partial_success: Some(ExportMetricsPartialSuccess {
+                rejected_data_points: rejected,
+                error_message,
+            }),
+        }
+        .encode_to_vec(),
+    };
+    Bytes::from(bytes)
+}
+
+fn response_json(signal: Signal, partial: Option<(i64, String)>) -> String {
+    let Some((rejected, message)) = partial else {
+        return "{}".to_owned();
+    };
+    let field = match signal {
+        Signal::Logs => "rejectedLogRecords",
+        Signal::Traces => "rejectedSpans",
+        Signal::Metrics => "rejectedDataPoints",
+    };
+    // OTLP/JSON writes int64 as a string.
+    serde_json::json!({ "partialSuccess": { field: rejected.to_string(), "errorMessage": message } }).to_string()
+}
+
 // ---- HTTP ----
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -136,7 +249,9 @@ fn http_error(e: &IngestError, format: Format) -> Response {
     response
 }
 
-async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap, body: Bytes) -> Response {
+async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -159,8 +274,36 @@ async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap,
             return r;
         }
     };
+    let limit = receivers.config.max_wire_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let result = async {
         let tenant = receivers.tenant(headers.get(TENANT_HEADER).and_then(|v| v.to_str().ok()))?;
+        // Refused on its declared length before a byte of it is read.
+        if let Some(n) = declared.filter(|n| *n > limit as u64) {
+            return Err(IngestError::TooLarge {
+                bytes: usize::try_from(n).unwrap_or(usize::MAX),
+                limit,
+            });
+        }
+        let _slot = receivers.enter().await?;
+        let timeout = receivers.config.body_timeout;
+        let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
+            .await
+            .map_err(|_| IngestError::Timeout(format!("the request body did not arrive within {timeout:?}")))?
+            .map_err(|e| {
+                let limited = e.into_inner();
+                if limited.is::<http_body_util::LengthLimitError>() {
+                    IngestError::TooLarge {
+                        bytes: limit.saturating_add(1),
+                        limit,
+                    }
+                } else {
+                    IngestError::Invalid(format!("reading the request body: {limited}"))
+                }
+            })?;
         let encoding =
             parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok())).map_err(body_error)?;
         let body = decode_body(
@@ -178,16 +321,23 @@ async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap,
     }
     .await;
     match result {
-        Ok(_) => match format {
-            // An empty Export*ServiceResponse: no partial success to report.
-            Format::Protobuf => (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/x-protobuf")],
-                Vec::new(),
-            )
-                .into_response(),
-            Format::Json => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
-        },
+        Ok(appended) => {
+            let partial = partial_success(&appended, &receivers.pipeline.limits());
+            match format {
+                Format::Protobuf => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/x-protobuf")],
+                    response_protobuf(signal, partial),
+                )
+                    .into_response(),
+                Format::Json => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    response_json(signal, partial),
+                )
+                    .into_response(),
+            }
+        }
         Err(e) => {
             if e.http_status() >= 500 {
                 tracing::warn!(target: "mira::ingester", error = %e, "export failed");
@@ -199,28 +349,21 @@ async fn http_export(receivers: &Receivers, signal: Signal, headers: &HeaderMap,
 
 /// The OTLP/HTTP router (`/v1/logs`, `/v1/traces`, `/v1/metrics`).
 pub fn http_router(receivers: Receivers) -> axum::Router {
+    use axum::extract::Request;
     use axum::routing::post;
-    let limit = receivers.config.max_wire_bytes;
     axum::Router::new()
         .route(
             "/v1/logs",
-            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move {
-                http_export(&r, Signal::Logs, &h, b).await
-            }),
+            post(|State(r): State<Receivers>, req: Request| async move { http_export(&r, Signal::Logs, req).await }),
         )
         .route(
             "/v1/traces",
-            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move {
-                http_export(&r, Signal::Traces, &h, b).await
-            }),
+            post(|State(r): State<Receivers>, req: Request| async move { http_export(&r, Signal::Traces, req).await }),
         )
         .route(
             "/v1/metrics",
-            post(|State(r): State<Receivers>, h: HeaderMap, b: Bytes| async move {
-                http_export(&r, Signal::Metrics, &h, b).await
-            }),
+            post(|State(r): State<Receivers>, req: Request| async move { http_export(&r, Signal::Metrics, req).await }),
         )
-        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(receivers)
 }
 
@@ -293,8 +436,10 @@ impl tonic::server::UnaryService<Bytes> for Export {
             }
             .await;
             match result {
-                // An empty Export*ServiceResponse.
-                Ok(_) => Ok(tonic::Response::new(Bytes::new())),
+                Ok(appended) => {
+                    let partial = partial_success(&appended, &receivers.pipeline.limits());
+                    Ok(tonic::Response::new(response_protobuf(signal, partial)))
+                }
                 Err(e) => Err(grpc_status(&e)),
             }
         })
@@ -350,6 +495,12 @@ impl tower_service::Service<axum::http::Request<Body>> for GrpcExport {
         let svc = self.inner.clone();
         let max = svc.receivers.config.max_message_bytes;
         Box::pin(async move {
+            // A slot before the body is read: waiting requests hold only
+            // their headers (and what HTTP/2 flow control lets in).
+            let _slot = match svc.receivers.enter().await {
+                Ok(slot) => slot,
+                Err(e) => return Ok(grpc_status(&e).into_http::<Body>()),
+            };
             let mut grpc = tonic::server::Grpc::new(RawCodec)
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Zstd)

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use mira_core::convert::{Appended, Limits};
 use mira_core::ids::{Signal, TenantId};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -31,6 +32,8 @@ pub struct PipelineConfig {
     /// Sealed generations waiting for upload per shard before the shard
     /// stops taking work (bounds memory when the store stalls).
     pub upload_queue: usize,
+    /// Attribute limits applied to every request (and on replay).
+    pub limits: Limits,
 }
 
 struct Lane {
@@ -110,6 +113,7 @@ impl Pipeline {
                     id: global_shard(signal, i, shards),
                     wal: wal.clone(),
                     policy: config.seal,
+                    limits: config.limits,
                     sealed: sealed_tx,
                     published: published_rx,
                 };
@@ -169,10 +173,24 @@ impl Pipeline {
         Ok((pipeline, replayed))
     }
 
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// How long a request may wait for room.
+    pub fn admit_wait(&self) -> Duration {
+        self.config.admit_wait
+    }
+
+    /// The attribute limits every request is held to.
+    pub fn limits(&self) -> Limits {
+        self.config.limits
+    }
+
     /// Admits, logs and appends one export request (OTLP protobuf); returns
-    /// the records accepted once the request is acknowledged by the WAL
+    /// the records accepted (and what the attribute limits did) once the request is acknowledged by the WAL
     /// mode's promise.
-    pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<usize, IngestError> {
+    pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
         let result = self.submit_inner(signal, tenant, payload).await;
         let labels = crate::metrics::OutcomeLabels {
             signal: signal.as_str(),
@@ -181,22 +199,38 @@ impl Pipeline {
                 Err(IngestError::Invalid(_)) => "invalid",
                 Err(IngestError::Overloaded { .. }) => "overloaded",
                 Err(IngestError::TooLarge { .. }) => "too_large",
+                Err(IngestError::Timeout(_)) => "timeout",
                 Err(IngestError::Unavailable(_)) => "unavailable",
             },
         };
         self.metrics.requests.get_or_create(&labels).inc();
-        if let Ok(rows) = &result {
+        if let Ok(appended) = &result {
             self.metrics
                 .records
                 .get_or_create(&crate::metrics::SignalLabels {
                     signal: signal.as_str(),
                 })
-                .inc_by(*rows as u64);
+                .inc_by(appended.rows as u64);
+            for (outcome, n) in [
+                ("rejected_point", appended.rejected as u64),
+                ("dropped_attribute", appended.dropped_attrs),
+                ("truncated_value", appended.truncated_values),
+            ] {
+                if n > 0 {
+                    self.metrics
+                        .limited
+                        .get_or_create(&crate::metrics::OutcomeLabels {
+                            signal: signal.as_str(),
+                            outcome,
+                        })
+                        .inc_by(n);
+                }
+            }
         }
         result
     }
 
-    async fn submit_inner(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<usize, IngestError> {
+    async fn submit_inner(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
         let admitted = std::time::Instant::now();
         let cost = payload.len().max(1);
         if cost > self.config.queue_bytes {
@@ -226,7 +260,7 @@ impl Pipeline {
                     Ok(Err(_)) => return Err(IngestError::Unavailable("the ingester is stopping".to_owned())),
                     Err(_) => {
                         return Err(IngestError::Overloaded {
-                            bytes: cost,
+                            what: format!("no shard had room for {cost} bytes"),
                             wait_ms: u64::try_from(self.config.admit_wait.as_millis()).unwrap_or(u64::MAX),
                         });
                     }
@@ -253,7 +287,7 @@ impl Pipeline {
             .await
             .map_err(|_| IngestError::Unavailable("the shard stopped".to_owned()))??;
         accepted.ack.wait().await?;
-        Ok(accepted.rows)
+        Ok(accepted.appended)
     }
 
     /// The rows of `tenant`'s `signal` not yet in published blocks (see
@@ -292,7 +326,7 @@ impl Pipeline {
         for (id, payloads) in parts {
             let mut b = AnyBuilder::new(signal);
             for p in &payloads {
-                if let Err(e) = b.append_encoded(p) {
+                if let Err(e) = b.append(p, &self.config.limits) {
                     tracing::warn!(target: "mira::ingester", error = %e, "an accepted payload no longer decodes");
                 }
             }

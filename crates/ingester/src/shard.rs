@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet};
+use mira_core::convert::{Appended, Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet};
 use mira_core::ids::{BlockId, Signal, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 
@@ -35,11 +35,12 @@ impl AnyBuilder {
         }
     }
 
-    pub fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, mira_core::convert::ConvertError> {
+    /// Appends an OTLP protobuf request under the attribute limits.
+    pub fn append(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, mira_core::convert::ConvertError> {
         match self {
-            AnyBuilder::Logs(b) => b.append_encoded(buf),
-            AnyBuilder::Traces(b) => b.append_encoded(buf),
-            AnyBuilder::Metrics(b) => b.append_encoded(buf),
+            AnyBuilder::Logs(b) => b.append_limited(buf, limits),
+            AnyBuilder::Traces(b) => b.append_limited(buf, limits),
+            AnyBuilder::Metrics(b) => b.append_limited(buf, limits),
         }
     }
 
@@ -104,7 +105,8 @@ impl AckWait {
 /// A request accepted into a shard.
 #[derive(Debug)]
 pub struct Accepted {
-    pub rows: usize,
+    /// Rows appended and what the attribute limits did.
+    pub appended: Appended,
     pub ack: AckWait,
 }
 
@@ -198,6 +200,7 @@ pub struct Shard {
     pub id: u16,
     pub wal: Wal,
     pub policy: SealPolicy,
+    pub limits: Limits,
     pub sealed: mpsc::Sender<Sealed>,
     pub published: watch::Receiver<u64>,
 }
@@ -246,9 +249,9 @@ impl Shard {
                     .builders
                     .entry(tenant.clone())
                     .or_insert_with(|| AnyBuilder::new(self.signal));
-                match b.append_encoded(&payload) {
-                    Ok(rows) => {
-                        g.rows += rows;
+                match b.append(&payload, &self.limits) {
+                    Ok(appended) => {
+                        g.rows += appended.rows;
                         g.max_seq = g.max_seq.max(seq);
                         lock_view(&self.view)
                             .open
@@ -273,7 +276,7 @@ impl Shard {
                     .entry(tenant.clone())
                     .or_insert_with(|| AnyBuilder::new(self.signal));
                 let t = Instant::now();
-                let appended = b.append_encoded(&payload);
+                let appended = b.append(&payload, &self.limits);
                 let took = t.elapsed();
                 self.metrics
                     .append
@@ -282,14 +285,14 @@ impl Shard {
                     })
                     .observe(took.as_secs_f64());
                 tracing::debug!(target: "mira::ingester::probe", shard = self.id, bytes = payload.len(), append_us = took.as_micros() as u64, "append");
-                let rows = match appended {
-                    Ok(rows) => rows,
+                let appended = match appended {
+                    Ok(a) => a,
                     Err(e) => {
                         let _ = reply.send(Err(IngestError::Invalid(format!("{e}"))));
                         return;
                     }
                 };
-                g.rows += rows;
+                g.rows += appended.rows;
                 lock_view(&self.view)
                     .open
                     .entry(tenant.clone())
@@ -314,7 +317,7 @@ impl Shard {
                     }
                 };
                 drop(permit);
-                let _ = reply.send(Ok(Accepted { rows, ack }));
+                let _ = reply.send(Ok(Accepted { appended, ack }));
             }
         }
     }

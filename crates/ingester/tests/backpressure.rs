@@ -31,6 +31,7 @@ async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
             max_age: Duration::from_secs(3600),
         },
         upload_queue: 1,
+        limits: Default::default(),
     };
     let running = start(dir.path(), pipeline, 16 << 20, store.clone()).await;
     let http = running.node.http_addr();

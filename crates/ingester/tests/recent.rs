@@ -42,6 +42,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
             max_age: Duration::from_millis(50),
         },
         upload_queue: 2,
+        limits: Default::default(),
     };
     let running = start(dir.path(), pipeline, MULTIPART_ABOVE, store.clone()).await;
     let (node, client) = (&running.node, running.client.clone());

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use mira_catalog::{CatalogClient, ClientConfig};
+use mira_core::convert::Limits;
 use mira_ingester::otlp::ReceiverConfig;
 use mira_ingester::shard::SealPolicy;
 use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
@@ -64,6 +65,23 @@ pub struct IngesterArgs {
     /// Largest decompressed request, bytes.
     #[arg(long, env = "MIRA_MAX_MESSAGE_BYTES", default_value_t = 16 << 20)]
     pub max_message_bytes: usize,
+    /// Most attributes per record, span, event, link, resource or scope; the
+    /// rest are dropped and counted in dropped_attributes_count (a metric
+    /// data point over the limit is rejected).
+    #[arg(long, env = "MIRA_MAX_ATTRIBUTES", default_value_t = 128)]
+    pub max_attributes: usize,
+    /// Longest string or bytes attribute value; longer ones are truncated
+    /// (a metric data point with one is rejected).
+    #[arg(long, env = "MIRA_MAX_ATTRIBUTE_VALUE_BYTES", default_value_t = 64 << 10)]
+    pub max_attribute_value_bytes: usize,
+    /// Export requests read, decoded or awaiting their ack at once (gRPC and
+    /// HTTP together); more wait for a slot, up to --admit-wait-ms, before
+    /// their body is read.
+    #[arg(long, env = "MIRA_MAX_INFLIGHT_REQUESTS", default_value_t = 32)]
+    pub max_inflight_requests: usize,
+    /// Seconds an HTTP client has to send a request body once it holds a slot (then 408).
+    #[arg(long, env = "MIRA_BODY_TIMEOUT_S", default_value_t = 30)]
+    pub body_timeout_s: u64,
     /// Refuse requests without X-Scope-OrgID.
     #[arg(long, env = "MIRA_REQUIRE_TENANT")]
     pub require_tenant: bool,
@@ -86,6 +104,12 @@ pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     anyhow::ensure!((1..=256).contains(&shards), "shards: {shards} is outside 1..=256");
     anyhow::ensure!(args.seal_bytes > 0, "seal-bytes must be positive");
+    anyhow::ensure!(args.max_inflight_requests > 0, "max-inflight-requests must be positive");
+    anyhow::ensure!(args.max_attributes > 0, "max-attributes must be positive");
+    anyhow::ensure!(
+        args.max_attribute_value_bytes > 0,
+        "max-attribute-value-bytes must be positive"
+    );
     let data_dir = std::path::absolute(&args.data_dir)?;
     let url = match &args.object_store {
         Some(u) => u.clone(),
@@ -116,11 +140,17 @@ pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
                 max_age: Duration::from_secs(args.seal_age_s.max(1)),
             },
             upload_queue: 2,
+            limits: Limits {
+                max_attrs: args.max_attributes,
+                max_value_bytes: args.max_attribute_value_bytes,
+            },
         },
         receivers: ReceiverConfig {
             max_wire_bytes: args.max_message_bytes,
             max_message_bytes: args.max_message_bytes,
             require_tenant: args.require_tenant,
+            max_inflight: args.max_inflight_requests,
+            body_timeout: Duration::from_secs(args.body_timeout_s.max(1)),
         },
         lease_ttl: Duration::from_secs(15),
         multipart_above: 16 << 20,

@@ -170,13 +170,13 @@ async fn wait_ready(addr: &str) {
     .await;
 }
 
-/// Every `rec-N` body in the published blocks, with its count.
-async fn published_bodies(p: &Procs) -> HashMap<String, usize> {
+/// The tables of every published block of `signal` (default tenant).
+async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::convert::TableSet> {
     let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
     let blocks = client
         .list_blocks(pb::ListBlocksRequest {
             tenant: "default".into(),
-            signal: pb::Signal::Logs as i32,
+            signal: signal as i32,
             min_time_ns: 0,
             max_time_ns: i64::MAX,
             states: vec![],
@@ -186,11 +186,20 @@ async fn published_bodies(p: &Procs) -> HashMap<String, usize> {
         .expect("list")
         .blocks;
     let cache = Arc::new(mira_core::block::VerifyCache::new(1024));
+    blocks
+        .iter()
+        .map(|b| {
+            let bytes = std::fs::read(p.objects().join(&b.object_key)).expect("published object exists");
+            let block = mira_core::block::Block::from_bytes(bytes.into(), cache.clone()).expect("block");
+            mira_core::tables::read_tables(&block, None).expect("tables")
+        })
+        .collect()
+}
+
+/// Every `rec-N` body in the published blocks, with its count.
+async fn published_bodies(p: &Procs) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
-    for b in blocks {
-        let bytes = std::fs::read(p.objects().join(&b.object_key)).expect("published object exists");
-        let block = mira_core::block::Block::from_bytes(bytes.into(), cache.clone()).expect("block");
-        let tables = mira_core::tables::read_tables(&block, None).expect("tables");
+    for tables in published_tables(p, pb::Signal::Logs).await {
         let req = mira_core::convert::logs_to_otlp(&tables).expect("otlp");
         for body in mira_testkit::flatten::log_bodies(&req) {
             *counts.entry(body).or_insert(0) += 1;
@@ -294,6 +303,61 @@ fn gzip_zeros(n: usize) -> Vec<u8> {
     e.finish().expect("gzip")
 }
 
+/// A log export whose body string is not UTF-8.
+fn invalid_utf8() -> Vec<u8> {
+    let mut bytes = request(0, 1);
+    let at = bytes.windows(5).position(|w| w == b"rec-0").expect("body");
+    bytes[at..at + 2].copy_from_slice(&[0xff, 0xfe]);
+    bytes
+}
+
+/// A log export with a 5-byte trace id.
+fn short_trace_id() -> Vec<u8> {
+    let mut req = ExportLogsServiceRequest::decode(request(0, 1).as_slice()).expect("decode");
+    req.resource_logs[0].scope_logs[0].log_records[0].trace_id = vec![1; 5];
+    req.encode_to_vec()
+}
+
+/// POSTs a JSON body declared as `len` bytes of zeros, writing it while
+/// the answer has not come; returns (status, bytes written when it came,
+/// answer text).
+async fn huge_post(addr: &str, len: usize) -> (u16, usize, String) {
+    let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut rd, mut wr) = s.into_split();
+    let head =
+        format!("POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
+    wr.write_all(head.as_bytes()).await.expect("head");
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![0u8; 1 << 20];
+        let mut n = 0;
+        while n < len {
+            if wr.write_all(&chunk).await.is_err() {
+                break;
+            }
+            n += chunk.len();
+            counter.store(n, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Read until the head and the short body are in.
+    loop {
+        let n = rd.read(&mut buf).await.expect("read");
+        out.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&out);
+        if n == 0 || (text.contains("\r\n\r\n") && text.contains('}')) {
+            break;
+        }
+    }
+    let at = sent.load(std::sync::atomic::Ordering::SeqCst);
+    writer.abort();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, at, text)
+}
+
 /// (name, headers, body, expected status, text the answer must contain)
 type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<u8>, u16, &'a str);
 
@@ -347,6 +411,14 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
             400,
             "gzip",
         ),
+        ("invalid UTF-8 in a string", vec![pb_ct], invalid_utf8(), 400, "UTF-8"),
+        (
+            "trace id of the wrong length",
+            vec![pb_ct],
+            short_trace_id(),
+            400,
+            "trace_id must be 16 bytes",
+        ),
         (
             "gzip bomb",
             vec![pb_ct, ("Content-Encoding", "gzip")],
@@ -361,6 +433,14 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
         assert_eq!(got, status, "{name}: {text}");
         assert!(text.contains(needle), "{name}: {text:?} should mention {needle:?}");
     }
+    // A 1 GiB body is refused on its declared length, before it is sent.
+    let (status, sent, answer) = huge_post(&p.http, 1 << 30).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("limit"), "{answer}");
+    assert!(
+        sent < 1 << 30,
+        "the answer came before the body was sent ({sent} bytes written)"
+    );
     // OTLP/JSON with hex ids and string int64s is accepted.
     let json = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1796169600000000001","body":{"stringValue":"json-1"},"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174"}]}]}]}"#;
     let (got, body) = http(
@@ -380,7 +460,7 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
     assert_eq!(got, 200);
     let metrics = String::from_utf8_lossy(&metrics);
     for line in [
-        "mira_ingester_requests_total{signal=\"logs\",outcome=\"invalid\"} 1",
+        "mira_ingester_requests_total{signal=\"logs\",outcome=\"invalid\"} 3",
         "mira_ingester_requests_total{signal=\"logs\",outcome=\"ok\"} 2",
         "mira_ingester_records_total{signal=\"logs\"} 11",
         "mira_ingester_wal_write_seconds_count 2",
@@ -473,4 +553,197 @@ async fn kill_9_while_loadgen_runs_keeps_every_acknowledged_request_once() {
             "acknowledged request {n} is missing"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_limits_cut_logs_and_reject_metric_points_as_partial_success() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let mut p = Procs::new();
+    p.start_ingester(&["--max-attributes", "3", "--max-attribute-value-bytes", "8"]);
+    wait_ready(&p.http).await;
+    // Five attributes, one value of 20 bytes, one already dropped by the sender.
+    let log = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1796169600000000001",
+        "body":{"stringValue":"limited-1"},"droppedAttributesCount":1,"attributes":[
+        {"key":"a","value":{"stringValue":"0123456789abcdefghij"}},{"key":"b","value":{"intValue":"2"}},
+        {"key":"c","value":{"boolValue":true}},{"key":"d","value":{"stringValue":"x"}},
+        {"key":"e","value":{"stringValue":"y"}}]}]}]}]}"#;
+    let (status, body) = http(
+        &p.http,
+        "POST",
+        "/v1/logs",
+        &[("Content-Type", "application/json")],
+        log.as_bytes(),
+    )
+    .await
+    .expect("logs");
+    let answer: serde_json::Value = serde_json::from_slice(&body).expect("json answer");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["partialSuccess"]["rejectedLogRecords"], "0", "{answer}");
+    let message = answer["partialSuccess"]["errorMessage"].as_str().expect("message");
+    assert!(message.contains("2 attributes dropped"), "{message}");
+    assert!(message.contains("1 attribute values truncated to 8 bytes"), "{message}");
+
+    // Two gauge points; the second has four attributes and is rejected.
+    let metrics = r#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"g","gauge":{"dataPoints":[
+        {"timeUnixNano":"1796169600000000001","asDouble":1.5,"attributes":[{"key":"k","value":{"stringValue":"v"}}]},
+        {"timeUnixNano":"1796169600000000002","asDouble":2.5,"attributes":[
+          {"key":"k1","value":{"stringValue":"v"}},{"key":"k2","value":{"stringValue":"v"}},
+          {"key":"k3","value":{"stringValue":"v"}},{"key":"k4","value":{"stringValue":"v"}}]}]}}]}]}]}"#;
+    let protobuf = serde_json::from_str::<ExportMetricsServiceRequest>(metrics)
+        .expect("metrics json")
+        .encode_to_vec();
+    let (status, body) = http(
+        &p.http,
+        "POST",
+        "/v1/metrics",
+        &[("Content-Type", "application/x-protobuf")],
+        &protobuf,
+    )
+    .await
+    .expect("metrics");
+    assert_eq!(status, 200);
+    let answer = ExportMetricsServiceResponse::decode(body.as_slice()).expect("protobuf answer");
+    let partial = answer.partial_success.expect("a partial success");
+    assert_eq!(partial.rejected_data_points, 1);
+    assert!(
+        partial.error_message.contains("more than 3 attributes"),
+        "{}",
+        partial.error_message
+    );
+    let (_, text) = http(&p.http, "GET", "/metrics", &[], b"").await.expect("/metrics");
+    let text = String::from_utf8_lossy(&text);
+    for line in [
+        "mira_ingester_limited_total{signal=\"metrics\",outcome=\"rejected_point\"} 1",
+        "mira_ingester_limited_total{signal=\"logs\",outcome=\"dropped_attribute\"} 2",
+        "mira_ingester_limited_total{signal=\"logs\",outcome=\"truncated_value\"} 1",
+    ] {
+        assert!(text.contains(line), "/metrics lacks {line}");
+    }
+
+    p.stop_ingester();
+    let logs: Vec<_> = published_tables(&p, pb::Signal::Logs)
+        .await
+        .iter()
+        .flat_map(|t| {
+            let req = mira_core::convert::logs_to_otlp(t).expect("otlp");
+            req.resource_logs
+                .into_iter()
+                .flat_map(|r| r.scope_logs)
+                .flat_map(|s| s.log_records)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(logs.len(), 1);
+    let kept: Vec<(String, String)> = logs[0]
+        .attributes
+        .iter()
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                format!("{:?}", kv.value.as_ref().and_then(|v| v.value.as_ref())),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        vec![
+            ("a".to_owned(), "Some(StringValue(\"01234567\"))".to_owned()),
+            ("b".to_owned(), "Some(IntValue(2))".to_owned()),
+            ("c".to_owned(), "Some(BoolValue(true))".to_owned()),
+        ]
+    );
+    assert_eq!(
+        logs[0].dropped_attributes_count, 3,
+        "one from the sender, two over the limit"
+    );
+    let points: Vec<f64> = published_tables(&p, pb::Signal::Metrics)
+        .await
+        .iter()
+        .flat_map(|t| {
+            let req = mira_core::convert::points_to_otlp(t).expect("otlp");
+            req.resource_metrics
+                .into_iter()
+                .flat_map(|r| r.scope_metrics)
+                .flat_map(|s| s.metrics)
+                .flat_map(|m| match m.data {
+                    Some(Data::Gauge(g)) => g.data_points,
+                    _ => Vec::new(),
+                })
+                .map(|p| match p.value {
+                    Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(v)) => v,
+                    other => panic!("unexpected value {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        points,
+        vec![1.5],
+        "the point within the limits is kept, the other is not"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_slots_bound_requests_and_a_stalled_body_gets_408() {
+    let mut p = Procs::new();
+    p.start_ingester(&[
+        "--max-inflight-requests",
+        "1",
+        "--admit-wait-ms",
+        "300",
+        "--body-timeout-s",
+        "2",
+    ]);
+    wait_ready(&p.http).await;
+    let json_ct = ("Content-Type", "application/json");
+    let good = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1796169600000000001","body":{"stringValue":"slot-1"}}]}]}]}"#;
+    // A client declares 1000 bytes, sends 11 and stalls: it holds the only slot.
+    let mut stalled = tokio::net::TcpStream::connect(&p.http).await.expect("connect");
+    stalled
+        .write_all(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"resource")
+        .await
+        .expect("write");
+    let inflight = |n: u32| {
+        let addr = p.http.clone();
+        move || {
+            let addr = addr.clone();
+            async move {
+                let (_, text) = http(&addr, "GET", "/metrics", &[], b"").await?;
+                String::from_utf8_lossy(&text)
+                    .contains(&format!("mira_ingester_inflight_requests {n}\n"))
+                    .then_some(())
+            }
+        }
+    };
+    wait_for(
+        "the stalled request to hold the slot",
+        Duration::from_secs(30),
+        inflight(1),
+    )
+    .await;
+    // Another export waits for the slot, then is told to come back.
+    let (status, body) = http(&p.http, "POST", "/v1/logs", &[json_ct], good.as_bytes())
+        .await
+        .expect("post");
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("in-flight request slots"), "{text}");
+    // The staller gets 408 when its body time is up, and frees the slot.
+    let mut answer = Vec::new();
+    stalled.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
+    wait_for("the slot to be free", Duration::from_secs(30), inflight(0)).await;
+    let (status, _) = http(&p.http, "POST", "/v1/logs", &[json_ct], good.as_bytes())
+        .await
+        .expect("post");
+    assert_eq!(status, 200);
+    p.stop_ingester();
+    let bodies = published_bodies(&p).await;
+    assert_eq!(bodies.get("slot-1"), Some(&1), "{bodies:?}");
+    assert_eq!(bodies.len(), 1);
 }

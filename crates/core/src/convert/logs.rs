@@ -15,7 +15,7 @@ use prost::Message;
 use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
 use super::wire::{self, Fast};
-use super::{ConvertError, SignalBuilder, TableSet, TimeRange};
+use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
 use crate::ids::Signal;
@@ -108,6 +108,21 @@ pub fn validate(req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
     Ok(n)
 }
 
+/// True when the limits change nothing in a parsed request.
+fn view_fits(view: &wire::LogsView<'_>, limits: &Limits) -> bool {
+    view.records
+        .iter()
+        .all(|r| limits.wire_attrs_fit(&view.attrs[r.attrs.clone()]))
+        && view
+            .resources
+            .iter()
+            .all(|r| r.resource.as_ref().is_none_or(|r| limits.fits(&r.attributes)))
+        && view
+            .scopes
+            .iter()
+            .all(|s| s.scope.as_ref().is_none_or(|s| limits.fits(&s.attributes)))
+}
+
 impl std::fmt::Debug for LogsBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogsBuilder")
@@ -157,12 +172,17 @@ impl SignalBuilder for LogsBuilder {
     /// OTLP/HTTP protobuf body). Common shapes are read straight from the
     /// wire; anything else is decoded by prost first. Either way the request
     /// is checked whole before anything is appended.
-    fn append_encoded(&mut self, buf: &[u8]) -> Result<usize, ConvertError> {
+    fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
         let view = match wire::parse_logs(buf) {
-            Fast::Done(view) => view,
-            Fast::Fallback => {
-                let req = ExportLogsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
-                return self.append(&req);
+            Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
+            _ => {
+                // Unusual shapes, and requests the limits change, go
+                // through prost.
+                let mut req =
+                    ExportLogsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+                let mut out = limits.apply_logs(&mut req);
+                out.rows = self.append(&req)?;
+                return Ok(out);
             }
         };
         for r in &view.records {
@@ -201,7 +221,14 @@ impl SignalBuilder for LogsBuilder {
                 }
             }
         }
-        Ok(view.records.len())
+        Ok(Appended {
+            rows: view.records.len(),
+            ..Appended::default()
+        })
+    }
+
+    fn apply_limits(limits: &Limits, req: &mut ExportLogsServiceRequest) -> Appended {
+        limits.apply_logs(req)
     }
 
     /// Takes the accumulated rows as a block's tables and resets the builder.

@@ -23,7 +23,7 @@ use prost::Message;
 
 use super::columns::{DictStr, check_id, col};
 use super::context::{ContextBuilder, Contexts, FNV_OFFSET, Grouper, fnv1a};
-use super::{ConvertError, SignalBuilder, TableSet, TimeRange};
+use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
 use crate::ids::Signal;
@@ -289,6 +289,10 @@ impl std::fmt::Debug for PointsBuilder {
 impl SignalBuilder for PointsBuilder {
     type Request = ExportMetricsServiceRequest;
     const SIGNAL: Signal = Signal::Metrics;
+
+    fn apply_limits(limits: &Limits, req: &mut ExportMetricsServiceRequest) -> Appended {
+        limits.apply_metrics(req)
+    }
 
     fn rows(&self) -> usize {
         self.time.len()

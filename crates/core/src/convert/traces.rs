@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 
 use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
-use super::{ConvertError, SignalBuilder, TableSet, TimeRange};
+use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
 use crate::ids::Signal;
@@ -123,6 +123,10 @@ impl std::fmt::Debug for SpansBuilder {
 impl SignalBuilder for SpansBuilder {
     type Request = ExportTraceServiceRequest;
     const SIGNAL: Signal = Signal::Traces;
+
+    fn apply_limits(limits: &Limits, req: &mut ExportTraceServiceRequest) -> Appended {
+        limits.apply_traces(req)
+    }
 
     fn rows(&self) -> usize {
         self.start.len()

@@ -1,0 +1,301 @@
+//! Attribute limits an ingester applies before appending: at most
+//! `max_attrs` attributes per record, span, event, link, resource and scope
+//! (the rest dropped and added to that item's `dropped_attributes_count`, as
+//! the OTLP data model allows) and string / bytes values cut to
+//! `max_value_bytes` (at a UTF-8 boundary). A key longer than
+//! `max_value_bytes` drops its attribute.
+//!
+//! Metric data points are different: their attributes are the series'
+//! identity and OTLP gives points no dropped count, so a point over either
+//! limit is **rejected** (reported as a partial success), the way Mimir
+//! refuses series with too many or too long labels.
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value};
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+
+use super::wire::{AttrView, Val};
+
+/// Limits on attributes; [`Limits::NONE`] applies none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_attrs: usize,
+    pub max_value_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::NONE
+    }
+}
+
+/// What an append did beyond appending.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Appended {
+    /// Root rows appended.
+    pub rows: usize,
+    /// Root rows (metric data points) refused for their attributes.
+    pub rejected: usize,
+    /// Attributes dropped over `max_attrs` (or for an over-long key).
+    pub dropped_attrs: u64,
+    /// Values cut to `max_value_bytes`.
+    pub truncated_values: u64,
+}
+
+impl Appended {
+    /// A one-line account for an OTLP partial-success `error_message`, or
+    /// `None` when the limits changed nothing.
+    pub fn message(&self, limits: &Limits) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.rejected > 0 {
+            parts.push(format!(
+                "{} data points rejected: more than {} attributes or an attribute longer than {} bytes",
+                self.rejected, limits.max_attrs, limits.max_value_bytes
+            ));
+        }
+        if self.dropped_attrs > 0 {
+            parts.push(format!(
+                "{} attributes dropped over the limit of {} per item (counted in dropped_attributes_count)",
+                self.dropped_attrs, limits.max_attrs
+            ));
+        }
+        if self.truncated_values > 0 {
+            parts.push(format!(
+                "{} attribute values truncated to {} bytes",
+                self.truncated_values, limits.max_value_bytes
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+impl Limits {
+    pub const NONE: Limits = Limits {
+        max_attrs: usize::MAX,
+        max_value_bytes: usize::MAX,
+    };
+
+    pub fn is_none(&self) -> bool {
+        *self == Limits::NONE
+    }
+
+    /// True when a list of attributes the wire reader parsed is within the
+    /// limits (so the fast path can append it untouched).
+    pub(crate) fn wire_attrs_fit(&self, attrs: &[AttrView<'_>]) -> bool {
+        attrs.len() <= self.max_attrs
+            && attrs.iter().all(|a| {
+                a.key.len() <= self.max_value_bytes
+                    && match &a.value {
+                        Val::Str(s) => s.len() <= self.max_value_bytes,
+                        Val::Bytes(b) => b.len() <= self.max_value_bytes,
+                        Val::Int(_) | Val::Double(_) | Val::Bool(_) => true,
+                        // Conservative: a nested value's encoding bounds its strings.
+                        Val::Other(kv) => kv.encoded_len() <= self.max_value_bytes,
+                    }
+            })
+    }
+
+    /// True when a resource or scope needs no change.
+    pub(crate) fn fits(&self, attrs: &[KeyValue]) -> bool {
+        attrs.len() <= self.max_attrs
+            && attrs
+                .iter()
+                .all(|kv| kv.key.len() <= self.max_value_bytes && self.value_fits(kv.value.as_ref()))
+    }
+
+    fn value_fits(&self, v: Option<&AnyValue>) -> bool {
+        match v.and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValue(s)) => s.len() <= self.max_value_bytes,
+            Some(Value::BytesValue(b)) => b.len() <= self.max_value_bytes,
+            Some(Value::ArrayValue(a)) => a.values.iter().all(|v| self.value_fits(Some(v))),
+            Some(Value::KvlistValue(l)) => l.values.iter().all(|kv| self.value_fits(kv.value.as_ref())),
+            _ => true,
+        }
+    }
+
+    /// Applies the limits to one item's attributes, adding what it drops to
+    /// `dropped`.
+    fn limit(&self, attrs: &mut Vec<KeyValue>, dropped: &mut u32, out: &mut Appended) {
+        if self.fits(attrs) {
+            return;
+        }
+        let before = attrs.len();
+        attrs.retain(|kv| kv.key.len() <= self.max_value_bytes);
+        attrs.truncate(self.max_attrs);
+        let gone = before - attrs.len();
+        *dropped = dropped.saturating_add(u32::try_from(gone).unwrap_or(u32::MAX));
+        out.dropped_attrs += gone as u64;
+        for kv in attrs.iter_mut() {
+            if let Some(v) = kv.value.as_mut() {
+                self.cut(v, out);
+            }
+        }
+    }
+
+    fn cut(&self, v: &mut AnyValue, out: &mut Appended) {
+        match v.value.as_mut() {
+            Some(Value::StringValue(s)) if s.len() > self.max_value_bytes => {
+                let mut end = self.max_value_bytes;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                out.truncated_values += 1;
+            }
+            Some(Value::BytesValue(b)) if b.len() > self.max_value_bytes => {
+                b.truncate(self.max_value_bytes);
+                out.truncated_values += 1;
+            }
+            Some(Value::ArrayValue(a)) => a.values.iter_mut().for_each(|v| self.cut(v, out)),
+            Some(Value::KvlistValue(l)) => l
+                .values
+                .iter_mut()
+                .filter_map(|kv| kv.value.as_mut())
+                .for_each(|v| self.cut(v, out)),
+            _ => {}
+        }
+    }
+
+    /// Applies the limits to a resource and a scope.
+    pub(crate) fn context(
+        &self,
+        resource: Option<&mut Resource>,
+        scope: Option<&mut InstrumentationScope>,
+        out: &mut Appended,
+    ) {
+        if let Some(r) = resource {
+            self.limit(&mut r.attributes, &mut r.dropped_attributes_count, out);
+        }
+        if let Some(s) = scope {
+            self.limit(&mut s.attributes, &mut s.dropped_attributes_count, out);
+        }
+    }
+
+    pub fn apply_logs(&self, req: &mut ExportLogsServiceRequest) -> Appended {
+        let mut out = Appended::default();
+        if self.is_none() {
+            return out;
+        }
+        for rl in &mut req.resource_logs {
+            self.context(rl.resource.as_mut(), None, &mut out);
+            for sl in &mut rl.scope_logs {
+                self.context(None, sl.scope.as_mut(), &mut out);
+                for r in &mut sl.log_records {
+                    self.limit(&mut r.attributes, &mut r.dropped_attributes_count, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn apply_traces(&self, req: &mut ExportTraceServiceRequest) -> Appended {
+        let mut out = Appended::default();
+        if self.is_none() {
+            return out;
+        }
+        for rs in &mut req.resource_spans {
+            self.context(rs.resource.as_mut(), None, &mut out);
+            for ss in &mut rs.scope_spans {
+                self.context(None, ss.scope.as_mut(), &mut out);
+                for s in &mut ss.spans {
+                    self.limit(&mut s.attributes, &mut s.dropped_attributes_count, &mut out);
+                    for e in &mut s.events {
+                        self.limit(&mut e.attributes, &mut e.dropped_attributes_count, &mut out);
+                    }
+                    for l in &mut s.links {
+                        self.limit(&mut l.attributes, &mut l.dropped_attributes_count, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn apply_metrics(&self, req: &mut ExportMetricsServiceRequest) -> Appended {
+        let mut out = Appended::default();
+        if self.is_none() {
+            return out;
+        }
+        let mut rejected = 0usize;
+        for rm in &mut req.resource_metrics {
+            self.context(rm.resource.as_mut(), None, &mut out);
+            for sm in &mut rm.scope_metrics {
+                self.context(None, sm.scope.as_mut(), &mut out);
+                for m in &mut sm.metrics {
+                    let mut keep = |attrs: &[KeyValue]| {
+                        let ok = self.fits(attrs);
+                        if !ok {
+                            rejected += 1;
+                        }
+                        ok
+                    };
+                    match m.data.as_mut() {
+                        Some(Data::Gauge(g)) => g.data_points.retain(|p| keep(&p.attributes)),
+                        Some(Data::Sum(s)) => s.data_points.retain(|p| keep(&p.attributes)),
+                        Some(Data::Histogram(h)) => h.data_points.retain(|p| keep(&p.attributes)),
+                        Some(Data::ExponentialHistogram(h)) => h.data_points.retain(|p| keep(&p.attributes)),
+                        Some(Data::Summary(s)) => s.data_points.retain(|p| keep(&p.attributes)),
+                        None => {}
+                    }
+                }
+            }
+        }
+        out.rejected = rejected;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+
+    fn kv(key: &str, v: &str) -> KeyValue {
+        KeyValue {
+            key: key.to_owned(),
+            value: Some(AnyValue {
+                value: Some(Value::StringValue(v.to_owned())),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn logs_are_cut_and_counted() {
+        let limits = Limits {
+            max_attrs: 2,
+            max_value_bytes: 4,
+        };
+        let mut req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![LogRecord {
+                        attributes: vec![kv("a", "héllo"), kv("b", "ok"), kv("c", "x")],
+                        dropped_attributes_count: 5,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let out = limits.apply_logs(&mut req);
+        let r = &req.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(r.attributes, vec![kv("a", "hél"), kv("b", "ok")]);
+        assert_eq!(r.dropped_attributes_count, 6);
+        assert_eq!(out.dropped_attrs, 1);
+        assert_eq!(out.truncated_values, 1);
+        assert!(out.message(&limits).expect("a message").contains("truncated to 4 bytes"));
+    }
+
+    #[test]
+    fn no_limits_change_nothing() {
+        let mut req = ExportLogsServiceRequest::default();
+        assert_eq!(Limits::NONE.apply_logs(&mut req), Appended::default());
+        assert!(Appended::default().message(&Limits::NONE).is_none());
+    }
+}
