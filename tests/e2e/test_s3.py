@@ -3,6 +3,7 @@ through object_store's S3 client: blocks land in the bucket and are
 published; with the server stopped during a seal, the upload is retried
 after it comes back and the block is published once, nothing lost."""
 
+import base64
 import glob
 import logging
 import os
@@ -16,7 +17,7 @@ import boto3
 import pytest
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
-from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_otel_sdk import MIRA, free_port, value, wait_until  # noqa: E402
@@ -72,36 +73,47 @@ def bodies_in_bucket(moto, scratch):
 
 
 @pytest.fixture
-def env():
-    moto = Moto()
-    d = tempfile.mkdtemp(prefix="mira-s3-")
-    catalog = f"127.0.0.1:{free_port()}"
-    http = f"127.0.0.1:{free_port()}"
-    procs = [subprocess.Popen([MIRA, "catalog", "--listen", catalog, "--peers", f"0={catalog}", "--data-dir",
-                               os.path.join(d, "catalog")], stdout=subprocess.DEVNULL,
-                              stderr=open(os.path.join(d, "catalog.log"), "w"))]
-    ingester = subprocess.Popen(
-        [MIRA, "ingester", "--catalog", catalog, "--http-listen", http, "--grpc-listen", f"127.0.0.1:{free_port()}",
-         "--data-dir", os.path.join(d, "ingester"), "--shards", "1", "--seal-age-s", "1",
-         "--object-store", f"s3://{BUCKET}",
-         "--object-store-option",
-         f"aws_endpoint=http://127.0.0.1:{moto.port},aws_allow_http=true,aws_region=us-east-1,"
-         "aws_access_key_id=test,aws_secret_access_key=test"],
-        stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "ingester.log"), "w"))
-    procs.append(ingester)
-    wait_until("ready", lambda: urllib.request.urlopen(f"http://{http}/ready", timeout=1).status == 200)
-    yield moto, http, ingester, d
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    if moto.proc.poll() is None:
-        moto.stop()
+def start_env():
+    """Starts moto, a catalog and an ingester writing to moto's bucket;
+    extra ingester flags are appended (--seal-age-s replaces the default 1)."""
+    started = []
+
+    def start(*extra):
+        seal_age = [] if "--seal-age-s" in extra else ["--seal-age-s", "1"]
+        moto = Moto()
+        d = tempfile.mkdtemp(prefix="mira-s3-")
+        catalog = f"127.0.0.1:{free_port()}"
+        http = f"127.0.0.1:{free_port()}"
+        procs = [subprocess.Popen([MIRA, "catalog", "--listen", catalog, "--peers", f"0={catalog}", "--data-dir",
+                                   os.path.join(d, "catalog")], stdout=subprocess.DEVNULL,
+                                  stderr=open(os.path.join(d, "catalog.log"), "w"))]
+        ingester = subprocess.Popen(
+            [MIRA, "ingester", "--catalog", catalog, "--http-listen", http, "--grpc-listen",
+             f"127.0.0.1:{free_port()}", "--data-dir", os.path.join(d, "ingester"), "--shards", "1",
+             *seal_age, "--object-store", f"s3://{BUCKET}",
+             "--object-store-option",
+             f"aws_endpoint=http://127.0.0.1:{moto.port},aws_allow_http=true,aws_region=us-east-1,"
+             "aws_access_key_id=test,aws_secret_access_key=test", *extra],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "ingester.log"), "w"))
+        procs.append(ingester)
+        started.append((moto, procs))
+        wait_until("ready", lambda: urllib.request.urlopen(f"http://{http}/ready", timeout=1).status == 200)
+        return moto, http, ingester, d
+
+    yield start
+    for moto, procs in started:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if moto.proc.poll() is None:
+            moto.stop()
 
 
-def send(http, bodies):
+def send(http, bodies, batch=False):
     provider = LoggerProvider()
-    provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"http://{http}/v1/logs")))
+    exporter = OTLPLogExporter(endpoint=f"http://{http}/v1/logs")
+    provider.add_log_record_processor(BatchLogRecordProcessor(exporter) if batch else SimpleLogRecordProcessor(exporter))
     logger = logging.getLogger(f"s3.{time.time()}")
     logger.propagate = False
     handler = LoggingHandler(logger_provider=provider)
@@ -112,8 +124,8 @@ def send(http, bodies):
     logger.removeHandler(handler)
 
 
-def test_blocks_go_to_s3_and_survive_a_store_outage(env):
-    moto, http, ingester, scratch = env
+def test_blocks_go_to_s3_and_survive_a_store_outage(start_env):
+    moto, http, ingester, scratch = start_env()
     first = [f"before-{i}" for i in range(20)]
     send(http, first)
     wait_until("the first block in the bucket", lambda: len(moto.keys()) >= 1, timeout=60)
@@ -132,3 +144,20 @@ def test_blocks_go_to_s3_and_survive_a_store_outage(env):
     ingester.send_signal(15)
     assert ingester.wait(timeout=120) == 0
     assert bodies_in_bucket(moto, scratch) == {b: 1 for b in second}
+
+
+def test_a_large_block_is_uploaded_in_parts(start_env):
+    # One generation (no age seal) of ~12 MiB of incompressible bodies, above
+    # a 6 MiB multipart threshold: the block goes up as two 8 MiB-bounded parts.
+    moto, http, ingester, scratch = start_env("--seal-age-s", "3600", "--multipart-above-bytes", str(6 << 20))
+    bodies = [f"big-{i} " + base64.b64encode(os.urandom(6000)).decode() for i in range(2000)]
+    send(http, bodies, batch=True)
+    ingester.send_signal(15)
+    assert ingester.wait(timeout=120) == 0
+    keys = moto.keys()
+    assert len(keys) == 1, keys
+    head = moto.s3().head_object(Bucket=BUCKET, Key=keys[0])
+    assert head["ContentLength"] > 8 << 20, head["ContentLength"]
+    # S3 gives a multipart object the ETag "<md5 of part md5s>-<parts>".
+    assert head["ETag"].strip('"').endswith("-2"), head["ETag"]
+    assert bodies_in_bucket(moto, scratch) == {b: 1 for b in bodies}

@@ -82,6 +82,9 @@ pub struct IngesterArgs {
     /// Seconds an HTTP client has to send a request body once it holds a slot (then 408).
     #[arg(long, env = "MIRA_BODY_TIMEOUT_S", default_value_t = 30)]
     pub body_timeout_s: u64,
+    /// Blocks larger than this are uploaded as multipart (8 MiB parts).
+    #[arg(long, env = "MIRA_MULTIPART_ABOVE_BYTES", default_value_t = 16 << 20)]
+    pub multipart_above_bytes: usize,
     /// Refuse requests without X-Scope-OrgID.
     #[arg(long, env = "MIRA_REQUIRE_TENANT")]
     pub require_tenant: bool,
@@ -153,7 +156,7 @@ pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
             body_timeout: Duration::from_secs(args.body_timeout_s.max(1)),
         },
         lease_ttl: Duration::from_secs(15),
-        multipart_above: 16 << 20,
+        multipart_above: args.multipart_above_bytes,
     };
     let node = IngesterNode::start(config, catalog, store.store).await?;
     tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");
