@@ -289,7 +289,11 @@ mod tests {
         assert_eq!(r.dropped_attributes_count, 6);
         assert_eq!(out.dropped_attrs, 1);
         assert_eq!(out.truncated_values, 1);
-        assert!(out.message(&limits).expect("a message").contains("truncated to 4 bytes"));
+        assert!(
+            out.message(&limits)
+                .expect("a message")
+                .contains("truncated to 4 bytes")
+        );
     }
 
     #[test]
