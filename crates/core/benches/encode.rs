@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder};
+use mira_core::convert::{Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder};
 use mira_core::{BlockId, TenantId, tables};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -53,6 +53,22 @@ fn bench(c: &mut Criterion) {
         bench_append::<LogsBuilder>(&mut g, "logs", &name, &logs);
         bench_append::<SpansBuilder>(&mut g, "spans", &name, &spans);
         bench_append::<PointsBuilder>(&mut g, "points", &name, &points);
+        // The same with the ingester's default attribute limits (128
+        // attributes, 64 KiB values), which the corpus never exceeds: the
+        // price of checking them, against `logs` above.
+        g.bench_with_input(BenchmarkId::new("logs_limited", &name), &logs, |b, reqs| {
+            let limits = Limits {
+                max_attrs: 128,
+                max_value_bytes: 64 << 10,
+            };
+            b.iter(|| {
+                let mut builder = LogsBuilder::default();
+                for r in reqs {
+                    builder.append_limited(r, &limits).expect("append");
+                }
+                black_box(builder.rows())
+            })
+        });
         // The reference path for logs: prost decode, then append.
         g.bench_with_input(BenchmarkId::new("logs_prost", &name), &logs, |b, reqs| {
             b.iter(|| {
