@@ -4,8 +4,8 @@
 //! commands with their validation ([`model`]), the durable Raft log in redb
 //! ([`log_store`]), the snapshot-backed state machine ([`state_machine`]),
 //! the tonic transport between members ([`network`]), the gRPC services
-//! ([`service`]), a running member ([`node`]) and the client every other
-//! role uses ([`client`]).
+//! ([`service`]), a running member ([`node`]), the client every other
+//! role uses ([`client`]) and a watch-maintained local copy ([`mirror`]).
 
 // openraft's StorageError and RPCError are large by design; the storage
 // and network traits return them, so our helpers do too.
@@ -15,6 +15,7 @@ pub mod client;
 pub mod error;
 pub mod log_store;
 pub mod metrics;
+pub mod mirror;
 pub mod model;
 pub mod network;
 pub mod node;
@@ -28,4 +29,5 @@ pub mod types;
 pub use client::{CatalogClient, ClientConfig};
 pub use error::{ClientError, CommandError, Error};
 pub use mira_proto::catalog as proto;
+pub use mirror::{Mirror, MirrorState};
 pub use node::{CatalogNode, NodeConfig, parse_peers};

@@ -121,6 +121,7 @@ pub struct CatalogNode {
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
     bootstrap: JoinHandle<()>,
+    http: HttpState,
 }
 
 impl std::fmt::Debug for CatalogNode {
@@ -140,6 +141,13 @@ struct HttpState {
 }
 
 async fn metrics_handler(AxState(s): AxState<HttpState>) -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        render_metrics(s).await,
+    )
+}
+
+async fn render_metrics(s: HttpState) -> String {
     let m = s.raft.metrics().borrow().clone();
     let blocks = s.catalog.read(|state, _| state.counts()).map(|(k, n)| (k.as_str(), n));
     let log = s.log.clone();
@@ -154,10 +162,7 @@ async fn metrics_handler(AxState(s): AxState<HttpState>) -> impl IntoResponse {
         snapshot: m.snapshot.map_or(0, |l| l.index),
         blocks,
     };
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(&reading),
-    )
+    s.metrics.render(&reading)
 }
 
 async fn ready_handler(AxState(s): AxState<HttpState>) -> impl IntoResponse {
@@ -227,15 +232,16 @@ impl CatalogNode {
                 .max_encoding_message_size(MAX_RAFT_MESSAGE),
         )
         .into_axum_router();
+        let http_state = HttpState {
+            raft: raft.clone(),
+            catalog: catalog.clone(),
+            metrics,
+            log,
+        };
         let http = axum::Router::new()
             .route("/metrics", get(metrics_handler))
             .route("/ready", get(ready_handler))
-            .with_state(HttpState {
-                raft: raft.clone(),
-                catalog: catalog.clone(),
-                metrics,
-                log,
-            });
+            .with_state(http_state.clone());
         let app = grpc.merge(http);
 
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -273,7 +279,20 @@ impl CatalogNode {
             stop: Some(stop_tx),
             server: Some(server),
             bootstrap,
+            http: http_state,
         })
+    }
+
+    /// Renders this member's `/metrics` text (for a process that serves
+    /// several roles on one port).
+    pub fn metrics_renderer(&self) -> impl Fn() -> futures::future::BoxFuture<'static, String> + Send + Sync + 'static {
+        let s = self.http.clone();
+        move || Box::pin(render_metrics(s.clone()))
+    }
+
+    /// True while this member knows a leader (its `/ready`).
+    pub fn has_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader.is_some()
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -350,6 +350,25 @@ impl<'a> AttrReader<'a> {
         }
         Ok(out)
     }
+
+    /// The attributes of the given parents only (missing parents have
+    /// none); rows of other parents are skipped run by run, not decoded.
+    pub fn grouped_for(&self, parents: &[u32]) -> Result<std::collections::HashMap<u32, Vec<KeyValue>>, ConvertError> {
+        let wanted: std::collections::HashSet<u32> = parents.iter().copied().collect();
+        let mut out: std::collections::HashMap<u32, Vec<KeyValue>> = std::collections::HashMap::new();
+        let mut start = 0usize;
+        for (&end, &p) in self.run_ends.iter().zip(self.run_parents) {
+            let end = end as usize;
+            if wanted.contains(&p) {
+                let slot = out.entry(p).or_default();
+                for row in start..end {
+                    slot.push(self.key_value(row)?);
+                }
+            }
+            start = end;
+        }
+        Ok(out)
+    }
 }
 
 /// Rewrites a hot attribute table into the cold typed-column layout.

@@ -17,9 +17,9 @@ pub mod traces;
 pub(crate) mod wire;
 
 pub use limits::{Appended, Limits};
-pub use logs::{LogsBuilder, logs_to_otlp};
+pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp};
 pub use metrics::{PointsBuilder, points_to_otlp};
-pub use traces::{SpansBuilder, spans_to_otlp};
+pub use traces::{SpansBuilder, spans_to_otlp, spans_to_otlp_rows};
 
 /// What went wrong converting between OTLP and Arrow. Errors on the OTLP
 /// side are the sender's fault (400 / INVALID_ARGUMENT); errors on the Arrow

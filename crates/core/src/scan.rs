@@ -324,6 +324,23 @@ fn and_mask(acc: &mut Option<BooleanArray>, m: BooleanArray) -> Result<(), Error
     Ok(())
 }
 
+/// The tables [`scan`] reads for predicate `p` over a `signal` block, so a
+/// remote reader can fetch exactly those sections up front.
+pub fn tables_needed(signal: Signal, p: &Predicate) -> Vec<&'static str> {
+    let mut out = vec![root_table(signal)];
+    let needs_owners = p.metric_name.is_some() || !p.attrs.is_empty();
+    if needs_owners && signal == Signal::Metrics {
+        out.push(schema::SERIES);
+    }
+    if p.attrs.iter().any(|m| m.scope == AttrScope::Resource) {
+        out.extend([schema::RESOURCES, schema::RESOURCE_ATTRS]);
+    }
+    if p.attrs.iter().any(|m| m.scope == AttrScope::Record) {
+        out.push(record_attr_table(signal));
+    }
+    out
+}
+
 /// Evaluates a scan over one block's tables.
 pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Error> {
     let signal = src.signal();

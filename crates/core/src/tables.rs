@@ -101,8 +101,22 @@ pub fn read_tables(block: &Block, names: Option<&[&'static str]>) -> Result<Tabl
 /// The block's pruning sidecars, reading only their sections.
 pub fn read_sidecars(block: &Block) -> Result<Sidecars, Error> {
     use crate::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ZONE_MAP_SECTION};
-    let one = |name: &'static str| -> Result<RecordBatch, Error> {
-        let mut batches = block.read_batches(name)?;
+    let ids = match block.manifest().section(ID_BLOOM_SECTION) {
+        Some(_) => Some(block.section_bytes(ID_BLOOM_SECTION)?),
+        None => None,
+    };
+    sidecars_from(
+        block.read_batches(ZONE_MAP_SECTION)?,
+        block.read_batches(ATTR_INDEX_SECTION)?,
+        ids.as_deref(),
+    )
+}
+
+/// Sidecars from their decoded sections (zone map and attribute index, one
+/// batch each) and the raw id filter section, however they were fetched.
+pub fn sidecars_from(zone: Vec<RecordBatch>, attrs: Vec<RecordBatch>, ids: Option<&[u8]>) -> Result<Sidecars, Error> {
+    use crate::sidecar::{ATTR_INDEX_SECTION, ZONE_MAP_SECTION};
+    let one = |name: &'static str, mut batches: Vec<RecordBatch>| -> Result<RecordBatch, Error> {
         if batches.len() != 1 {
             let reason = format!("holds {} batches, expected 1", batches.len());
             return Err(crate::sidecar::SidecarError::InvalidEntry {
@@ -114,11 +128,7 @@ pub fn read_sidecars(block: &Block) -> Result<Sidecars, Error> {
         }
         Ok(batches.remove(0))
     };
-    let zone = one(ZONE_MAP_SECTION)?;
-    let attrs = one(ATTR_INDEX_SECTION)?;
-    let ids = match block.manifest().section(ID_BLOOM_SECTION) {
-        Some(_) => Some(block.section_bytes(ID_BLOOM_SECTION)?),
-        None => None,
-    };
-    Ok(Sidecars::from_sections(&zone, &attrs, ids.as_deref())?)
+    let zone = one(ZONE_MAP_SECTION, zone)?;
+    let attrs = one(ATTR_INDEX_SECTION, attrs)?;
+    Ok(Sidecars::from_sections(&zone, &attrs, ids)?)
 }

@@ -508,3 +508,93 @@ fn metric_scans_match_a_direct_count() {
     assert_eq!(h.rows.len(), want);
     assert_eq!(h.rows, scan(&cold, &req).expect("cold").rows);
 }
+
+#[test]
+fn scans_need_only_the_tables_they_name_and_row_selection_matches_whole_conversion() {
+    use mira_core::convert::{log_rows, spans_to_otlp_rows};
+    use mira_core::scan::tables_needed;
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
+    use prost::Message;
+
+    let mut corpus = Corpus::new(21, Cardinality::High);
+    let mut b = LogsBuilder::default();
+    b.append(&corpus.logs(3000)).expect("append");
+    let tables = b.finish().expect("finish");
+    let (hot, _) = hot_and_cold(&tables);
+    let all_rows: Vec<u32> = (0..scan(&hot, &ScanRequest::default()).expect("scan").rows_scanned as u32).collect();
+    for (name, req) in log_predicates(tables.min_time, tables.max_time) {
+        // Only the named tables: a scan that read another would fail.
+        let needed = tables_needed(mira_core::Signal::Logs, &req.predicate);
+        let some = read_tables(&hot, Some(&needed)).expect("needed tables");
+        let full = scan(&hot, &req).expect("full scan");
+        assert_eq!(
+            scan(&some, &req).expect("scan over needed tables").rows,
+            full.rows,
+            "{name}"
+        );
+    }
+    // Every row selected one by one gives back what whole conversion does.
+    let as_request = |rows: Vec<mira_core::convert::LogRow>| ExportLogsServiceRequest {
+        resource_logs: rows
+            .into_iter()
+            .map(|r| ResourceLogs {
+                resource: r.resource,
+                schema_url: r.resource_schema_url,
+                scope_logs: vec![ScopeLogs {
+                    scope: r.scope,
+                    schema_url: r.scope_schema_url,
+                    log_records: vec![r.record],
+                }],
+            })
+            .collect(),
+    };
+    let all = read_tables(&hot, None).expect("tables");
+    assert_eq!(
+        flatten::logs(&as_request(log_rows(&all, &all_rows).expect("rows"))),
+        flatten::logs(&logs_to_otlp(&all).expect("otlp"))
+    );
+    assert!(
+        log_rows(&all, &[all_rows.len() as u32]).is_err(),
+        "a row past the end is refused"
+    );
+
+    // One trace's spans: exactly the spans of the whole conversion with that id.
+    let mut s = SpansBuilder::default();
+    s.append(&corpus.traces(3000)).expect("append");
+    let spans = s.finish().expect("finish");
+    let (hot, _) = hot_and_cold(&spans);
+    let all = read_tables(&hot, None).expect("tables");
+    let whole = flatten::traces(&spans_to_otlp(&all).expect("otlp"));
+    assert_eq!(
+        flatten::traces(&spans_to_otlp_rows(&all, None).expect("all rows")),
+        whole
+    );
+    let first = ExportTraceServiceRequest::decode(whole[whole.len() / 2].as_slice()).expect("leaf");
+    let trace_id = first.resource_spans[0].scope_spans[0].spans[0].trace_id.clone();
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&trace_id);
+    let req = ScanRequest {
+        predicate: Predicate {
+            trace_id: Some(id),
+            ..Default::default()
+        },
+        order: Order::Stored,
+        limit: None,
+    };
+    let rows = scan(&hot, &req).expect("scan").rows;
+    let expected: Vec<Vec<u8>> = whole
+        .iter()
+        .filter(|leaf| {
+            let r = ExportTraceServiceRequest::decode(leaf.as_slice()).expect("leaf");
+            r.resource_spans[0].scope_spans[0].spans[0].trace_id == trace_id
+        })
+        .cloned()
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(
+        flatten::traces(&spans_to_otlp_rows(&all, Some(&rows)).expect("rows")),
+        expected
+    );
+}

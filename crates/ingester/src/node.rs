@@ -50,6 +50,8 @@ pub struct IngesterNode {
     catalog: Arc<CatalogClient>,
     config: IngesterConfig,
     pub replayed: Replayed,
+    metrics: Arc<crate::metrics::Metrics>,
+    ready: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for IngesterNode {
@@ -112,7 +114,7 @@ async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> (oneshot
 impl IngesterNode {
     /// Starts the ingester; returns once it accepts traffic.
     pub async fn start(
-        config: IngesterConfig,
+        mut config: IngesterConfig,
         catalog: Arc<CatalogClient>,
         store: Arc<dyn object_store::ObjectStore>,
     ) -> Result<IngesterNode, crate::error::StartError> {
@@ -208,6 +210,13 @@ impl IngesterNode {
                 }
             })
         };
+        // An advertised address with port 0 (a test binding any port) names
+        // the port actually bound.
+        if let Ok(a) = config.advertise.parse::<SocketAddr>()
+            && a.port() == 0
+        {
+            config.advertise = SocketAddr::new(a.ip(), grpc_addr.port()).to_string();
+        }
         // Lease in the catalog, renewed at a third of its ttl.
         let lease = {
             let catalog = catalog.clone();
@@ -262,7 +271,19 @@ impl IngesterNode {
             catalog,
             config,
             replayed,
+            metrics,
+            ready,
         })
+    }
+
+    /// The probes and counters served on `/metrics`.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The flag behind `/ready` (WAL replayed, catalog reachable).
+    pub fn ready_flag(&self) -> Arc<AtomicBool> {
+        self.ready.clone()
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {

@@ -31,7 +31,16 @@ pub struct IngesterArgs {
     /// Catalog members, comma separated host:port.
     #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400")]
     pub catalog: String,
-    /// Object store URL (file:///abs/dir, memory://, s3://bucket, gs://bucket, az://container).
+    #[command(flatten)]
+    pub store: StoreFlags,
+    #[command(flatten)]
+    pub ingest: IngestFlags,
+}
+
+/// Where data lives: the local data directory and the object store.
+#[derive(Debug, Args)]
+pub struct StoreFlags {
+    /// Object store URL (file:///abs/dir, memory://, s3://bucket, gs://bucket, az://container); default: file://<data-dir>/objects.
     #[arg(long, env = "MIRA_OBJECT_STORE")]
     pub object_store: Option<String>,
     /// Object store option key=value (object_store's config keys, e.g. aws_endpoint=http://127.0.0.1:5000); repeatable.
@@ -41,9 +50,27 @@ pub struct IngesterArgs {
         value_delimiter = ','
     )]
     pub object_store_options: Vec<String>,
-    /// Directory of the WAL (and the default file object store).
+    /// Local data directory: the WAL, the query cache and (by default) the file object store.
     #[arg(long, env = "MIRA_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
+}
+
+impl StoreFlags {
+    /// The absolute data directory and the opened object store.
+    pub fn open(&self) -> anyhow::Result<(PathBuf, Arc<dyn object_store::ObjectStore>)> {
+        let data_dir = std::path::absolute(&self.data_dir)?;
+        let url = match &self.object_store {
+            Some(u) => u.clone(),
+            None => format!("file://{}", data_dir.join("objects").display()),
+        };
+        let store = mira_core::store::from_url(&url, &options(&self.object_store_options)?)?;
+        Ok((data_dir, store.store))
+    }
+}
+
+/// How the write path behaves (shared by `mira ingester` and `mira serve`).
+#[derive(Debug, Args)]
+pub struct IngestFlags {
     /// When an export is acknowledged: after write(2), after fsync, or after publish.
     #[arg(long, env = "MIRA_WAL", value_enum, default_value = "page-cache")]
     pub wal: WalMode,
@@ -101,65 +128,94 @@ fn options(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
-pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
-    let shards = args
+/// Where the ingester listens and who it is.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub ingester_id: String,
+    pub grpc_listen: SocketAddr,
+    pub http_listen: SocketAddr,
+    pub advertise: Option<String>,
+}
+
+/// Starts an ingester from flags (shared by `mira ingester` and `mira serve`).
+pub async fn start(
+    id: Identity,
+    flags: &IngestFlags,
+    data_dir: PathBuf,
+    store: Arc<dyn object_store::ObjectStore>,
+    catalog: Arc<CatalogClient>,
+) -> anyhow::Result<IngesterNode> {
+    let shards = flags
         .shards
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     anyhow::ensure!((1..=256).contains(&shards), "shards: {shards} is outside 1..=256");
-    anyhow::ensure!(args.seal_bytes > 0, "seal-bytes must be positive");
-    anyhow::ensure!(args.max_inflight_requests > 0, "max-inflight-requests must be positive");
-    anyhow::ensure!(args.max_attributes > 0, "max-attributes must be positive");
+    anyhow::ensure!(flags.seal_bytes > 0, "seal-bytes must be positive");
     anyhow::ensure!(
-        args.max_attribute_value_bytes > 0,
+        flags.max_inflight_requests > 0,
+        "max-inflight-requests must be positive"
+    );
+    anyhow::ensure!(flags.max_attributes > 0, "max-attributes must be positive");
+    anyhow::ensure!(
+        flags.max_attribute_value_bytes > 0,
         "max-attribute-value-bytes must be positive"
     );
-    let data_dir = std::path::absolute(&args.data_dir)?;
-    let url = match &args.object_store {
-        Some(u) => u.clone(),
-        None => format!("file://{}", data_dir.join("objects").display()),
+    let config = IngesterConfig {
+        ingester_id: id.ingester_id,
+        grpc_listen: id.grpc_listen,
+        http_listen: id.http_listen,
+        advertise: id.advertise.unwrap_or_else(|| id.grpc_listen.to_string()),
+        data_dir,
+        wal_mode: flags.wal,
+        pipeline: PipelineConfig {
+            shards,
+            queue_bytes: flags.shard_queue_bytes,
+            admit_wait: Duration::from_millis(flags.admit_wait_ms),
+            seal: SealPolicy {
+                max_bytes: flags.seal_bytes,
+                max_age: Duration::from_secs(flags.seal_age_s.max(1)),
+            },
+            upload_queue: 2,
+            limits: Limits {
+                max_attrs: flags.max_attributes,
+                max_value_bytes: flags.max_attribute_value_bytes,
+            },
+        },
+        receivers: ReceiverConfig {
+            max_wire_bytes: flags.max_message_bytes,
+            max_message_bytes: flags.max_message_bytes,
+            require_tenant: flags.require_tenant,
+            max_inflight: flags.max_inflight_requests,
+            body_timeout: Duration::from_secs(flags.body_timeout_s.max(1)),
+        },
+        lease_ttl: Duration::from_secs(15),
+        multipart_above: flags.multipart_above_bytes,
     };
-    let store = mira_core::store::from_url(&url, &options(&args.object_store_options)?)?;
-    let catalog = Arc::new(CatalogClient::new(
-        args.catalog
+    let node = IngesterNode::start(config, catalog, store).await?;
+    tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");
+    Ok(node)
+}
+
+/// A catalog client for comma-separated member addresses.
+pub fn catalog_client(members: &str) -> Arc<CatalogClient> {
+    Arc::new(CatalogClient::new(
+        members
             .split(',')
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .collect(),
         ClientConfig::default(),
-    ));
-    let config = IngesterConfig {
+    ))
+}
+
+pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
+    let (data_dir, store) = args.store.open()?;
+    let id = Identity {
         ingester_id: args.ingester_id.clone(),
         grpc_listen: args.grpc_listen,
         http_listen: args.http_listen,
-        advertise: args.advertise.clone().unwrap_or_else(|| args.grpc_listen.to_string()),
-        data_dir,
-        wal_mode: args.wal,
-        pipeline: PipelineConfig {
-            shards,
-            queue_bytes: args.shard_queue_bytes,
-            admit_wait: Duration::from_millis(args.admit_wait_ms),
-            seal: SealPolicy {
-                max_bytes: args.seal_bytes,
-                max_age: Duration::from_secs(args.seal_age_s.max(1)),
-            },
-            upload_queue: 2,
-            limits: Limits {
-                max_attrs: args.max_attributes,
-                max_value_bytes: args.max_attribute_value_bytes,
-            },
-        },
-        receivers: ReceiverConfig {
-            max_wire_bytes: args.max_message_bytes,
-            max_message_bytes: args.max_message_bytes,
-            require_tenant: args.require_tenant,
-            max_inflight: args.max_inflight_requests,
-            body_timeout: Duration::from_secs(args.body_timeout_s.max(1)),
-        },
-        lease_ttl: Duration::from_secs(15),
-        multipart_above: args.multipart_above_bytes,
+        advertise: args.advertise.clone(),
     };
-    let node = IngesterNode::start(config, catalog, store.store).await?;
-    tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");
+    let node = start(id, &args.ingest, data_dir, store, catalog_client(&args.catalog)).await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::ingester", "stopping: sealing and publishing open blocks");
     node.shutdown().await;

@@ -1,5 +1,6 @@
-//! The `mira` binary: one subcommand per role. `mira catalog` runs a
-//! catalog member, `mira catalog-admin` manages a running catalog, and
+//! The `mira` binary: one subcommand per role. `mira serve` runs every role
+//! in one process; `mira catalog`, `mira ingester` and `mira querier` run
+//! one role each, `mira catalog-admin` manages a running catalog, and
 //! `mira version` prints what this build is and the block format it reads
 //! and writes.
 
@@ -7,6 +8,8 @@ mod block_dump;
 mod catalog;
 mod ingester;
 mod loadgen;
+mod querier;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -20,6 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run catalog, ingester and querier in one process (OTLP on 4317/4318, queries on 3100, data in ./data).
+    Serve(serve::ServeArgs),
     /// Print the version, the block format version and the table schema version.
     Version,
     /// Run a catalog member (Raft-replicated block catalog).
@@ -28,6 +33,8 @@ enum Command {
     CatalogAdmin(catalog::AdminArgs),
     /// Run an ingester: OTLP in, WAL, blocks out to the object store and catalog.
     Ingester(ingester::IngesterArgs),
+    /// Run a querier: the query API over the catalog, object store and ingesters.
+    Querier(querier::QuerierArgs),
     /// Send OTLP load (pre-encoded testkit corpus) and report records/s and ack latency.
     Loadgen(loadgen::LoadgenArgs),
     /// Print the records of block files as OTLP/JSON, one line per block.
@@ -91,6 +98,14 @@ fn main() -> anyhow::Result<()> {
         Command::Ingester(args) => {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(ingester::run(args))?;
+        }
+        Command::Querier(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(querier::run(args))?;
+        }
+        Command::Serve(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(serve::run(args))?;
         }
     }
     Ok(())

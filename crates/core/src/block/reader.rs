@@ -52,6 +52,18 @@ impl VerifyCache {
     /// Checks `bytes` against section `index` of block `block` unless that
     /// section was verified before.
     pub fn check(&self, block: BlockId, index: usize, entry: &SectionEntry, bytes: &[u8]) -> Result<(), BlockError> {
+        self.check_hashed(block, index, entry, bytes).map(|_| ())
+    }
+
+    /// [`VerifyCache::check`], telling whether the bytes were hashed (true)
+    /// or the section was already verified (false).
+    pub fn check_hashed(
+        &self,
+        block: BlockId,
+        index: usize,
+        entry: &SectionEntry,
+        bytes: &[u8],
+    ) -> Result<bool, BlockError> {
         if bytes.len() as u64 != entry.length {
             return Err(BlockError::SectionTruncated {
                 block,
@@ -63,7 +75,7 @@ impl VerifyCache {
         // Manifests hold at most MAX_SECTIONS entries.
         let key = (block, index as u32);
         if self.verified.get(&key) == Some(entry.crc32) {
-            return Ok(());
+            return Ok(false);
         }
         self.verifications.fetch_add(1, Ordering::Relaxed);
         let actual = crc32fast::hash(bytes);
@@ -77,7 +89,7 @@ impl VerifyCache {
             });
         }
         self.verified.insert(key, entry.crc32);
-        Ok(())
+        Ok(true)
     }
 }
 

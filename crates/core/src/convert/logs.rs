@@ -441,3 +441,44 @@ pub fn logs_to_otlp(tables: &TableSet) -> Result<ExportLogsServiceRequest, Conve
     }
     Ok(ExportLogsServiceRequest { resource_logs })
 }
+
+/// One log record with the resource and scope it was sent under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRow {
+    pub resource: Option<opentelemetry_proto::tonic::resource::v1::Resource>,
+    pub resource_schema_url: String,
+    pub scope: Option<opentelemetry_proto::tonic::common::v1::InstrumentationScope>,
+    pub scope_schema_url: String,
+    pub record: LogRecord,
+}
+
+/// The records at `rows` of a block's log tables, in that order; only
+/// their attributes are decoded.
+pub fn log_rows(tables: &TableSet, rows: &[u32]) -> Result<Vec<LogRow>, ConvertError> {
+    let root = tables.get(schema::LOGS)?;
+    let n = root.num_rows();
+    if let Some(&bad) = rows.iter().find(|&&r| r as usize >= n) {
+        return Err(ConvertError::BadReference {
+            table: schema::LOGS,
+            row: bad as usize,
+        });
+    }
+    let cols = LogColumns::new(root)?;
+    let ctx = Contexts::read(tables)?;
+    let mut attrs = AttrReader::new(tables.get(schema::LOG_ATTRS)?, schema::LOG_ATTRS)?.grouped_for(rows)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for &r in rows {
+        let row = r as usize;
+        let record = cols.record(row, attrs.remove(&r).unwrap_or_default())?;
+        let (resource, resource_schema_url) = ctx.resource(cols.resource_id.value(row), row, schema::LOGS)?.clone();
+        let (scope, scope_schema_url) = ctx.scope(cols.scope_id.value(row), row, schema::LOGS)?.clone();
+        out.push(LogRow {
+            resource,
+            resource_schema_url,
+            scope,
+            scope_schema_url,
+            record,
+        });
+    }
+    Ok(out)
+}

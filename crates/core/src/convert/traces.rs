@@ -314,17 +314,62 @@ impl<'a> SpanColumns<'a> {
 
 /// A block's trace tables back as one OTLP request.
 pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, ConvertError> {
+    spans_to_otlp_rows(tables, None)
+}
+
+/// Attributes of the parents `rows` (all `0..n` when `None`), by parent.
+fn attrs_of(
+    reader: &AttrReader<'_>,
+    n: usize,
+    rows: Option<&[u32]>,
+) -> Result<std::collections::HashMap<u32, Vec<opentelemetry_proto::tonic::common::v1::KeyValue>>, ConvertError> {
+    match rows {
+        Some(rows) => reader.grouped_for(rows),
+        None => Ok(reader
+            .grouped(n)?
+            .into_iter()
+            .enumerate()
+            .filter(|(_, kv)| !kv.is_empty())
+            .map(|(p, kv)| (p as u32, kv))
+            .collect()),
+    }
+}
+
+/// The spans at `rows` of a block's trace tables (every span when `None`)
+/// as one OTLP request, with their events, links and attributes; only the
+/// attributes of those spans are decoded.
+pub fn spans_to_otlp_rows(tables: &TableSet, rows: Option<&[u32]>) -> Result<ExportTraceServiceRequest, ConvertError> {
     let root = tables.get(schema::SPANS)?;
     let n = root.num_rows();
     let c = SpanColumns::new(root)?;
     let ctx = Contexts::read(tables)?;
-    let mut attrs = AttrReader::new(tables.get(schema::SPAN_ATTRS)?, schema::SPAN_ATTRS)?
-        .grouped(n)?
-        .into_iter();
+    let all: Vec<u32>;
+    let rows: &[u32] = match rows {
+        Some(r) => r,
+        None => {
+            all = (0..n as u32).collect();
+            &all
+        }
+    };
+    if let Some(&bad) = rows.iter().find(|&&r| r as usize >= n) {
+        return Err(ConvertError::BadReference {
+            table: schema::SPANS,
+            row: bad as usize,
+        });
+    }
+    let partial = rows.len() < n;
+    let sel = |r: &[u32]| -> Option<Vec<u32>> { partial.then(|| r.to_vec()) };
+    let mut attrs = attrs_of(
+        &AttrReader::new(tables.get(schema::SPAN_ATTRS)?, schema::SPAN_ATTRS)?,
+        n,
+        sel(rows).as_deref(),
+    )?;
+    // Where each selected span goes in the output.
+    let slot_of: std::collections::HashMap<u32, usize> = rows.iter().enumerate().map(|(i, &r)| (r, i)).collect();
 
-    // Events and links, grouped by their span.
+    // Events and links of the selected spans, grouped by span.
     let mut events: Vec<Vec<span::Event>> = Vec::new();
-    events.resize_with(n, Vec::new);
+    events.resize_with(rows.len(), Vec::new);
     let eb = tables.get(schema::SPAN_EVENTS)?;
     let t = schema::SPAN_EVENTS;
     let (ep, et, en, ed) = (
@@ -333,22 +378,32 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
         DictStr::new(eb, t, "name")?,
         col::<UInt32Array>(eb, t, "dropped_attributes_count")?,
     );
-    let mut eattrs = AttrReader::new(tables.get(schema::EVENT_ATTRS)?, schema::EVENT_ATTRS)?
-        .grouped(eb.num_rows())?
-        .into_iter();
-    for row in 0..eb.num_rows() {
-        let slot = events
-            .get_mut(ep.value(row) as usize)
+    let event_rows: Vec<u32> = (0..eb.num_rows() as u32)
+        .filter(|&e| slot_of.contains_key(&ep.value(e as usize)))
+        .collect();
+    let mut eattrs = attrs_of(
+        &AttrReader::new(tables.get(schema::EVENT_ATTRS)?, schema::EVENT_ATTRS)?,
+        eb.num_rows(),
+        sel(&event_rows).as_deref(),
+    )?;
+    for &e in &event_rows {
+        let row = e as usize;
+        let slot = slot_of
+            .get(&ep.value(row))
+            .and_then(|&i| events.get_mut(i))
             .ok_or(ConvertError::BadReference { table: t, row })?;
         slot.push(span::Event {
             time_unix_nano: et.value(row),
             name: en.get(row).unwrap_or("").to_owned(),
-            attributes: eattrs.next().unwrap_or_default(),
+            attributes: eattrs.remove(&e).unwrap_or_default(),
             dropped_attributes_count: ed.value(row),
         });
     }
+    if let Some(row) = (0..eb.num_rows()).find(|&r| ep.value(r) as usize >= n) {
+        return Err(ConvertError::BadReference { table: t, row });
+    }
     let mut links: Vec<Vec<span::Link>> = Vec::new();
-    links.resize_with(n, Vec::new);
+    links.resize_with(rows.len(), Vec::new);
     let lb = tables.get(schema::SPAN_LINKS)?;
     let t = schema::SPAN_LINKS;
     let (lp, lt, ls, lst, lf, ld) = (
@@ -359,25 +414,36 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
         col::<UInt32Array>(lb, t, "flags")?,
         col::<UInt32Array>(lb, t, "dropped_attributes_count")?,
     );
-    let mut lattrs = AttrReader::new(tables.get(schema::LINK_ATTRS)?, schema::LINK_ATTRS)?
-        .grouped(lb.num_rows())?
-        .into_iter();
-    for row in 0..lb.num_rows() {
-        let slot = links
-            .get_mut(lp.value(row) as usize)
+    if let Some(row) = (0..lb.num_rows()).find(|&r| lp.value(r) as usize >= n) {
+        return Err(ConvertError::BadReference { table: t, row });
+    }
+    let link_rows: Vec<u32> = (0..lb.num_rows() as u32)
+        .filter(|&l| slot_of.contains_key(&lp.value(l as usize)))
+        .collect();
+    let mut lattrs = attrs_of(
+        &AttrReader::new(tables.get(schema::LINK_ATTRS)?, schema::LINK_ATTRS)?,
+        lb.num_rows(),
+        sel(&link_rows).as_deref(),
+    )?;
+    for &l in &link_rows {
+        let row = l as usize;
+        let slot = slot_of
+            .get(&lp.value(row))
+            .and_then(|&i| links.get_mut(i))
             .ok_or(ConvertError::BadReference { table: t, row })?;
         slot.push(span::Link {
             trace_id: id_bytes(lt, row),
             span_id: id_bytes(ls, row),
             trace_state: lst.value(row).to_owned(),
-            attributes: lattrs.next().unwrap_or_default(),
+            attributes: lattrs.remove(&l).unwrap_or_default(),
             dropped_attributes_count: ld.value(row),
             flags: lf.value(row),
         });
     }
 
     let mut groups = Grouper::default();
-    for (row, (events, links)) in events.into_iter().zip(links).enumerate() {
+    for ((&r, events), links) in rows.iter().zip(events).zip(links) {
+        let row = r as usize;
         let status = c.status_code.is_valid(row).then(|| Status {
             message: c.status_message.value(row).to_owned(),
             code: c.status_code.value(row),
@@ -392,7 +458,7 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
             kind: c.kind.value(row),
             start_time_unix_nano: c.start.value(row),
             end_time_unix_nano: c.end.value(row),
-            attributes: attrs.next().unwrap_or_default(),
+            attributes: attrs.remove(&r).unwrap_or_default(),
             dropped_attributes_count: c.dropped_attrs.value(row),
             events,
             dropped_events_count: c.dropped_events.value(row),

@@ -1,0 +1,148 @@
+//! A local copy of the catalog kept current through [`CatalogClient::watch`]:
+//! the live block list and the ingester leases, at a known version. The
+//! querier plans from it; it can wait until the copy has reached a version
+//! another party reported (the recent-data contract).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use crate::client::CatalogClient;
+use crate::proto as pb;
+
+/// What the mirror holds at one version.
+#[derive(Debug, Default, Clone)]
+pub struct MirrorState {
+    /// Catalog version this state reflects; 0 until the first event.
+    pub version: u64,
+    /// Every block row (any state), by id.
+    pub blocks: HashMap<String, pb::Block>,
+    /// Ingester leases by ingester id (expired ones included; callers
+    /// compare `expires_at_ns` with their clock).
+    pub ingesters: HashMap<String, pb::IngesterLease>,
+    /// True once a first complete state has arrived.
+    pub synced: bool,
+}
+
+impl MirrorState {
+    fn apply(&mut self, change: pb::Change) {
+        use pb::change::Change as C;
+        match change.change {
+            Some(C::Block(b)) => {
+                self.blocks.insert(b.id.clone(), b);
+            }
+            Some(C::PurgedBlockId(id)) => {
+                self.blocks.remove(&id);
+            }
+            Some(C::Ingester(lease)) => {
+                self.ingesters.insert(lease.ingester_id.clone(), lease);
+            }
+            _ => {}
+        }
+    }
+
+    /// Live blocks of `tenant`/`signal` whose time range overlaps
+    /// `[min_ns, max_ns]` (inclusive), oldest first by min time.
+    pub fn live_blocks(&self, tenant: &str, signal: pb::Signal, min_ns: i64, max_ns: i64) -> Vec<pb::Block> {
+        let mut out: Vec<pb::Block> = self
+            .blocks
+            .values()
+            .filter(|b| {
+                b.tenant == tenant
+                    && b.signal == signal as i32
+                    && b.state == pb::BlockState::Live as i32
+                    && b.max_time_ns >= min_ns
+                    && b.min_time_ns <= max_ns
+            })
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.min_time_ns, &a.id).cmp(&(b.min_time_ns, &b.id)));
+        out
+    }
+
+    /// Ingesters whose lease is unexpired at `now_ns`.
+    pub fn live_ingesters(&self, now_ns: i64) -> Vec<pb::IngesterLease> {
+        let mut out: Vec<pb::IngesterLease> = self
+            .ingesters
+            .values()
+            .filter(|l| l.expires_at_ns > now_ns && !l.address.is_empty())
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.ingester_id.cmp(&b.ingester_id));
+        out
+    }
+}
+
+/// The running mirror. Cloning shares it; the background task ends when the
+/// last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    rx: watch::Receiver<Arc<MirrorState>>,
+    _task: Arc<AbortOnDrop>,
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Mirror {
+    /// Starts following the catalog from scratch (a full state first).
+    pub fn start(client: Arc<CatalogClient>) -> Mirror {
+        let (tx, rx) = watch::channel(Arc::new(MirrorState::default()));
+        let task = tokio::spawn(async move {
+            let mut events = client.watch(0);
+            let mut state = MirrorState::default();
+            // A reset's changes are gathered here and swapped in whole.
+            let mut incoming: Option<MirrorState> = None;
+            while let Some(event) = events.next().await {
+                if event.reset {
+                    let next = incoming.get_or_insert_with(MirrorState::default);
+                    for c in event.changes {
+                        next.apply(c);
+                    }
+                    if !event.reset_done {
+                        continue;
+                    }
+                    state = incoming.take().unwrap_or_default();
+                } else {
+                    for c in event.changes {
+                        state.apply(c);
+                    }
+                }
+                state.version = event.version;
+                state.synced = true;
+                if tx.send(Arc::new(state.clone())).is_err() {
+                    return;
+                }
+            }
+        });
+        Mirror {
+            rx,
+            _task: Arc::new(AbortOnDrop(task)),
+        }
+    }
+
+    /// The current state (cheap: shared).
+    pub fn state(&self) -> Arc<MirrorState> {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits until the mirror has reached `version` (and holds a complete
+    /// state), up to `timeout`. Returns the state, or `None` on timeout.
+    pub async fn wait_for(&self, version: u64, timeout: Duration) -> Option<Arc<MirrorState>> {
+        let mut rx = self.rx.clone();
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|s| s.synced && s.version >= version)).await;
+        match reached {
+            Ok(Ok(state)) => Some(state.clone()),
+            _ => None,
+        }
+    }
+}
