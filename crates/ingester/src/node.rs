@@ -69,6 +69,20 @@ fn now_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// The first lease heartbeat, retried until the catalog takes it.
+async fn register(catalog: &CatalogClient, config: &IngesterConfig) {
+    let mut backoff = Duration::from_millis(100);
+    let ttl_ms = i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+    while let Err(e) = catalog
+        .heartbeat(&config.ingester_id, &config.advertise, now_ns(), ttl_ms)
+        .await
+    {
+        tracing::warn!(target: "mira::ingester", error = %e, "could not register with the catalog; retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
 async fn watermarks(catalog: &CatalogClient, id: &str) -> HashMap<u16, u64> {
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -194,6 +208,16 @@ impl IngesterNode {
             },
         ))
         .into_axum_router();
+        // An advertised address with port 0 (a test binding any port) names
+        // the port actually bound.
+        if let Ok(a) = config.advertise.parse::<SocketAddr>()
+            && a.port() == 0
+        {
+            config.advertise = SocketAddr::new(a.ip(), grpc_addr.port()).to_string();
+        }
+        // Registered before the first export is taken: a querier that asks
+        // the catalog for live ingesters after an ack finds this one.
+        register(&catalog, &config).await;
         let (s1, h1) = serve(grpc_listener, grpc_router(receivers).merge(recent)).await;
         let (s2, h2) = serve(http_listener, http).await;
 
@@ -210,13 +234,6 @@ impl IngesterNode {
                 }
             })
         };
-        // An advertised address with port 0 (a test binding any port) names
-        // the port actually bound.
-        if let Ok(a) = config.advertise.parse::<SocketAddr>()
-            && a.port() == 0
-        {
-            config.advertise = SocketAddr::new(a.ip(), grpc_addr.port()).to_string();
-        }
         // Lease in the catalog, renewed at a third of its ttl.
         let lease = {
             let catalog = catalog.clone();

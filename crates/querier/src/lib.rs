@@ -107,6 +107,7 @@ pub(crate) struct Plan {
 pub struct Querier {
     pub config: QuerierConfig,
     store: Arc<dyn ObjectStore>,
+    catalog: Arc<CatalogClient>,
     mirror: Mirror,
     cache: cache::SectionCache,
     pool: rayon::ThreadPool,
@@ -128,7 +129,8 @@ impl Querier {
             .map_err(|e| QueryError::Internal(format!("scan pool: {e}")))?;
         Ok(Arc::new(Querier {
             store,
-            mirror: Mirror::start(catalog),
+            mirror: Mirror::start(catalog.clone()),
+            catalog,
             cache,
             pool,
             recent: recent::RecentClients::default(),
@@ -196,7 +198,31 @@ impl Querier {
             start.min(i64::MAX as u64) as i64,
             end.saturating_sub(1).min(i64::MAX as u64) as i64,
         );
-        let ingesters = state.live_ingesters(now);
+        // The live ingesters from the catalog itself (linearizable), not the
+        // local copy, which may lag: an ingester registers before it takes
+        // its first export, so every acknowledged row is on one asked here.
+        let ingesters = match tokio::time::timeout(
+            self.config.catalog_wait,
+            self.catalog.list_ingesters(cpb::ListIngestersRequest {
+                now_ns: now,
+                linearizable: true,
+            }),
+        )
+        .await
+        {
+            Ok(Ok(reply)) => reply.ingesters,
+            other => {
+                let why = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {:?}", self.config.catalog_wait),
+                };
+                plan.partial = true;
+                plan.warnings.push(format!(
+                    "could not list live ingesters ({why}); recent data from the local catalog copy only"
+                ));
+                state.live_ingesters(now)
+            }
+        };
         let replies = self
             .recent
             .ask(&ingesters, tenant, signal, min, max, self.config.recent_timeout, stats)
