@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,26 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from grpc import Compression as GrpcCompression
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MIRA = os.environ.get("MIRA_BIN", os.path.join(ROOT, "target", "debug", "mira"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(what, check, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from serve_proc import MIRA, free_port, wait_until
 
 
 class Mira:

@@ -13,6 +13,7 @@ use mira_core::scan::{LineFilter, MatchOp, Order, compile_regex};
 use mira_core::{Signal, TenantId};
 
 use crate::logs::{LineKey, LogsQuery};
+use crate::promql::PromQuery;
 use crate::traces::{TraceSearch, parse_trace_id};
 use crate::{Querier, QueryError, selector};
 
@@ -30,6 +31,8 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .route("/api/mira/v1/logs", get(logs))
         .route("/api/mira/v1/traces/search", get(search))
         .route("/api/mira/v1/traces/{id}", get(trace))
+        .route("/api/mira/v1/metrics/query", get(metrics_query))
+        .route("/api/mira/v1/metrics/query_range", get(metrics_query_range))
         .route("/api/mira/v1/labels", get(labels))
         .route("/api/mira/v1/label/{name}/values", get(label_values))
         .with_state(q)
@@ -268,6 +271,76 @@ async fn search(
                 .transpose()?,
             matchers: selector::parse(p.one("selector").unwrap_or(""))?,
             limit: p.num("limit")?.unwrap_or(DEFAULT_TRACE_LIMIT),
+        })
+        .await?;
+    Ok(ok_json(&answer))
+}
+
+/// A Prometheus step: seconds (a number) or a duration such as `15s`.
+pub fn parse_step(v: &str) -> Result<i64, QueryError> {
+    let ns = match v.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e12 => (secs * 1e9) as u64,
+        Ok(_) => {
+            return Err(QueryError::BadRequest(format!(
+                "step={:?} must be positive",
+                v.chars().take(64).collect::<String>()
+            )));
+        }
+        Err(_) => parse_duration("step", v)?,
+    };
+    let ms = (ns / 1_000_000) as i64;
+    if ms <= 0 {
+        return Err(QueryError::BadRequest("step must be at least 1ms".into()));
+    }
+    Ok(ms)
+}
+
+fn ms(ns: u64) -> i64 {
+    (ns / 1_000_000) as i64
+}
+
+fn required<'a>(p: &'a P, name: &str) -> Result<&'a str, QueryError> {
+    p.one(name)
+        .ok_or_else(|| QueryError::BadRequest(format!("{name} is required")))
+}
+
+async fn metrics_query(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response, QueryError> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let query = required(&p, "query")?.to_owned();
+    let t = ms(p.time("time")?.unwrap_or_else(|| crate::now_ns().max(0) as u64));
+    let answer = q
+        .promql(PromQuery {
+            tenant,
+            query,
+            start_ms: t,
+            end_ms: t,
+            step_ms: 0,
+            instant: true,
+        })
+        .await?;
+    Ok(ok_json(&answer))
+}
+
+async fn metrics_query_range(
+    State(q): State<Arc<Querier>>,
+    headers: HeaderMap,
+    Query(params): Params,
+) -> Result<Response, QueryError> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let query = required(&p, "query")?.to_owned();
+    let start = parse_time("start", required(&p, "start")?)?;
+    let end = parse_time("end", required(&p, "end")?)?;
+    let step = parse_step(required(&p, "step")?)?;
+    let answer = q
+        .promql(PromQuery {
+            tenant,
+            query,
+            start_ms: ms(start),
+            end_ms: ms(end),
+            step_ms: step,
+            instant: false,
         })
         .await?;
     Ok(ok_json(&answer))

@@ -6,14 +6,15 @@
 //! dedicated CPU pool, the merge with ingesters' recent (unpublished) data
 //! under the catalog-version contract of `proto/ingester.proto`
 //! ([`recent`]), the per-query counters ([`stats`]) and the native HTTP API
-//! under `/api/mira/v1/` ([`api`]): logs ([`logs`]), traces ([`traces`])
-//! and labels.
+//! under `/api/mira/v1/` ([`api`]): logs ([`logs`]), traces ([`traces`]),
+//! PromQL over metric points ([`promql`]) and labels ([`labels`]).
 
 pub mod api;
 pub mod cache;
 pub mod error;
 pub mod labels;
 pub mod logs;
+pub mod promql;
 pub mod recent;
 pub mod selector;
 pub mod server;

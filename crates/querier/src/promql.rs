@@ -1,0 +1,393 @@
+//! PromQL over stored metric points: parse (the `promql-parser` crate),
+//! find the series every selector names in the blocks of the time window
+//! (published and recent; blocks whose metric names cannot match are
+//! pruned from their attribute index), then evaluate step by step on the
+//! scan pool ([`eval`]). Answers use the Prometheus HTTP API's JSON shape,
+//! plus `stats`.
+
+pub mod eval;
+pub mod load;
+pub mod names;
+
+use std::sync::Arc;
+
+use lrpar::{Lexeme as _, Lexer as _};
+use mira_core::Signal;
+use mira_core::scan::AttrScope;
+use mira_core::sidecar::field;
+use promql_parser::parser::{Expr, Offset};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::stats::{Stats, StatsJson};
+use crate::{Candidate, Querier, QueryError, Src};
+use eval::{Engine, Labels, Settings, Value};
+use load::{SeriesMap, format_float};
+
+/// Longest PromQL expression accepted, bytes.
+pub const MAX_QUERY_LEN: usize = 64 * 1024;
+/// Most steps of a range query (as Prometheus).
+pub const MAX_STEPS: i64 = 11_000;
+/// Instant selectors look this far back for a sample.
+pub const LOOKBACK_MS: i64 = 300_000;
+/// Most series one query may load.
+pub const MAX_SERIES: usize = 500_000;
+
+/// A PromQL request: one instant, or a range on a step grid (ms).
+#[derive(Debug, Clone)]
+pub struct PromQuery {
+    pub tenant: String,
+    pub query: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub step_ms: i64,
+    pub instant: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PromData {
+    #[serde(rename = "resultType")]
+    pub result_type: &'static str,
+    pub result: serde_json::Value,
+}
+
+/// The Prometheus-shaped answer.
+#[derive(Debug, Serialize)]
+pub struct PromAnswer {
+    pub status: &'static str,
+    pub data: PromData,
+    pub partial: bool,
+    pub warnings: Vec<String>,
+    pub stats: StatsJson,
+}
+
+/// "parse error at byte N: reason". The parser reports reasons without
+/// positions; the position is the end of the input for an unfinished
+/// query, else the start of the first token after the longest prefix that
+/// parses (or, for a lexical error, the first byte that fails to lex).
+pub fn parse(query: &str) -> Result<Expr, QueryError> {
+    if query.len() > MAX_QUERY_LEN {
+        return Err(QueryError::BadRequest(format!(
+            "the query is {} bytes; the limit is {MAX_QUERY_LEN}",
+            query.len()
+        )));
+    }
+    if query.trim().is_empty() {
+        return Err(QueryError::BadRequest("parse error at byte 0: empty query".into()));
+    }
+    promql_parser::parser::parse(query).map_err(|reason| {
+        let pos = error_position(query, &reason);
+        QueryError::BadRequest(format!("parse error at byte {pos}: {reason}"))
+    })
+}
+
+fn error_position(query: &str, reason: &str) -> usize {
+    let at_end = ["end of input", "unclosed", "unterminated", "unexpected end"];
+    if at_end.iter().any(|w| reason.contains(w)) {
+        return query.len();
+    }
+    match promql_parser::parser::lex::lexer(query) {
+        Ok(lexer) => {
+            let spans: Vec<(usize, usize)> = lexer
+                .iter()
+                .filter_map(Result::ok)
+                .map(|l| (l.span().start(), l.span().end()))
+                .collect();
+            if spans.len() > 2_000 {
+                return 0;
+            }
+            let mut good = 0;
+            for (i, &(_, end)) in spans.iter().enumerate() {
+                if promql_parser::parser::parse(&query[..end]).is_ok() {
+                    good = i + 1;
+                }
+            }
+            spans.get(good).map_or(query.len(), |s| s.0)
+        }
+        Err(_) => {
+            // The first prefix (at a character boundary) that fails to lex
+            // with an error other than running out of input.
+            let limit = query.len().min(4096);
+            (1..=limit)
+                .filter(|&n| query.is_char_boundary(n))
+                .find(|&n| match promql_parser::parser::lex::lexer(&query[..n]) {
+                    Err(e) => !at_end.iter().any(|w| e.contains(w)),
+                    Ok(_) => false,
+                })
+                .map_or(0, |n| n.saturating_sub(1))
+        }
+    }
+}
+
+/// Every vector selector of `expr` with how far back it reads (range +
+/// offset), for the load window.
+fn selectors(expr: &Expr, out: &mut Vec<(promql_parser::parser::VectorSelector, i64)>) {
+    let off = |o: &Option<Offset>| match o {
+        Some(Offset::Pos(d)) => d.as_millis() as i64,
+        Some(Offset::Neg(d)) => -(d.as_millis() as i64),
+        None => 0,
+    };
+    match expr {
+        Expr::VectorSelector(vs) => out.push((vs.clone(), off(&vs.offset))),
+        Expr::MatrixSelector(ms) => out.push((ms.vs.clone(), ms.range.as_millis() as i64 + off(&ms.vs.offset))),
+        Expr::Aggregate(a) => {
+            selectors(&a.expr, out);
+            if let Some(p) = &a.param {
+                selectors(p, out);
+            }
+        }
+        Expr::Unary(u) => selectors(&u.expr, out),
+        Expr::Binary(b) => {
+            selectors(&b.lhs, out);
+            selectors(&b.rhs, out);
+        }
+        Expr::Paren(p) => selectors(&p.expr, out),
+        Expr::Subquery(s) => selectors(&s.expr, out),
+        Expr::Call(c) => c.args.args.iter().for_each(|a| selectors(a, out)),
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+    }
+}
+
+fn fmt_value(v: f64) -> String {
+    format_float(v)
+}
+
+fn fmt_time(ms: i64) -> serde_json::Value {
+    if ms % 1000 == 0 {
+        json!(ms / 1000)
+    } else {
+        json!(ms as f64 / 1000.0)
+    }
+}
+
+/// A matrix element: `{"metric": {...}, "values": [[t, "v"], ...]}`.
+fn series_json(labels: &Labels, points: &[(i64, f64)]) -> serde_json::Value {
+    json!({"metric": metric_json(labels),
+        "values": points.iter().map(|(t, v)| json!([fmt_time(*t), fmt_value(*v)])).collect::<Vec<_>>()})
+}
+
+fn metric_json(labels: &Labels) -> serde_json::Value {
+    serde_json::Value::Object(labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
+}
+
+impl Querier {
+    /// Loads the series matching any of `sel` with samples in
+    /// `[from_ms, to_ms]`.
+    async fn load_series(
+        &self,
+        tenant: &str,
+        sel: &[promql_parser::parser::VectorSelector],
+        from_ms: i64,
+        to_ms: i64,
+        stats: &Stats,
+    ) -> Result<(SeriesMap, bool, Vec<String>), QueryError> {
+        let from_ns = from_ms.max(0) as u64 * 1_000_000;
+        let to_ns = (to_ms.max(0) as u64).saturating_mul(1_000_000).saturating_add(999_999);
+        let plan = self.plan(tenant, Signal::Metrics, from_ns, to_ns.saturating_add(1), stats).await?;
+        // Names the selectors fix; a block none of whose metrics can give
+        // one of them is pruned.
+        let fixed: Option<Vec<String>> = sel
+            .iter()
+            .map(|s| {
+                s.name.clone().or_else(|| {
+                    s.matchers
+                        .matchers
+                        .iter()
+                        .find(|m| m.name == eval::NAME && matches!(m.op, promql_parser::label::MatchOp::Equal))
+                        .map(|m| m.value.clone())
+                })
+            })
+            .collect();
+        let sel = Arc::new(sel.to_vec());
+        let reads = plan.candidates.iter().map(|c| {
+            let sel = sel.clone();
+            let fixed = fixed.clone();
+            async move {
+                if let Some(names) = &fixed
+                    && !self.metric_names_may_match(c, names, stats).await?
+                {
+                    stats.add_pruned(mira_core::sidecar::PruneRule::AttrIndex);
+                    return Ok::<_, QueryError>(SeriesMap::new());
+                }
+                let tables = self.scan_tables(c, &load::TABLES, stats).await?;
+                let id = c.id.clone();
+                let (map, read) = self
+                    .on_pool(move || {
+                        let wanted = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
+                        let mut map = SeriesMap::new();
+                        load::read_block(&tables, from_ms, to_ms, &wanted, &mut map).map(|n| (map, n))
+                    })
+                    .await
+                    .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;
+                stats.add_rows(read as u64);
+                Ok(map)
+            }
+        });
+        let mut all = SeriesMap::new();
+        for part in futures::future::try_join_all(reads).await? {
+            for (labels, samples) in part {
+                all.entry(labels).or_default().extend(samples);
+            }
+            if all.len() > MAX_SERIES {
+                return Err(QueryError::TooBig(format!(
+                    "the query selects more than {MAX_SERIES} series; add label matchers"
+                )));
+            }
+        }
+        Ok((all, plan.partial, plan.warnings))
+    }
+
+    /// Whether the block's metric names (from its attribute index) can
+    /// give one of `names` (the Prometheus name starts with the sanitized
+    /// OTLP name).
+    async fn metric_names_may_match(&self, c: &Candidate, names: &[String], stats: &Stats) -> Result<bool, QueryError> {
+        if matches!(c.src, Src::Recent(_)) {
+            return Ok(true);
+        }
+        let Src::Published { key } = &c.src else { return Ok(true) };
+        let manifest = self
+            .cache()
+            .manifest(&self.store, key, stats)
+            .await
+            .map_err(|e| QueryError::block(key, e))?;
+        let sidecars = self.sidecars(key, &manifest, stats).await?;
+        let Some(listed) = sidecars.attrs.values(AttrScope::Field, field::METRIC_NAME) else {
+            return Ok(true);
+        };
+        Ok(listed.iter().any(|otlp| {
+            let base = names::metric_name(otlp, "", true, false);
+            names.iter().any(|n| n.starts_with(&base))
+        }))
+    }
+
+    /// Evaluates a PromQL query.
+    pub async fn promql(self: &Arc<Self>, q: PromQuery) -> Result<PromAnswer, QueryError> {
+        let expr = parse(&q.query)?;
+        if q.start_ms > q.end_ms {
+            return Err(QueryError::BadRequest(format!(
+                "start ({}) is after end ({})",
+                q.start_ms, q.end_ms
+            )));
+        }
+        if !q.instant {
+            if q.step_ms <= 0 {
+                return Err(QueryError::BadRequest("step must be positive".into()));
+            }
+            let steps = (q.end_ms - q.start_ms) / q.step_ms + 1;
+            if steps > MAX_STEPS {
+                return Err(QueryError::TooBig(format!(
+                    "the range holds {steps} steps; the limit is {MAX_STEPS}: raise step or narrow the range"
+                )));
+            }
+        }
+        self.check_range(
+            q.start_ms.max(0) as u64 * 1_000_000,
+            q.end_ms.max(0) as u64 * 1_000_000,
+        )?;
+        let mut sel = Vec::new();
+        selectors(&expr, &mut sel);
+        let back = sel.iter().map(|(_, b)| *b).max().unwrap_or(0).max(0) + LOOKBACK_MS;
+        let stats = Stats::default();
+        let from = q.start_ms - back;
+        let (series, partial, warnings) = self
+            .load_series(&q.tenant, &sel.into_iter().map(|(s, _)| s).collect::<Vec<_>>(), from, q.end_ms, &stats)
+            .await?;
+        let settings = Settings {
+            lookback_ms: LOOKBACK_MS,
+            start_ms: q.start_ms,
+            end_ms: q.end_ms,
+            max_samples: 5_000_000,
+        };
+        let data = self
+            .on_pool(move || evaluate(expr, series, settings, &q))
+            .await
+            .map_err(|e| QueryError::BadRequest(e.0))?;
+        Ok(PromAnswer {
+            status: "success",
+            data,
+            partial,
+            warnings,
+            stats: stats.snapshot(),
+        })
+    }
+}
+
+fn evaluate(expr: Expr, series: SeriesMap, settings: Settings, q: &PromQuery) -> Result<PromData, eval::EvalError> {
+    let series: Vec<eval::Series> = series
+        .into_iter()
+        .map(|(labels, mut samples)| {
+            samples.sort_by_key(|s| s.0);
+            samples.dedup_by_key(|s| s.0);
+            eval::Series { labels, samples }
+        })
+        .collect();
+    let engine = Engine::new(series, settings);
+    if q.instant {
+        let t = q.end_ms;
+        return Ok(match engine.eval(&expr, t)? {
+            Value::Scalar(v) => PromData {
+                result_type: "scalar",
+                result: json!([fmt_time(t), fmt_value(v)]),
+            },
+            Value::Str(s) => PromData {
+                result_type: "string",
+                result: json!([fmt_time(t), s]),
+            },
+            Value::Vector(mut v) => {
+                v.sort_by(|a, b| a.labels.cmp(&b.labels));
+                PromData {
+                    result_type: "vector",
+                    result: v
+                        .iter()
+                        .map(|s| json!({"metric": metric_json(&s.labels), "value": [fmt_time(t), fmt_value(s.v)]}))
+                        .collect(),
+                }
+            }
+            Value::Matrix(mut m) => {
+                m.sort_by(|a, b| a.labels.cmp(&b.labels));
+                PromData {
+                    result_type: "matrix",
+                    result: m.iter().map(|s| series_json(&s.labels, &s.points)).collect(),
+                }
+            }
+        });
+    }
+    let mut out: std::collections::BTreeMap<Labels, Vec<(i64, f64)>> = std::collections::BTreeMap::new();
+    let mut t = q.start_ms;
+    while t <= q.end_ms {
+        match engine.eval(&expr, t)? {
+            Value::Scalar(v) => out.entry(Vec::new()).or_default().push((t, v)),
+            Value::Vector(v) => {
+                for s in v {
+                    out.entry(s.labels).or_default().push((t, s.v));
+                }
+            }
+            _ => return Err(eval::EvalError("a range query must give a scalar or an instant vector".into())),
+        }
+        t += q.step_ms;
+    }
+    Ok(PromData {
+        result_type: "matrix",
+        result: out.iter().map(|(labels, points)| series_json(labels, points)).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_name_a_position_and_a_reason() {
+        let e = parse("sum(rate(x[5m])) by (job").expect_err("unclosed").to_string();
+        assert!(e.contains("at byte 24") && e.contains("parenthesis"), "{e}");
+        let e = parse("1 +* 2").expect_err("bad operator").to_string();
+        assert!(e.contains("at byte 2"), "{e}");
+        let e = parse(r#"x{a="b""#).expect_err("unbalanced selector").to_string();
+        assert!(e.contains("at byte 7") && e.contains("braces"), "{e}");
+        let e = parse("").expect_err("empty").to_string();
+        assert!(e.contains("empty"), "{e}");
+        let e = parse(&"x+".repeat(40_000)).expect_err("huge").to_string();
+        assert!(e.contains("limit"), "{e}");
+        assert!(parse("histogram_quantile(0.9, sum by (le) (rate(x_bucket[5m])))").is_ok());
+    }
+}

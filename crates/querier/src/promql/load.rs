@@ -1,0 +1,247 @@
+//! Metric blocks as Prometheus series: each OTLP series becomes one series
+//! (gauge, sum), or `_bucket{le}` + `_sum` + `_count` (histogram), or
+//! `{quantile}` + `_sum` + `_count` (summary). Labels are the resource
+//! attributes, then the point attributes (which win), with names mapped by
+//! [`label_name`]; `service.name` (with `service.namespace`) also gives
+//! `job` and `service.instance.id` gives `instance`, as Prometheus' OTLP
+//! receiver does. Exponential histograms give `_sum` and `_count` only.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, BooleanArray, Float64Array, Int64Array, ListArray, UInt8Array, UInt32Array, UInt64Array};
+use mira_core::attrs::AttrReader;
+use mira_core::convert::columns::{DictStr, col};
+use mira_core::convert::{ConvertError, TableSet};
+use mira_core::schema::{self, metric_type};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
+
+use super::eval::{Labels, NAME};
+use super::names::{label_name, metric_name};
+
+/// Tables a metrics block is read from.
+pub const TABLES: [&str; 6] = [
+    schema::SERIES,
+    schema::SERIES_ATTRS,
+    schema::RESOURCES,
+    schema::RESOURCE_ATTRS,
+    schema::POINTS,
+    schema::POINT_DISTS,
+];
+
+/// Samples by series labels.
+pub type SeriesMap = HashMap<Labels, Vec<(i64, f64)>>;
+
+fn text(kv: &KeyValue) -> Option<String> {
+    match kv.value.as_ref()?.value.as_ref()? {
+        AnyV::StringValue(s) => Some(s.clone()),
+        AnyV::IntValue(i) => Some(i.to_string()),
+        AnyV::DoubleValue(d) => Some(d.to_string()),
+        AnyV::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn base_labels(resource: &[KeyValue], point: &[KeyValue]) -> Vec<(String, String)> {
+    let mut m: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    let find = |k: &str| resource.iter().find(|kv| kv.key == k).and_then(text);
+    for kv in resource {
+        if let Some(v) = text(kv) {
+            m.insert(label_name(&kv.key), v);
+        }
+    }
+    if let Some(service) = find("service.name") {
+        let job = match find("service.namespace") {
+            Some(ns) => format!("{ns}/{service}"),
+            None => service,
+        };
+        m.insert("job".into(), job);
+    }
+    if let Some(instance) = find("service.instance.id") {
+        m.insert("instance".into(), instance);
+    }
+    for kv in point {
+        if let Some(v) = text(kv) {
+            m.insert(label_name(&kv.key), v);
+        }
+    }
+    m.into_iter().filter(|(_, v)| !v.is_empty()).collect()
+}
+
+fn with(base: &[(String, String)], name: &str, extra: Option<(&str, String)>) -> Labels {
+    let mut l: Labels = base.to_vec();
+    l.push((NAME.to_owned(), name.to_owned()));
+    if let Some((k, v)) = extra {
+        l.retain(|(n, _)| n != k);
+        l.push((k.to_owned(), v));
+    }
+    l.sort();
+    l
+}
+
+/// Prometheus' rendering of a bucket bound or quantile.
+pub fn format_float(v: f64) -> String {
+    if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else if v.is_nan() {
+        "NaN".into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Adds the block's samples with time in `[from_ms, to_ms]` of the series
+/// `wanted` accepts into `into`; returns the points read.
+pub fn read_block(
+    tables: &TableSet,
+    from_ms: i64,
+    to_ms: i64,
+    wanted: &dyn Fn(&Labels) -> bool,
+    into: &mut SeriesMap,
+) -> Result<usize, ConvertError> {
+    let series = tables.get(schema::SERIES)?;
+    let t = schema::SERIES;
+    let names = DictStr::new(series, t, "metric_name")?;
+    let units = DictStr::new(series, t, "metric_unit")?;
+    let types: &UInt8Array = col(series, t, "metric_type")?;
+    let monotonic: &BooleanArray = col(series, t, "is_monotonic")?;
+    let resource_id: &UInt32Array = col(series, t, "resource_id")?;
+    let n_series = series.num_rows();
+    let point_attrs = AttrReader::new(tables.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?.grouped(n_series)?;
+    let resources = tables.get(schema::RESOURCES)?;
+    let resource_attrs =
+        AttrReader::new(tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?.grouped(resources.num_rows())?;
+
+    // Per OTLP series: its base labels, Prometheus name, type; None when no
+    // Prometheus series of it can be wanted.
+    struct Info {
+        base: Vec<(String, String)>,
+        name: String,
+        kind: u8,
+    }
+    let mut infos: Vec<Option<Info>> = Vec::with_capacity(n_series);
+    for i in 0..n_series {
+        let kind = types.value(i);
+        let rid = resource_id.value(i) as usize;
+        let resource = resource_attrs.get(rid).ok_or(ConvertError::BadReference { table: t, row: i })?;
+        let base = base_labels(resource, &point_attrs[i]);
+        let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !monotonic.value(i));
+        let name = metric_name(
+            names.get(i).unwrap_or(""),
+            units.get(i).unwrap_or(""),
+            is_gauge,
+            kind == metric_type::SUM && monotonic.value(i),
+        );
+        // A cheap check on the plain name before building every variant.
+        let candidates: Vec<String> = match kind {
+            metric_type::HISTOGRAM => vec![format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count")],
+            metric_type::SUMMARY | metric_type::EXP_HISTOGRAM => {
+                vec![name.clone(), format!("{name}_sum"), format!("{name}_count")]
+            }
+            _ => vec![name.clone()],
+        };
+        let any = kind == metric_type::HISTOGRAM
+            || kind == metric_type::SUMMARY
+            || candidates.iter().any(|n| wanted(&with(&base, n, None)));
+        infos.push(any.then_some(Info { base, name, kind }));
+    }
+
+    let points = tables.get(schema::POINTS)?;
+    let p = schema::POINTS;
+    let of: &UInt32Array = col(points, p, "series")?;
+    let time: &UInt64Array = col(points, p, "time_unix_nano")?;
+    let vi: &Int64Array = col(points, p, "value_int")?;
+    let vd: &Float64Array = col(points, p, "value_double")?;
+    let dists = tables.get(schema::POINT_DISTS)?;
+    let d = schema::POINT_DISTS;
+    let parent: &UInt32Array = col(dists, d, "parent")?;
+    let count: &UInt64Array = col(dists, d, "count")?;
+    let sum: &Float64Array = col(dists, d, "sum")?;
+    let bucket_counts: &ListArray = col(dists, d, "bucket_counts")?;
+    let bounds: &ListArray = col(dists, d, "explicit_bounds")?;
+    let quantiles: &ListArray = col(dists, d, "quantiles")?;
+    let quantile_values: &ListArray = col(dists, d, "quantile_values")?;
+    let dist_of: HashMap<u32, usize> = (0..dists.num_rows()).map(|r| (parent.value(r), r)).collect();
+
+    let mut push = |labels: Labels, tms: i64, v: f64| {
+        if wanted(&labels) {
+            into.entry(labels).or_default().push((tms, v));
+        }
+    };
+    let mut read = 0;
+    for row in 0..points.num_rows() {
+        let sid = of.value(row) as usize;
+        let Some(Some(info)) = infos.get(sid) else {
+            if sid >= n_series {
+                return Err(ConvertError::BadReference { table: p, row });
+            }
+            continue;
+        };
+        let tms = (time.value(row) / 1_000_000) as i64;
+        if tms < from_ms || tms > to_ms {
+            continue;
+        }
+        read += 1;
+        match info.kind {
+            metric_type::GAUGE | metric_type::SUM => {
+                let v = if vd.is_valid(row) {
+                    vd.value(row)
+                } else if vi.is_valid(row) {
+                    vi.value(row) as f64
+                } else {
+                    continue;
+                };
+                push(with(&info.base, &info.name, None), tms, v);
+            }
+            kind => {
+                let Some(&dr) = dist_of.get(&(row as u32)) else { continue };
+                push(with(&info.base, &format!("{}_count", info.name), None), tms, count.value(dr) as f64);
+                if sum.is_valid(dr) {
+                    push(with(&info.base, &format!("{}_sum", info.name), None), tms, sum.value(dr));
+                }
+                if kind == metric_type::HISTOGRAM && bucket_counts.is_valid(dr) {
+                    let counts = bucket_counts.value(dr);
+                    let counts = counts.as_any().downcast_ref::<UInt64Array>().ok_or(ConvertError::WrongType {
+                        table: d,
+                        column: "bucket_counts",
+                    })?;
+                    let b = if bounds.is_valid(dr) { bounds.value(dr) } else { continue };
+                    let b = b.as_any().downcast_ref::<Float64Array>().ok_or(ConvertError::WrongType {
+                        table: d,
+                        column: "explicit_bounds",
+                    })?;
+                    let bucket = format!("{}_bucket", info.name);
+                    let mut cumulative = 0u64;
+                    for i in 0..counts.len() {
+                        cumulative = cumulative.saturating_add(counts.value(i));
+                        let le = if i < b.len() { b.value(i) } else { f64::INFINITY };
+                        push(with(&info.base, &bucket, Some(("le", format_float(le)))), tms, cumulative as f64);
+                    }
+                    if counts.len() <= b.len() {
+                        // No +Inf bucket was sent: the total count is it.
+                        push(with(&info.base, &bucket, Some(("le", "+Inf".into()))), tms, count.value(dr) as f64);
+                    }
+                }
+                if kind == metric_type::SUMMARY && quantiles.is_valid(dr) && quantile_values.is_valid(dr) {
+                    let qs = quantiles.value(dr);
+                    let vs = quantile_values.value(dr);
+                    if let (Some(qs), Some(vs)) = (
+                        qs.as_any().downcast_ref::<Float64Array>(),
+                        vs.as_any().downcast_ref::<Float64Array>(),
+                    ) {
+                        for i in 0..qs.len().min(vs.len()) {
+                            push(
+                                with(&info.base, &info.name, Some(("quantile", format_float(qs.value(i))))),
+                                tms,
+                                vs.value(i),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(read)
+}
