@@ -304,7 +304,11 @@ fn required<'a>(p: &'a P, name: &str) -> Result<&'a str, QueryError> {
         .ok_or_else(|| QueryError::BadRequest(format!("{name} is required")))
 }
 
-async fn metrics_query(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response, QueryError> {
+async fn metrics_query(
+    State(q): State<Arc<Querier>>,
+    headers: HeaderMap,
+    Query(params): Params,
+) -> Result<Response, QueryError> {
     let p = P(params);
     let tenant = tenant(&headers)?;
     let query = required(&p, "query")?.to_owned();

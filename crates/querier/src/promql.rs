@@ -183,7 +183,9 @@ impl Querier {
     ) -> Result<(SeriesMap, bool, Vec<String>), QueryError> {
         let from_ns = from_ms.max(0) as u64 * 1_000_000;
         let to_ns = (to_ms.max(0) as u64).saturating_mul(1_000_000).saturating_add(999_999);
-        let plan = self.plan(tenant, Signal::Metrics, from_ns, to_ns.saturating_add(1), stats).await?;
+        let plan = self
+            .plan(tenant, Signal::Metrics, from_ns, to_ns.saturating_add(1), stats)
+            .await?;
         // Names the selectors fix; a block none of whose metrics can give
         // one of them is pruned.
         let fixed: Option<Vec<String>> = sel
@@ -244,7 +246,9 @@ impl Querier {
         if matches!(c.src, Src::Recent(_)) {
             return Ok(true);
         }
-        let Src::Published { key } = &c.src else { return Ok(true) };
+        let Src::Published { key } = &c.src else {
+            return Ok(true);
+        };
         let manifest = self
             .cache()
             .manifest(&self.store, key, stats)
@@ -280,17 +284,20 @@ impl Querier {
                 )));
             }
         }
-        self.check_range(
-            q.start_ms.max(0) as u64 * 1_000_000,
-            q.end_ms.max(0) as u64 * 1_000_000,
-        )?;
+        self.check_range(q.start_ms.max(0) as u64 * 1_000_000, q.end_ms.max(0) as u64 * 1_000_000)?;
         let mut sel = Vec::new();
         selectors(&expr, &mut sel);
         let back = sel.iter().map(|(_, b)| *b).max().unwrap_or(0).max(0) + LOOKBACK_MS;
         let stats = Stats::default();
         let from = q.start_ms - back;
         let (series, partial, warnings) = self
-            .load_series(&q.tenant, &sel.into_iter().map(|(s, _)| s).collect::<Vec<_>>(), from, q.end_ms, &stats)
+            .load_series(
+                &q.tenant,
+                &sel.into_iter().map(|(s, _)| s).collect::<Vec<_>>(),
+                from,
+                q.end_ms,
+                &stats,
+            )
             .await?;
         let settings = Settings {
             lookback_ms: LOOKBACK_MS,
@@ -362,7 +369,11 @@ fn evaluate(expr: Expr, series: SeriesMap, settings: Settings, q: &PromQuery) ->
                     out.entry(s.labels).or_default().push((t, s.v));
                 }
             }
-            _ => return Err(eval::EvalError("a range query must give a scalar or an instant vector".into())),
+            _ => {
+                return Err(eval::EvalError(
+                    "a range query must give a scalar or an instant vector".into(),
+                ));
+            }
         }
         t += q.step_ms;
     }

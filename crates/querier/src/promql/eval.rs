@@ -19,6 +19,9 @@ use promql_parser::parser::{
     VectorSelector,
 };
 
+/// A function of a range window's samples, its start and its end.
+type RangeFn = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64>;
+
 /// Sorted (name, value) pairs; `__name__` included for raw series.
 pub type Labels = Vec<(String, String)>;
 
@@ -270,26 +273,30 @@ impl Engine {
                 let at = at_ms(&ms.vs.at, &self.settings).unwrap_or(t) - offset_ms(&ms.vs.offset);
                 Ok((self.range(ms, t)?, ms.range.as_millis() as i64, at))
             }
-            _ => err(format!("{}: the argument must be a range selector such as x[5m]", c.func.name)),
+            _ => err(format!(
+                "{}: the argument must be a range selector such as x[5m]",
+                c.func.name
+            )),
         }
     }
 
     fn call(&self, c: &Call, t: i64) -> Result<Value, EvalError> {
         let name = c.func.name;
-        let over_range = |f: &dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64>, keep_name: bool| -> Result<Value, EvalError> {
-            let (series, range, at) = self.matrix_arg(c, t)?;
-            Ok(Value::Vector(
-                series
-                    .into_iter()
-                    .filter_map(|s| {
-                        f(&s.points, at - range, at).map(|v| Sample {
-                            labels: if keep_name { s.labels } else { without_name(&s.labels) },
-                            v,
+        let over_range =
+            |f: &RangeFn, keep_name: bool| -> Result<Value, EvalError> {
+                let (series, range, at) = self.matrix_arg(c, t)?;
+                Ok(Value::Vector(
+                    series
+                        .into_iter()
+                        .filter_map(|s| {
+                            f(&s.points, at - range, at).map(|v| Sample {
+                                labels: if keep_name { s.labels } else { without_name(&s.labels) },
+                                v,
+                            })
                         })
-                    })
-                    .collect(),
-            ))
-        };
+                        .collect(),
+                ))
+            };
         let map = |f: &dyn Fn(f64) -> f64| -> Result<Value, EvalError> {
             Ok(Value::Vector(
                 self.vector_arg(c, 0, t)?
@@ -307,19 +314,32 @@ impl Engine {
             "delta" => over_range(&|p, from, to| extrapolated(p, from, to, false, false), false),
             "irate" => over_range(&|p, _, _| instant_rate(p, true), false),
             "idelta" => over_range(&|p, _, _| instant_rate(p, false), false),
-            "avg_over_time" => over_range(&|p, _, _| Some(p.iter().map(|x| x.1).sum::<f64>() / p.len() as f64), false),
+            "avg_over_time" => over_range(
+                &|p, _, _| Some(p.iter().map(|x| x.1).sum::<f64>() / p.len() as f64),
+                false,
+            ),
             "sum_over_time" => over_range(&|p, _, _| Some(p.iter().map(|x| x.1).sum()), false),
             "count_over_time" => over_range(&|p, _, _| Some(p.len() as f64), false),
             "min_over_time" => over_range(&|p, _, _| p.iter().map(|x| x.1).reduce(f64::min), false),
             "max_over_time" => over_range(&|p, _, _| p.iter().map(|x| x.1).reduce(f64::max), false),
             "last_over_time" => over_range(&|p, _, _| p.last().map(|x| x.1), true),
-            "resets" => over_range(&|p, _, _| Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64), false),
-            "changes" => over_range(&|p, _, _| Some(p.windows(2).filter(|w| w[1].1 != w[0].1).count() as f64), false),
+            "resets" => over_range(
+                &|p, _, _| Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64),
+                false,
+            ),
+            "changes" => over_range(
+                &|p, _, _| Some(p.windows(2).filter(|w| w[1].1 != w[0].1).count() as f64),
+                false,
+            ),
             "abs" => map(&f64::abs),
             "ceil" => map(&f64::ceil),
             "floor" => map(&f64::floor),
             "round" => {
-                let to = if c.args.args.len() > 1 { self.scalar_arg(c, 1, t)? } else { 1.0 };
+                let to = if c.args.args.len() > 1 {
+                    self.scalar_arg(c, 1, t)?
+                } else {
+                    1.0
+                };
                 map(&|v| (v / to + 0.5).floor() * to)
             }
             "sqrt" => map(&f64::sqrt),
@@ -383,8 +403,14 @@ impl Engine {
                 T_AVG => vals.iter().sum::<f64>() / n,
                 T_COUNT => n,
                 T_GROUP => 1.0,
-                T_MIN => vals.iter().copied().fold(f64::NAN, |a, b| if a.is_nan() || b < a { b } else { a }),
-                T_MAX => vals.iter().copied().fold(f64::NAN, |a, b| if a.is_nan() || b > a { b } else { a }),
+                T_MIN => vals
+                    .iter()
+                    .copied()
+                    .fold(f64::NAN, |a, b| if a.is_nan() || b < a { b } else { a }),
+                T_MAX => vals
+                    .iter()
+                    .copied()
+                    .fold(f64::NAN, |a, b| if a.is_nan() || b > a { b } else { a }),
                 T_STDDEV | T_STDVAR => {
                     let mean = vals.iter().sum::<f64>() / n;
                     let var = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
@@ -417,13 +443,26 @@ impl Engine {
         match (lhs, rhs) {
             (Value::Scalar(l), Value::Scalar(r)) => {
                 let v = apply(op, l, r)?;
-                Ok(Value::Scalar(if comparison { f64::from(u8::from(v != 0.0)) } else { v }))
+                Ok(Value::Scalar(if comparison {
+                    f64::from(u8::from(v != 0.0))
+                } else {
+                    v
+                }))
             }
-            (Value::Vector(l), Value::Scalar(r)) => Ok(Value::Vector(vector_scalar(op, l, r, false, comparison, return_bool)?)),
-            (Value::Scalar(l), Value::Vector(r)) => Ok(Value::Vector(vector_scalar(op, r, l, true, comparison, return_bool)?)),
+            (Value::Vector(l), Value::Scalar(r)) => {
+                Ok(Value::Vector(vector_scalar(op, l, r, false, comparison, return_bool)?))
+            }
+            (Value::Scalar(l), Value::Vector(r)) => {
+                Ok(Value::Vector(vector_scalar(op, r, l, true, comparison, return_bool)?))
+            }
             (Value::Vector(l), Value::Vector(r)) => {
                 if b.op.is_set_operator() {
-                    return Ok(Value::Vector(set_op(op, l, r, b.modifier.as_ref().and_then(|m| m.matching.as_ref()))));
+                    return Ok(Value::Vector(set_op(
+                        op,
+                        l,
+                        r,
+                        b.modifier.as_ref().and_then(|m| m.matching.as_ref()),
+                    )));
                 }
                 self.vector_vector(b, l, r, comparison, return_bool).map(Value::Vector)
             }
@@ -441,7 +480,10 @@ impl Engine {
     ) -> Result<Vec<Sample>, EvalError> {
         let op = b.op.id();
         let matching = b.modifier.as_ref().and_then(|m| m.matching.as_ref());
-        let card = b.modifier.as_ref().map_or(&VectorMatchCardinality::OneToOne, |m| &m.card);
+        let card = b
+            .modifier
+            .as_ref()
+            .map_or(&VectorMatchCardinality::OneToOne, |m| &m.card);
         let sig = |labels: &Labels| match_key(labels, matching);
         let (many, one, swapped, include) = match card {
             VectorMatchCardinality::OneToMany(ls) => (r, l, true, ls.labels.clone()),
@@ -524,12 +566,21 @@ fn match_key(labels: &Labels, matching: Option<&LabelModifier>) -> Labels {
 fn set_op(op: u16, l: Vec<Sample>, r: Vec<Sample>, matching: Option<&LabelModifier>) -> Vec<Sample> {
     let rkeys: std::collections::HashSet<Labels> = r.iter().map(|s| match_key(&s.labels, matching)).collect();
     match op {
-        T_LAND => l.into_iter().filter(|s| rkeys.contains(&match_key(&s.labels, matching))).collect(),
-        T_LUNLESS => l.into_iter().filter(|s| !rkeys.contains(&match_key(&s.labels, matching))).collect(),
+        T_LAND => l
+            .into_iter()
+            .filter(|s| rkeys.contains(&match_key(&s.labels, matching)))
+            .collect(),
+        T_LUNLESS => l
+            .into_iter()
+            .filter(|s| !rkeys.contains(&match_key(&s.labels, matching)))
+            .collect(),
         _ => {
             let lkeys: std::collections::HashSet<Labels> = l.iter().map(|s| match_key(&s.labels, matching)).collect();
             let mut out = l;
-            out.extend(r.into_iter().filter(|s| !lkeys.contains(&match_key(&s.labels, matching))));
+            out.extend(
+                r.into_iter()
+                    .filter(|s| !lkeys.contains(&match_key(&s.labels, matching))),
+            );
             out
         }
     }
@@ -660,8 +711,15 @@ fn quantile(q: f64, mut vals: Vec<f64>) -> f64 {
 fn histogram_quantile(q: f64, input: Vec<Sample>) -> Vec<Sample> {
     let mut groups: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
     for s in input {
-        let Some(le) = label(&s.labels, "le").and_then(|v| parse_le(v)) else { continue };
-        let key: Labels = s.labels.iter().filter(|(k, _)| k != "le" && k != NAME).cloned().collect();
+        let Some(le) = label(&s.labels, "le").and_then(parse_le) else {
+            continue;
+        };
+        let key: Labels = s
+            .labels
+            .iter()
+            .filter(|(k, _)| k != "le" && k != NAME)
+            .cloned()
+            .collect();
         groups.entry(key).or_default().push((le, s.v));
     }
     groups
@@ -750,7 +808,8 @@ mod tests {
     }
 
     fn run(e: &Engine, q: &str, t: i64) -> Value {
-        e.eval(&promql_parser::parser::parse(q).expect("parse"), t).expect("eval")
+        e.eval(&promql_parser::parser::parse(q).expect("parse"), t)
+            .expect("eval")
     }
 
     fn vector(v: Value) -> Vec<(Labels, f64)> {
@@ -766,8 +825,16 @@ mod tests {
     #[test]
     fn rate_of_a_steady_counter_is_its_slope_and_aggregation_groups() {
         // Two counters sampled every 15 s, +3/s and +1/s.
-        let a = series("req_total", &[("job", "a"), ("code", "200")], (0..100).map(|i| (i * 15_000, 1000.0 + 45.0 * i as f64)).collect());
-        let b = series("req_total", &[("job", "b"), ("code", "200")], (0..100).map(|i| (i * 15_000, 500.0 + 15.0 * i as f64)).collect());
+        let a = series(
+            "req_total",
+            &[("job", "a"), ("code", "200")],
+            (0..100).map(|i| (i * 15_000, 1000.0 + 45.0 * i as f64)).collect(),
+        );
+        let b = series(
+            "req_total",
+            &[("job", "b"), ("code", "200")],
+            (0..100).map(|i| (i * 15_000, 500.0 + 15.0 * i as f64)).collect(),
+        );
         let e = engine(vec![a, b]);
         let t = 60 * 15_000;
         let r = vector(run(&e, "rate(req_total[5m])", t));
@@ -795,7 +862,10 @@ mod tests {
         // rank 50: bucket (0.1, 0.5] holds 50 of which 40 are needed.
         assert!((r[0].1 - (0.1 + 0.4 * 40.0 / 50.0)).abs() < 1e-12, "{r:?}");
         let top = vector(run(&e, "histogram_quantile(0.99, lat_bucket)", 1000));
-        assert!((top[0].1 - 1.0).abs() < 1e-12, "the +Inf bucket answers the highest finite bound");
+        assert!(
+            (top[0].1 - 1.0).abs() < 1e-12,
+            "the +Inf bucket answers the highest finite bound"
+        );
     }
 
     #[test]
@@ -806,8 +876,14 @@ mod tests {
         let r = vector(run(&e, "a / on(i) b", 0));
         assert_eq!(r[0].1, 5.0);
         let g = vector(run(&e, "a * on(i) group_left b", 0));
-        assert_eq!(g[0].0, vec![("i".to_owned(), "1".to_owned()), ("x".to_owned(), "p".to_owned())]);
-        assert!(promql_parser::parser::parse("rate(a)").is_err(), "the parser checks argument types");
+        assert_eq!(
+            g[0].0,
+            vec![("i".to_owned(), "1".to_owned()), ("x".to_owned(), "p".to_owned())]
+        );
+        assert!(
+            promql_parser::parser::parse("rate(a)").is_err(),
+            "the parser checks argument types"
+        );
         let unsupported = e.eval(&promql_parser::parser::parse("sort(a)").expect("parse"), 0);
         assert!(unsupported.expect_err("sort").0.contains("not supported"));
     }

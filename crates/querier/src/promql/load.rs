@@ -122,11 +122,13 @@ pub fn read_block(
         kind: u8,
     }
     let mut infos: Vec<Option<Info>> = Vec::with_capacity(n_series);
-    for i in 0..n_series {
+    for (i, point_attrs) in point_attrs.iter().enumerate() {
         let kind = types.value(i);
         let rid = resource_id.value(i) as usize;
-        let resource = resource_attrs.get(rid).ok_or(ConvertError::BadReference { table: t, row: i })?;
-        let base = base_labels(resource, &point_attrs[i]);
+        let resource = resource_attrs
+            .get(rid)
+            .ok_or(ConvertError::BadReference { table: t, row: i })?;
+        let base = base_labels(resource, point_attrs);
         let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !monotonic.value(i));
         let name = metric_name(
             names.get(i).unwrap_or(""),
@@ -196,32 +198,60 @@ pub fn read_block(
                 push(with(&info.base, &info.name, None), tms, v);
             }
             kind => {
-                let Some(&dr) = dist_of.get(&(row as u32)) else { continue };
-                push(with(&info.base, &format!("{}_count", info.name), None), tms, count.value(dr) as f64);
+                let Some(&dr) = dist_of.get(&(row as u32)) else {
+                    continue;
+                };
+                push(
+                    with(&info.base, &format!("{}_count", info.name), None),
+                    tms,
+                    count.value(dr) as f64,
+                );
                 if sum.is_valid(dr) {
-                    push(with(&info.base, &format!("{}_sum", info.name), None), tms, sum.value(dr));
+                    push(
+                        with(&info.base, &format!("{}_sum", info.name), None),
+                        tms,
+                        sum.value(dr),
+                    );
                 }
                 if kind == metric_type::HISTOGRAM && bucket_counts.is_valid(dr) {
                     let counts = bucket_counts.value(dr);
-                    let counts = counts.as_any().downcast_ref::<UInt64Array>().ok_or(ConvertError::WrongType {
-                        table: d,
-                        column: "bucket_counts",
-                    })?;
-                    let b = if bounds.is_valid(dr) { bounds.value(dr) } else { continue };
-                    let b = b.as_any().downcast_ref::<Float64Array>().ok_or(ConvertError::WrongType {
-                        table: d,
-                        column: "explicit_bounds",
-                    })?;
+                    let counts = counts
+                        .as_any()
+                        .downcast_ref::<UInt64Array>()
+                        .ok_or(ConvertError::WrongType {
+                            table: d,
+                            column: "bucket_counts",
+                        })?;
+                    let b = if bounds.is_valid(dr) {
+                        bounds.value(dr)
+                    } else {
+                        continue;
+                    };
+                    let b = b
+                        .as_any()
+                        .downcast_ref::<Float64Array>()
+                        .ok_or(ConvertError::WrongType {
+                            table: d,
+                            column: "explicit_bounds",
+                        })?;
                     let bucket = format!("{}_bucket", info.name);
                     let mut cumulative = 0u64;
                     for i in 0..counts.len() {
                         cumulative = cumulative.saturating_add(counts.value(i));
                         let le = if i < b.len() { b.value(i) } else { f64::INFINITY };
-                        push(with(&info.base, &bucket, Some(("le", format_float(le)))), tms, cumulative as f64);
+                        push(
+                            with(&info.base, &bucket, Some(("le", format_float(le)))),
+                            tms,
+                            cumulative as f64,
+                        );
                     }
                     if counts.len() <= b.len() {
                         // No +Inf bucket was sent: the total count is it.
-                        push(with(&info.base, &bucket, Some(("le", "+Inf".into()))), tms, count.value(dr) as f64);
+                        push(
+                            with(&info.base, &bucket, Some(("le", "+Inf".into()))),
+                            tms,
+                            count.value(dr) as f64,
+                        );
                     }
                 }
                 if kind == metric_type::SUMMARY && quantiles.is_valid(dr) && quantile_values.is_valid(dr) {

@@ -70,7 +70,11 @@ fn per_word(unit: &str) -> Option<&'static str> {
 fn sanitize_metric(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
-        let c = if c.is_ascii_alphanumeric() || c == '_' || c == ':' { c } else { '_' };
+        let c = if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            c
+        } else {
+            '_'
+        };
         if c == '_' && out.ends_with('_') {
             continue;
         }
@@ -86,7 +90,11 @@ fn sanitize_metric(name: &str) -> String {
 pub fn metric_name(name: &str, unit: &str, is_gauge: bool, is_monotonic_sum: bool) -> String {
     let mut out = sanitize_metric(name);
     // Units in braces are annotations, not units.
-    let unit = if unit.starts_with('{') && unit.ends_with('}') { "" } else { unit };
+    let unit = if unit.starts_with('{') && unit.ends_with('}') {
+        ""
+    } else {
+        unit
+    };
     let (main, per) = match unit.split_once('/') {
         Some((m, p)) => (m, Some(p)),
         None => (unit, None),
@@ -122,12 +130,21 @@ mod tests {
 
     #[test]
     fn names_follow_the_prometheus_otlp_translation() {
-        assert_eq!(metric_name("http.server.request.duration", "s", false, false), "http_server_request_duration_seconds");
+        assert_eq!(
+            metric_name("http.server.request.duration", "s", false, false),
+            "http_server_request_duration_seconds"
+        );
         assert_eq!(metric_name("requests", "1", false, true), "requests_total");
         assert_eq!(metric_name("requests", "{request}", false, true), "requests_total");
-        assert_eq!(metric_name("cpu.utilization", "1", true, false), "cpu_utilization_ratio");
+        assert_eq!(
+            metric_name("cpu.utilization", "1", true, false),
+            "cpu_utilization_ratio"
+        );
         assert_eq!(metric_name("net.io", "By", false, true), "net_io_bytes_total");
-        assert_eq!(metric_name("throughput", "By/s", true, false), "throughput_bytes_per_second");
+        assert_eq!(
+            metric_name("throughput", "By/s", true, false),
+            "throughput_bytes_per_second"
+        );
         assert_eq!(metric_name("latency_seconds", "s", true, false), "latency_seconds");
         assert_eq!(metric_name("9lives..x", "", true, false), "_9lives_x");
         assert_eq!(label_name("service.name"), "service_name");
