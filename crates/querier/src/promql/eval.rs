@@ -282,21 +282,20 @@ impl Engine {
 
     fn call(&self, c: &Call, t: i64) -> Result<Value, EvalError> {
         let name = c.func.name;
-        let over_range =
-            |f: &RangeFn, keep_name: bool| -> Result<Value, EvalError> {
-                let (series, range, at) = self.matrix_arg(c, t)?;
-                Ok(Value::Vector(
-                    series
-                        .into_iter()
-                        .filter_map(|s| {
-                            f(&s.points, at - range, at).map(|v| Sample {
-                                labels: if keep_name { s.labels } else { without_name(&s.labels) },
-                                v,
-                            })
+        let over_range = |f: &RangeFn, keep_name: bool| -> Result<Value, EvalError> {
+            let (series, range, at) = self.matrix_arg(c, t)?;
+            Ok(Value::Vector(
+                series
+                    .into_iter()
+                    .filter_map(|s| {
+                        f(&s.points, at - range, at).map(|v| Sample {
+                            labels: if keep_name { s.labels } else { without_name(&s.labels) },
+                            v,
                         })
-                        .collect(),
-                ))
-            };
+                    })
+                    .collect(),
+            ))
+        };
         let map = |f: &dyn Fn(f64) -> f64| -> Result<Value, EvalError> {
             Ok(Value::Vector(
                 self.vector_arg(c, 0, t)?
