@@ -1,0 +1,247 @@
+"""Query measurements (docs/perf.md): `mira serve` (release) over a corpus of
+many small blocks, against ClickHouse (chdb, in process) over the same
+records in the OpenTelemetry Collector ClickHouse exporter's table shape.
+
+Prints, per query, Mira's warm and cold latency (wall time of the HTTP
+request, and the querier's own elapsed_us), ClickHouse's warm latency, the
+ratio Mira/ClickHouse, and what Mira's stats say it read. Warm figures are
+medians of 7 runs after one warm-up; cold is the first run after a restart
+with an empty block cache.
+
+Usage: scripts/measure/query.sh [log-blocks] [records-per-block]"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import chdb.session
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "e2e"))
+from serve_proc import free_port, wait_until  # noqa: E402
+
+MIRA = os.environ["MIRA_BIN"]
+LOG_BLOCKS = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+PER_BLOCK = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+TRACE_BLOCKS = max(LOG_BLOCKS // 5, 1)
+SPANS_PER_BLOCK = 500
+SERVICES = [f"svc-{i}" for i in range(10)]
+METHODS = ["GET", "POST", "PUT", "DELETE"]
+END = (int(time.time()) // 60) * 60 - 120
+T0 = END - 3600  # everything lands in the last hour
+rng = random.Random(7)
+
+
+def kv(k, v):
+    return KeyValue(key=k, value=AnyValue(string_value=v))
+
+
+def post(addr, path, body):
+    req = urllib.request.Request(f"http://{addr}{path}", data=body, method="POST",
+                                 headers={"Content-Type": "application/x-protobuf"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+
+
+class Serve:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="mira-query-")
+        self.query, self.http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        self.grpc, self.catalog = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [MIRA, "serve", "--data-dir", os.path.join(self.dir, "data"), "--listen", self.query,
+             "--http-listen", self.http, "--grpc-listen", self.grpc, "--catalog-listen", self.catalog,
+             "--shards", "1", "--seal-bytes", "1", "--seal-age-s", "300"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "serve.log"), "a"))
+        wait_until("serve", lambda: urllib.request.urlopen(f"http://{self.query}/ready", timeout=1).status == 200)
+
+    def restart_cold(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=120)
+        shutil.rmtree(os.path.join(self.dir, "data", "cache"), ignore_errors=True)
+        self.start()
+
+    def get(self, path, params):
+        t = time.perf_counter()
+        with urllib.request.urlopen(f"http://{self.query}/api/mira/v1/{path}?{urllib.parse.urlencode(params)}",
+                                    timeout=300) as r:
+            body = json.loads(r.read())
+        return (time.perf_counter() - t) * 1000, body
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=120)
+
+
+def load(serve, scratch):
+    """Sends the corpus to Mira and writes the same rows for ClickHouse."""
+    logs_rows = open(os.path.join(scratch, "logs.jsonl"), "w")
+    n = 0
+    span = (END - T0) * 10**9 // (LOG_BLOCKS * PER_BLOCK)
+    for b in range(LOG_BLOCKS):
+        req = ExportLogsServiceRequest()
+        svc = SERVICES[b % len(SERVICES)]
+        rl = req.resource_logs.add(resource=Resource(attributes=[kv("service.name", svc)]))
+        sl = rl.scope_logs.add()
+        for _ in range(PER_BLOCK):
+            ts = T0 * 10**9 + n * span
+            method = "PATCH" if n == LOG_BLOCKS * PER_BLOCK // 3 else METHODS[n % 4]
+            body = f"{method} /api/v1/items/{n % 977} status {200 + (n % 5) * 100} took {n % 313} ms"
+            tid, sid = rng.randbytes(16), rng.randbytes(8)
+            sl.log_records.add(time_unix_nano=ts, severity_number=9, body=AnyValue(string_value=body),
+                               attributes=[kv("http.method", method)], trace_id=tid, span_id=sid)
+            logs_rows.write(json.dumps({"Timestamp": ts, "TraceId": tid.hex(), "SpanId": sid.hex(),
+                                        "SeverityNumber": 9, "ServiceName": svc, "Body": body,
+                                        "ResourceAttributes": {"service.name": svc},
+                                        "LogAttributes": {"http.method": method}}) + "\n")
+            n += 1
+        post(serve.http, "/v1/logs", req.SerializeToString())
+    logs_rows.close()
+
+    trace_rows = open(os.path.join(scratch, "traces.jsonl"), "w")
+    trace_ids = []
+    span_step = (END - T0) * 10**9 // (TRACE_BLOCKS * SPANS_PER_BLOCK)
+    k = 0
+    for b in range(TRACE_BLOCKS):
+        req = ExportTraceServiceRequest()
+        svc = SERVICES[b % len(SERVICES)]
+        ss = req.resource_spans.add(resource=Resource(attributes=[kv("service.name", svc)])).scope_spans.add()
+        for i in range(SPANS_PER_BLOCK):
+            if i % 5 == 0:
+                tid = rng.randbytes(16)
+                trace_ids.append(tid.hex())
+                root = rng.randbytes(8)
+            sid = root if i % 5 == 0 else rng.randbytes(8)
+            start = T0 * 10**9 + k * span_step
+            dur = 1_000_000 * (1 + k % 50)
+            ss.spans.add(trace_id=tid, span_id=sid, parent_span_id=b"" if i % 5 == 0 else root,
+                         name=f"op-{i % 5}", start_time_unix_nano=start, end_time_unix_nano=start + dur,
+                         attributes=[kv("http.method", METHODS[k % 4])])
+            trace_rows.write(json.dumps({"Timestamp": start, "TraceId": tid.hex(), "SpanId": sid.hex(),
+                                         "ParentSpanId": "" if i % 5 == 0 else root.hex(), "SpanName": f"op-{i % 5}",
+                                         "ServiceName": svc, "Duration": dur,
+                                         "SpanAttributes": {"http.method": METHODS[k % 4]}}) + "\n")
+            k += 1
+        post(serve.http, "/v1/traces", req.SerializeToString())
+    trace_rows.close()
+
+    # A counter per (service, method), one point every 15 s over the hour.
+    metric_rows = open(os.path.join(scratch, "metrics.jsonl"), "w")
+    for svc in SERVICES:
+        req = ExportMetricsServiceRequest()
+        rm = req.resource_metrics.add(resource=Resource(attributes=[kv("service.name", svc)]))
+        m = rm.scope_metrics.add().metrics.add(name="requests", unit="{request}")
+        m.sum.is_monotonic = True
+        m.sum.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+        for method in METHODS:
+            for t in range(T0, END + 1, 15):
+                v = float((t - T0) * (1 + METHODS.index(method)))
+                m.sum.data_points.add(time_unix_nano=t * 10**9, as_double=v, attributes=[kv("http.method", method)])
+                metric_rows.write(json.dumps({"ServiceName": svc, "MetricName": "requests",
+                                              "Attributes": {"http.method": method}, "TimeUnix": t * 10**9,
+                                              "Value": v}) + "\n")
+        post(serve.http, "/v1/metrics", req.SerializeToString())
+    metric_rows.close()
+    return trace_ids
+
+
+def clickhouse(scratch):
+    sess = chdb.session.Session(os.path.join(scratch, "ch"))
+    sess.query("CREATE DATABASE IF NOT EXISTS otel")
+    sess.query("""CREATE TABLE otel.otel_logs (Timestamp DateTime64(9), TraceId String, SpanId String,
+        SeverityNumber Int32, ServiceName LowCardinality(String), Body String,
+        ResourceAttributes Map(LowCardinality(String), String), LogAttributes Map(LowCardinality(String), String),
+        INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+        INDEX idx_body Body TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8)
+        ENGINE = MergeTree PARTITION BY toDate(Timestamp) ORDER BY (ServiceName, toUnixTimestamp(Timestamp))""")
+    sess.query("""CREATE TABLE otel.otel_traces (Timestamp DateTime64(9), TraceId String, SpanId String,
+        ParentSpanId String, SpanName LowCardinality(String), ServiceName LowCardinality(String), Duration UInt64,
+        SpanAttributes Map(LowCardinality(String), String),
+        INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1)
+        ENGINE = MergeTree PARTITION BY toDate(Timestamp) ORDER BY (ServiceName, SpanName, toUnixTimestamp(Timestamp))""")
+    sess.query("""CREATE TABLE otel.otel_metrics_sum (ServiceName LowCardinality(String), MetricName String,
+        Attributes Map(LowCardinality(String), String), TimeUnix DateTime64(9), Value Float64)
+        ENGINE = MergeTree ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))""")
+    for table, f in (("otel_logs", "logs"), ("otel_traces", "traces"), ("otel_metrics_sum", "metrics")):
+        sess.query(f"INSERT INTO otel.{table} SELECT * FROM file('{scratch}/{f}.jsonl', JSONEachRow)")
+    return sess
+
+
+def timed_ch(sess, sql):
+    t = time.perf_counter()
+    res = sess.query(sql, "JSONCompact")
+    return (time.perf_counter() - t) * 1000, res
+
+
+def main():
+    scratch = tempfile.mkdtemp(prefix="mira-query-corpus-")
+    serve = Serve()
+    t = time.perf_counter()
+    trace_ids = load(serve, scratch)
+    print(f"# corpus: {LOG_BLOCKS} log blocks x {PER_BLOCK} records, {TRACE_BLOCKS} trace blocks x "
+          f"{SPANS_PER_BLOCK} spans, 40 counter series x 241 points; loaded in {time.perf_counter() - t:.1f} s")
+    sess = clickhouse(scratch)
+    hour = {"start": T0, "end": END + 1}
+    tid = trace_ids[len(trace_ids) // 2]
+    queries = [
+        ("trace by id", "traces/" + tid, dict(hour),
+         f"SELECT * FROM otel.otel_traces WHERE TraceId = '{tid}'"),
+        ("newest 100 log lines", "logs", dict(hour, limit=100),
+         "SELECT Timestamp, Body, LogAttributes, ResourceAttributes FROM otel.otel_logs ORDER BY Timestamp DESC LIMIT 100"),
+        ("body matches nothing", "logs", dict(hour, limit=100, contains="no-such-token"),
+         "SELECT Timestamp, Body FROM otel.otel_logs WHERE Body LIKE '%no-such-token%' ORDER BY Timestamp DESC LIMIT 100"),
+        ("attribute predicate", "logs", dict(hour, limit=100, selector='{http.method="PATCH"}'),
+         "SELECT Timestamp, Body FROM otel.otel_logs WHERE LogAttributes['http.method'] = 'PATCH' "
+         "ORDER BY Timestamp DESC LIMIT 100"),
+        ("sum by rate 5m, 1 h", "metrics/query_range",
+         {"query": "sum by (job) (rate(requests_total[5m]))", "start": T0 + 300, "end": END, "step": 60},
+         f"""SELECT ServiceName, t, sum(r) FROM (
+               SELECT ServiceName, Attributes, toStartOfMinute(TimeUnix) AS t,
+                      (max(Value) - min(Value)) / 300 AS r
+               FROM otel.otel_metrics_sum WHERE MetricName = 'requests'
+               GROUP BY ServiceName, Attributes, t) GROUP BY ServiceName, t ORDER BY ServiceName, t"""),
+    ]
+    # Wait until every block is published (no recent blocks left).
+    wait_until("published", lambda: serve.get("logs", dict(hour, limit=1))[1]["stats"]["recent_blocks"] == 0,
+               timeout=600)
+    rows = []
+    for name, path, params, sql in queries:
+        serve.restart_cold()
+        cold_ms, cold = serve.get(path, params)
+        warm = [serve.get(path, params) for _ in range(8)][1:]
+        ch = [timed_ch(sess, sql) for _ in range(8)][1:]
+        mira_ms = statistics.median(w[0] for w in warm)
+        mira_us = statistics.median(w[1]["stats"]["elapsed_us"] for w in warm)
+        ch_ms = statistics.median(c[0] for c in ch)
+        st = cold["stats"]
+        rows.append((name, mira_ms, mira_us / 1000, cold_ms, ch_ms, mira_ms / ch_ms, st))
+    serve.stop()
+    print(f"{'query':<24} {'mira warm':>10} {'(querier)':>10} {'mira cold':>10} {'clickhouse':>11} {'ratio':>7}  "
+          "blocks considered/pruned(time,zone,attr,bloom)/fetched, bytes store/cache (cold)")
+    for name, w, wq, c, ch, ratio, st in rows:
+        p = st["blocks_pruned"]
+        print(f"{name:<24} {w:>8.1f}ms {wq:>8.1f}ms {c:>8.1f}ms {ch:>9.1f}ms {ratio:>7.2f}  "
+              f"{st['blocks_considered']}/{p['time']},{p['zone_map']},{p['attr_index']},{p['bloom']}/"
+              f"{st['blocks_fetched']}, {st['bytes_from_store']}/{st['bytes_from_cache']}")
+
+
+if __name__ == "__main__":
+    main()
