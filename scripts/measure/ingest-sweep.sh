@@ -8,6 +8,9 @@
 # the ack latency below saturation: a closed loop at full speed queues
 # (Little's law: p50 ≈ conns × batch / records/s).
 # Usage: scripts/measure/ingest-sweep.sh [seconds-per-point]
+# Environment: WALS (default "page-cache fsync"), POINTS (default
+# "1 4 32 96 4@1M"), INGESTER_FLAGS (extra `mira ingester` flags, e.g.
+# "--max-inflight-requests 4" to read the memory bound at 96 connections).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR="${1:-10}"
@@ -22,15 +25,15 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 CAT="127.0.0.1:$(port)"
 "$BIN" catalog --listen "$CAT" --peers "0=$CAT" --data-dir "$work/catalog" 2>"$work/catalog.log" &
 printf '%-10s %5s  %s\n' wal conns result
-for wal in page-cache fsync; do
-  for point in 1 4 32 96 4@1M; do
+for wal in ${WALS:-page-cache fsync}; do
+  for point in ${POINTS:-1 4 32 96 4@1M}; do
     conns=${point%@*}
     pace=()
     [ "$point" = "4@1M" ] && pace=(--rate 122)
     GRPC="127.0.0.1:$(port)"; HTTP="127.0.0.1:$(port)"
     rm -rf "$work/ingester"
     "$BIN" ingester --ingester-id "sweep-$wal-$conns" --catalog "$CAT" --grpc-listen "$GRPC" \
-      --http-listen "$HTTP" --data-dir "$work/ingester" --wal "$wal" 2>"$work/ingester.log" &
+      --http-listen "$HTTP" --data-dir "$work/ingester" --wal "$wal" ${INGESTER_FLAGS:-} 2>"$work/ingester.log" &
     pid=$!
     for _ in $(seq 1 600); do
       curl -sf "http://$HTTP/ready" >/dev/null 2>&1 && break

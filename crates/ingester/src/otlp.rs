@@ -61,7 +61,7 @@ impl Default for ReceiverConfig {
             max_wire_bytes: 16 << 20,
             max_message_bytes: 16 << 20,
             require_tenant: false,
-            max_inflight: 32,
+            max_inflight: 8,
             body_timeout: std::time::Duration::from_secs(30),
         }
     }

@@ -104,7 +104,7 @@ pub struct IngestFlags {
     /// Export requests read, decoded or awaiting their ack at once (gRPC and
     /// HTTP together); more wait for a slot, up to --admit-wait-ms, before
     /// their body is read.
-    #[arg(long, env = "MIRA_MAX_INFLIGHT_REQUESTS", default_value_t = 32)]
+    #[arg(long, env = "MIRA_MAX_INFLIGHT_REQUESTS", default_value_t = 8)]
     pub max_inflight_requests: usize,
     /// Seconds an HTTP client has to send a request body once it holds a slot (then 408).
     #[arg(long, env = "MIRA_BODY_TIMEOUT_S", default_value_t = 30)]
