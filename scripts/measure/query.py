@@ -180,8 +180,22 @@ def clickhouse(scratch):
     sess.query("""CREATE TABLE otel.otel_metrics_sum (ServiceName LowCardinality(String), MetricName String,
         Attributes Map(LowCardinality(String), String), TimeUnix DateTime64(9), Value Float64)
         ENGINE = MergeTree ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))""")
-    for table, f in (("otel_logs", "logs"), ("otel_traces", "traces"), ("otel_metrics_sum", "metrics")):
-        sess.query(f"INSERT INTO otel.{table} SELECT * FROM file('{scratch}/{f}.jsonl', JSONEachRow)")
+    # Times are written as integer nanoseconds; read them as such.
+    files = [
+        ("otel_logs", "logs", "fromUnixTimestamp64Nano(Timestamp), TraceId, SpanId, SeverityNumber, ServiceName, "
+         "Body, ResourceAttributes, LogAttributes",
+         "Timestamp Int64, TraceId String, SpanId String, SeverityNumber Int32, ServiceName String, Body String, "
+         "ResourceAttributes Map(String, String), LogAttributes Map(String, String)"),
+        ("otel_traces", "traces", "fromUnixTimestamp64Nano(Timestamp), TraceId, SpanId, ParentSpanId, SpanName, "
+         "ServiceName, Duration, SpanAttributes",
+         "Timestamp Int64, TraceId String, SpanId String, ParentSpanId String, SpanName String, ServiceName String, "
+         "Duration UInt64, SpanAttributes Map(String, String)"),
+        ("otel_metrics_sum", "metrics", "ServiceName, MetricName, Attributes, fromUnixTimestamp64Nano(TimeUnix), Value",
+         "ServiceName String, MetricName String, Attributes Map(String, String), TimeUnix Int64, Value Float64"),
+    ]
+    for table, f, columns, structure in files:
+        sess.query(f"INSERT INTO otel.{table} SELECT {columns} FROM file('{scratch}/{f}.jsonl', JSONEachRow, "
+                   f"'{structure}')")
     return sess
 
 

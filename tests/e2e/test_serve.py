@@ -122,6 +122,10 @@ def check_everything(serve, trace_id):
     assert status == 200 and "order.id" in labels["data"] and "resource.service.name" in labels["data"], labels
     status, values = serve.api("label/region/values", signal="logs")
     assert values["data"] == ["eu"], values
+    status, labels = serve.api("labels", signal="metrics")
+    assert {"__name__", "job", "payment_method", "le", "service_name"} <= set(labels["data"]), labels
+    status, names = serve.api("label/__name__/values", signal="metrics")
+    assert {"shop_orders_total", "shop_latency_seconds_bucket", "shop_latency_seconds_count"} <= set(names["data"])
     return logs["stats"]
 
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
 use crate::client::CatalogClient;
@@ -76,6 +76,27 @@ impl MirrorState {
     }
 }
 
+/// The catalog's applied version (any member), retried until one answers.
+async fn current_version(client: &CatalogClient) -> u64 {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match client
+            .list_ingesters(pb::ListIngestersRequest {
+                now_ns: 0,
+                linearizable: true,
+            })
+            .await
+        {
+            Ok(r) => return r.version,
+            Err(e) => {
+                tracing::debug!(target: "mira::catalog", error = %e, "mirror: catalog version not known yet");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
 /// The running mirror. Cloning shares it; the background task ends when the
 /// last clone is dropped.
 #[derive(Debug, Clone)]
@@ -98,28 +119,44 @@ impl Mirror {
     pub fn start(client: Arc<CatalogClient>) -> Mirror {
         let (tx, rx) = watch::channel(Arc::new(MirrorState::default()));
         let task = tokio::spawn(async move {
+            // The catalog's version now: the copy is complete ("synced")
+            // once it has caught up to it, not after the first event (a
+            // long history arrives in many).
+            let target = current_version(&client).await;
             let mut events = client.watch(0);
             let mut state = MirrorState::default();
             // A reset's changes are gathered here and swapped in whole.
             let mut incoming: Option<MirrorState> = None;
-            while let Some(event) = events.next().await {
-                if event.reset {
-                    let next = incoming.get_or_insert_with(MirrorState::default);
-                    for c in event.changes {
-                        next.apply(c);
-                    }
-                    if !event.reset_done {
-                        continue;
-                    }
-                    state = incoming.take().unwrap_or_default();
-                } else {
-                    for c in event.changes {
-                        state.apply(c);
-                    }
+            while let Some(first) = events.next().await {
+                // Apply every event already waiting, then publish one copy
+                // (a replayed history arrives as many events).
+                let mut batch = vec![first];
+                while batch.len() < 4096
+                    && let Some(Some(e)) = events.next().now_or_never()
+                {
+                    batch.push(e);
                 }
-                state.version = event.version;
-                state.synced = true;
-                if tx.send(Arc::new(state.clone())).is_err() {
+                let mut changed = false;
+                for event in batch {
+                    if event.reset {
+                        let next = incoming.get_or_insert_with(MirrorState::default);
+                        for c in event.changes {
+                            next.apply(c);
+                        }
+                        if !event.reset_done {
+                            continue;
+                        }
+                        state = incoming.take().unwrap_or_default();
+                    } else {
+                        for c in event.changes {
+                            state.apply(c);
+                        }
+                    }
+                    state.version = event.version;
+                    state.synced = state.version >= target;
+                    changed = true;
+                }
+                if changed && tx.send(Arc::new(state.clone())).is_err() {
                     return;
                 }
             }

@@ -195,8 +195,13 @@ async fn stack(dir: &Path, seal: SealPolicy) -> Stack {
 }
 
 async fn querier(s: &Stack, cache_dir: &Path) -> QuerierServer {
+    querier_with(s, cache_dir, Duration::from_secs(2)).await
+}
+
+async fn querier_with(s: &Stack, cache_dir: &Path, recent_timeout: Duration) -> QuerierServer {
     let mut config = QuerierConfig::new(cache_dir.to_owned());
     config.threads = 2;
+    config.recent_timeout = recent_timeout;
     let q = Querier::new(config, s.store.clone(), s.client.clone()).expect("querier");
     QuerierServer::start(q, free_addr(), Vec::new(), Vec::new())
         .await
@@ -603,6 +608,54 @@ async fn hostile_queries_get_a_clear_4xx_and_the_querier_keeps_serving() {
     let (status, body) = get(q.addr(), &logs_path(10)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(bodies(&body), ["r-1"]);
+    q.shutdown().await;
+    s.ingester.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingester_that_does_not_answer_makes_the_answer_partial_not_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = stack(
+        dir.path(),
+        SealPolicy {
+            max_bytes: 1 << 20,
+            max_age: Duration::from_secs(300),
+        },
+    )
+    .await;
+    let (status, _) = http(
+        s.ingester.http_addr(),
+        "POST",
+        "/v1/logs",
+        &log_export(1),
+        "application/x-protobuf",
+    )
+    .await;
+    assert_eq!(status, 200);
+    // A registered ingester that takes connections and never answers.
+    let ghost = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    s.client
+        .heartbeat("ghost", &ghost.local_addr().expect("addr").to_string(), now, 600_000)
+        .await
+        .expect("lease");
+    let q = querier_with(&s, &dir.path().join("cache"), Duration::from_millis(300)).await;
+    wait_ready(q.addr()).await;
+    let (status, a) = get(q.addr(), &logs_path(10)).await;
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["partial"], true, "{a}");
+    assert!(
+        a["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("ingester ghost did not answer")),
+        "{a}"
+    );
+    assert_eq!(bodies(&a), ["r-1"], "the live ingester's rows are still there");
+    assert_eq!(a["stats"]["ingesters_asked"], 2);
+    drop(ghost);
     q.shutdown().await;
     s.ingester.shutdown().await;
 }

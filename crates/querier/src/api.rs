@@ -99,8 +99,9 @@ impl P {
         match self.one("signal").unwrap_or("logs") {
             "logs" => Ok(Signal::Logs),
             "traces" => Ok(Signal::Traces),
+            "metrics" => Ok(Signal::Metrics),
             other => Err(QueryError::BadRequest(format!(
-                "signal={:?}: expected logs or traces",
+                "signal={:?}: expected logs, traces or metrics",
                 other.chars().take(64).collect::<String>()
             ))),
         }

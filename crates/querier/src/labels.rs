@@ -81,6 +81,9 @@ impl Querier {
         end: u64,
     ) -> Result<LabelsAnswer, QueryError> {
         self.check_range(start, end)?;
+        if signal == Signal::Metrics {
+            return self.metric_labels(tenant, None, start, end).await;
+        }
         let stats = Stats::default();
         let plan = self.plan(tenant, signal, start, end, &stats).await?;
         let reads = plan.candidates.iter().map(|c| self.block_sidecars(c, &stats));
@@ -109,6 +112,9 @@ impl Querier {
         end: u64,
     ) -> Result<LabelsAnswer, QueryError> {
         self.check_range(start, end)?;
+        if signal == Signal::Metrics {
+            return self.metric_labels(tenant, Some(name), start, end).await;
+        }
         let stats = Stats::default();
         let plan = self.plan(tenant, signal, start, end, &stats).await?;
         let (scope, key) = scope_of(name);

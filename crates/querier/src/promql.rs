@@ -264,6 +264,47 @@ impl Querier {
         }))
     }
 
+    /// Metric label names (Prometheus form, `__name__` included) in
+    /// `[start, end)` ns, or the values of label `name`, sorted.
+    pub async fn metric_labels(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: Option<&str>,
+        start: u64,
+        end: u64,
+    ) -> Result<crate::labels::LabelsAnswer, QueryError> {
+        let Ok(Expr::VectorSelector(all)) = promql_parser::parser::parse(r#"{__name__=~".+"}"#) else {
+            return Err(QueryError::Internal("the match-all selector did not parse".into()));
+        };
+        let stats = Stats::default();
+        let (series, partial, mut warnings) = self
+            .load_series(
+                tenant,
+                &[all],
+                (start / 1_000_000) as i64,
+                (end / 1_000_000) as i64,
+                &stats,
+            )
+            .await?;
+        let mut out = std::collections::BTreeSet::new();
+        for labels in series.keys() {
+            match name {
+                None => out.extend(labels.iter().map(|(k, _)| k.clone())),
+                Some(n) => out.extend(eval::label(labels, n).map(str::to_owned)),
+            }
+        }
+        let max = crate::labels::MAX_VALUES;
+        if out.len() > max {
+            warnings.push(format!("more than {max} values; the first {max} are listed"));
+        }
+        Ok(crate::labels::LabelsAnswer {
+            data: out.into_iter().take(max).collect(),
+            partial,
+            warnings,
+            stats: stats.snapshot(),
+        })
+    }
+
     /// Evaluates a PromQL query.
     pub async fn promql(self: &Arc<Self>, q: PromQuery) -> Result<PromAnswer, QueryError> {
         let expr = parse(&q.query)?;
