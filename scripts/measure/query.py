@@ -220,7 +220,13 @@ def main():
          f"SELECT * FROM otel.otel_traces WHERE TraceId = '{tid}'"),
         ("newest 100 log lines", "logs", dict(hour, limit=100),
          "SELECT Timestamp, Body, LogAttributes, ResourceAttributes FROM otel.otel_logs ORDER BY Timestamp DESC LIMIT 100"),
+        # Every block scanned on both sides: ClickHouse without its skip
+        # indexes (the exporter's token Bloom filter on Body would prune),
+        # then with them.
         ("body matches nothing", "logs", dict(hour, limit=100, contains="no-such-token"),
+         "SELECT Timestamp, Body FROM otel.otel_logs WHERE Body LIKE '%no-such-token%' ORDER BY Timestamp DESC "
+         "LIMIT 100 SETTINGS use_skip_indexes = 0"),
+        ("  ... CH token index on", "logs", dict(hour, limit=100, contains="no-such-token"),
          "SELECT Timestamp, Body FROM otel.otel_logs WHERE Body LIKE '%no-such-token%' ORDER BY Timestamp DESC LIMIT 100"),
         ("attribute predicate", "logs", dict(hour, limit=100, selector='{http.method="PATCH"}'),
          "SELECT Timestamp, Body FROM otel.otel_logs WHERE LogAttributes['http.method'] = 'PATCH' "

@@ -22,8 +22,37 @@ use tokio::sync::Semaphore;
 
 use crate::stats::Stats;
 
-/// Manifests kept in memory (each a few KiB).
-const MANIFESTS: usize = 100_000;
+/// Manifests and parsed sidecars kept in memory, per kind (each a few KiB).
+const MEMO_ENTRIES: usize = 100_000;
+
+/// Parsed per-block metadata kept in memory by object key; emptied when
+/// full (blocks are immutable, so an entry never goes stale).
+#[derive(Debug)]
+pub struct Memo<T> {
+    map: Mutex<HashMap<String, Arc<T>>>,
+}
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Memo {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> Memo<T> {
+    pub fn get(&self, key: &str) -> Option<Arc<T>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    pub fn insert(&self, key: &str, v: Arc<T>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MEMO_ENTRIES {
+            map.clear();
+        }
+        map.insert(key.to_owned(), v);
+    }
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -107,7 +136,9 @@ pub struct SectionCache {
     verify: Arc<VerifyCache>,
     fetches: Semaphore,
     lru: Mutex<Lru>,
-    manifests: Mutex<HashMap<String, Arc<Manifest>>>,
+    manifests: Memo<Manifest>,
+    /// Parsed sidecars of published blocks, by object key.
+    pub sidecars: Memo<mira_core::sidecar::Sidecars>,
     pub counters: CacheCounters,
 }
 
@@ -150,7 +181,8 @@ impl SectionCache {
             verify: Arc::new(VerifyCache::new(1 << 20)),
             fetches: Semaphore::new(max_fetches.max(1)),
             lru: Mutex::new(lru),
-            manifests: Mutex::new(HashMap::new()),
+            manifests: Memo::default(),
+            sidecars: Memo::default(),
             counters: CacheCounters::default(),
         })
     }
@@ -175,18 +207,14 @@ impl SectionCache {
         key: &str,
         stats: &Stats,
     ) -> Result<Arc<Manifest>, BlockError> {
-        if let Some(m) = self.manifests.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
-            return Ok(m.clone());
+        if let Some(m) = self.manifests.get(key) {
+            return Ok(m);
         }
         let _permit = self.fetches.acquire().await;
         let block = RemoteBlock::open(store.clone(), &Path::from(key), self.verify.clone()).await?;
         let manifest = Arc::new(block.manifest().clone());
         stats.add_store_bytes(manifest.tail_len());
-        let mut manifests = self.manifests.lock().unwrap_or_else(|e| e.into_inner());
-        if manifests.len() >= MANIFESTS {
-            manifests.clear();
-        }
-        manifests.insert(key.to_owned(), manifest.clone());
+        self.manifests.insert(key, manifest.clone());
         Ok(manifest)
     }
 

@@ -52,13 +52,14 @@ fn value_text(r: &AttrReader<'_>, row: usize) -> Option<String> {
 }
 
 impl Querier {
-    async fn block_sidecars(&self, c: &Candidate, stats: &Stats) -> Result<Sidecars, QueryError> {
+    async fn block_sidecars(&self, c: &Candidate, stats: &Stats) -> Result<Arc<Sidecars>, QueryError> {
         match &c.src {
             Src::Recent(block) => {
                 let block = block.clone();
                 let id = c.id.clone();
                 self.on_pool(move || read_sidecars(&block))
                     .await
+                    .map(Arc::new)
                     .map_err(|e| QueryError::corrupt(&format!("recent block {id}"), e))
             }
             Src::Published { key } => {

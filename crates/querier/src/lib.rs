@@ -328,7 +328,10 @@ impl Querier {
             .map_err(|e| QueryError::block(key, e))
     }
 
-    pub(crate) async fn sidecars(&self, key: &str, manifest: &Manifest, stats: &Stats) -> Result<Sidecars, QueryError> {
+    pub(crate) async fn sidecars(&self, key: &str, manifest: &Manifest, stats: &Stats) -> Result<Arc<Sidecars>, QueryError> {
+        if let Some(s) = self.cache.sidecars.get(key) {
+            return Ok(s);
+        }
         let (zone, attrs) = futures::try_join!(
             self.cache.section(&self.store, key, manifest, ZONE_MAP_SECTION, stats),
             self.cache
@@ -349,14 +352,18 @@ impl Querier {
             section_entry(manifest, ZONE_MAP_SECTION)?,
             section_entry(manifest, ATTR_INDEX_SECTION)?,
         );
-        let key = key.to_owned();
-        self.on_pool(move || {
-            let zone = decode_section(id, &zone_entry, zone)?;
-            let attrs = decode_section(id, &attr_entry, attrs)?;
-            sidecars_from(zone, attrs, ids.as_deref())
-        })
-        .await
-        .map_err(|e| QueryError::corrupt(&key, e))
+        let owned = key.to_owned();
+        let sidecars = self
+            .on_pool(move || {
+                let zone = decode_section(id, &zone_entry, zone)?;
+                let attrs = decode_section(id, &attr_entry, attrs)?;
+                sidecars_from(zone, attrs, ids.as_deref())
+            })
+            .await
+            .map_err(|e| QueryError::corrupt(&owned, e))?;
+        let sidecars = Arc::new(sidecars);
+        self.cache.sidecars.insert(key, sidecars.clone());
+        Ok(sidecars)
     }
 
     /// The tables a scan of `c` reads; counts the block as fetched.
