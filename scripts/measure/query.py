@@ -37,7 +37,7 @@ from serve_proc import free_port, wait_until  # noqa: E402
 MIRA = os.environ["MIRA_BIN"]
 LOG_BLOCKS = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 PER_BLOCK = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-TRACE_BLOCKS = max(LOG_BLOCKS // 5, 1)
+TRACE_BLOCKS = LOG_BLOCKS
 SPANS_PER_BLOCK = 500
 SERVICES = [f"svc-{i}" for i in range(10)]
 METHODS = ["GET", "POST", "PUT", "DELETE"]

@@ -328,7 +328,12 @@ impl Querier {
             .map_err(|e| QueryError::block(key, e))
     }
 
-    pub(crate) async fn sidecars(&self, key: &str, manifest: &Manifest, stats: &Stats) -> Result<Arc<Sidecars>, QueryError> {
+    pub(crate) async fn sidecars(
+        &self,
+        key: &str,
+        manifest: &Manifest,
+        stats: &Stats,
+    ) -> Result<Arc<Sidecars>, QueryError> {
         if let Some(s) = self.cache.sidecars.get(key) {
             return Ok(s);
         }
@@ -444,6 +449,44 @@ pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Candidate blocks taken in waves that double in size: a query that a
+/// limit satisfies early reads few blocks, one that must read every block
+/// soon keeps the scan pool busy instead of waiting on small waves.
+#[derive(Debug)]
+pub(crate) struct Waves {
+    next: usize,
+    size: usize,
+    len: usize,
+}
+
+/// Largest wave, blocks.
+const MAX_WAVE: usize = 256;
+
+impl Waves {
+    pub fn new(len: usize, threads: usize) -> Waves {
+        Waves {
+            next: 0,
+            size: (threads * 2).max(4),
+            len,
+        }
+    }
+
+    /// Index of the first block the next wave would take.
+    pub fn position(&self) -> usize {
+        self.next
+    }
+
+    pub fn next_wave(&mut self) -> Option<std::ops::Range<usize>> {
+        if self.next >= self.len {
+            return None;
+        }
+        let r = self.next..(self.next + self.size).min(self.len);
+        self.next = r.end;
+        self.size = (self.size * 2).min(MAX_WAVE);
+        Some(r)
+    }
 }
 
 /// Groups values by block id, keeping first-seen order of ids.

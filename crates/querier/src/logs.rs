@@ -146,14 +146,14 @@ impl Querier {
             ..Default::default()
         };
         let candidates = Arc::new(plan.candidates);
-        let wave = (self.config.threads * 2).max(4);
+        let mut waves = crate::Waves::new(candidates.len(), self.config.threads);
         let mut hits: Vec<Hit> = Vec::new();
-        let mut next = 0;
-        while next < candidates.len() {
+        loop {
             // Enough lines, and no later block can hold a better one.
-            if hits.len() >= q.limit {
+            if hits.len() >= q.limit
+                && let Some(c) = candidates.get(waves.position())
+            {
                 let worst = &hits[q.limit - 1].key;
-                let c = &candidates[next];
                 let done = match q.order {
                     Order::OldestFirst => c.min_time > worst.time,
                     _ => c.max_time < worst.time,
@@ -162,11 +162,8 @@ impl Querier {
                     break;
                 }
             }
-            let batch: Vec<usize> = (next..(next + wave).min(candidates.len())).collect();
-            next += batch.len();
-            let scans = batch
-                .iter()
-                .map(|&i| self.scan_block(&candidates[i], i, &predicate, &q, &stats));
+            let Some(batch) = waves.next_wave() else { break };
+            let scans = batch.map(|i| self.scan_block(&candidates[i], i, &predicate, &q, &stats));
             for found in futures::future::try_join_all(scans).await? {
                 hits.extend(found);
             }

@@ -221,9 +221,9 @@ impl Querier {
         };
         // trace id -> (newest matching span start, matched spans)
         let mut found: HashMap<[u8; 16], (u64, usize)> = HashMap::new();
-        let wave = (self.config.threads * 2).max(4);
-        for chunk in plan.candidates.chunks(wave) {
-            let scans = chunk
+        let mut waves = crate::Waves::new(plan.candidates.len(), self.config.threads);
+        while let Some(wave) = waves.next_wave() {
+            let scans = plan.candidates[wave]
                 .iter()
                 .map(|c| self.matching_traces(c, &predicate, s.status, &stats));
             for part in futures::future::try_join_all(scans).await? {
