@@ -568,6 +568,32 @@ async fn hostile_queries_get_a_clear_4xx_and_the_querier_keeps_serving() {
             "min_duration=",
         ),
         ("/api/mira/v1/traces/search?status=maybe".to_owned(), 400, "status="),
+        (
+            "/api/mira/v1/metrics/query?query=sum(rate(x%5B5m%5D)".to_owned(),
+            400,
+            "parse error at byte 15",
+        ),
+        (
+            "/api/mira/v1/metrics/query?query=x%7Ba%3D%22b%22".to_owned(),
+            400,
+            "inside braces",
+        ),
+        (
+            "/api/mira/v1/metrics/query?query=sort(x)".to_owned(),
+            400,
+            "not supported",
+        ),
+        (
+            "/api/mira/v1/metrics/query_range?query=x&start=1796169600&end=1796256000&step=0.1".to_owned(),
+            422,
+            "steps",
+        ),
+        (
+            "/api/mira/v1/metrics/query_range?query=x&start=1796169600&end=1796169500&step=15".to_owned(),
+            400,
+            "after end",
+        ),
+        ("/api/mira/v1/metrics/query".to_owned(), 400, "query is required"),
     ];
     for (path, want, says) in &cases {
         let (status, body) = get(q.addr(), path).await;
