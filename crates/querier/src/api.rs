@@ -67,14 +67,7 @@ impl P {
 
     fn num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, QueryError> {
         self.one(name)
-            .map(|v| {
-                v.parse().map_err(|_| {
-                    QueryError::BadRequest(format!(
-                        "{name}={:?} is not a valid number",
-                        v.chars().take(64).collect::<String>()
-                    ))
-                })
-            })
+            .map(|v| v.parse().map_err(|_| bad_param(name, v, "not a valid number")))
             .transpose()
     }
 
@@ -100,22 +93,20 @@ impl P {
             "logs" => Ok(Signal::Logs),
             "traces" => Ok(Signal::Traces),
             "metrics" => Ok(Signal::Metrics),
-            other => Err(QueryError::BadRequest(format!(
-                "signal={:?}: expected logs, traces or metrics",
-                other.chars().take(64).collect::<String>()
-            ))),
+            other => Err(bad_param("signal", other, "expected logs, traces or metrics")),
         }
     }
 }
 
+/// "name=\"value\": what was expected" (the value cut to 64 characters).
+fn bad_param(name: &str, v: &str, expected: &str) -> QueryError {
+    let v: String = v.chars().take(64).collect();
+    QueryError::BadRequest(format!("{name}={v:?}: {expected}"))
+}
+
 /// Parses a time parameter (see [`P::time`]).
 pub fn parse_time(name: &str, v: &str) -> Result<u64, QueryError> {
-    let bad = || {
-        QueryError::BadRequest(format!(
-            "{name}={:?}: expected Unix nanoseconds or seconds",
-            v.chars().take(64).collect::<String>()
-        ))
-    };
+    let bad = || bad_param(name, v, "expected Unix nanoseconds or seconds");
     if v.len() >= 13 && v.bytes().all(|b| b.is_ascii_digit()) {
         return v.parse::<u64>().map_err(|_| bad());
     }
@@ -156,10 +147,7 @@ async fn logs(
         "backward" | "newest" => Order::NewestFirst,
         "forward" | "oldest" => Order::OldestFirst,
         other => {
-            return Err(QueryError::BadRequest(format!(
-                "direction={:?}: expected backward or forward",
-                other.chars().take(64).collect::<String>()
-            )));
+            return Err(bad_param("direction", other, "expected backward or forward"));
         }
     };
     let answer = q
@@ -193,10 +181,7 @@ async fn trace(
         Some("otlp") => ok_json(&answer.trace),
         None | Some("native") => ok_json(&answer),
         Some(other) => {
-            return Err(QueryError::BadRequest(format!(
-                "format={:?}: expected native or otlp",
-                other.chars().take(64).collect::<String>()
-            )));
+            return Err(bad_param("format", other, "expected native or otlp"));
         }
     })
 }
@@ -204,12 +189,7 @@ async fn trace(
 /// Durations: an integer of nanoseconds, or a number with a unit
 /// (`ns`, `us`, `ms`, `s`, `m`, `h`), e.g. `250ms`, `1.5s`.
 pub fn parse_duration(name: &str, v: &str) -> Result<u64, QueryError> {
-    let bad = || {
-        QueryError::BadRequest(format!(
-            "{name}={:?}: expected a duration such as 250ms",
-            v.chars().take(64).collect::<String>()
-        ))
-    };
+    let bad = || bad_param(name, v, "expected a duration such as 250ms");
     let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
     let (num, unit) = v.split_at(split);
     let n: f64 = num.parse().map_err(|_| bad())?;
@@ -243,10 +223,7 @@ async fn search(
         Some("ok") => Some(1),
         Some("error") => Some(2),
         Some(other) => {
-            return Err(QueryError::BadRequest(format!(
-                "status={:?}: expected unset, ok or error",
-                other.chars().take(64).collect::<String>()
-            )));
+            return Err(bad_param("status", other, "expected unset, ok or error"));
         }
     };
     let span_name = match (p.one("name"), p.one("name_regex")) {
@@ -282,10 +259,7 @@ pub fn parse_step(v: &str) -> Result<i64, QueryError> {
     let ns = match v.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e12 => (secs * 1e9) as u64,
         Ok(_) => {
-            return Err(QueryError::BadRequest(format!(
-                "step={:?} must be positive",
-                v.chars().take(64).collect::<String>()
-            )));
+            return Err(bad_param("step", v, "must be positive"));
         }
         Err(_) => parse_duration("step", v)?,
     };

@@ -31,7 +31,7 @@ use mira_catalog::{CatalogClient, Mirror, proto as cpb};
 use mira_core::Signal;
 use mira_core::block::{Block, Manifest, decode_section};
 use mira_core::convert::TableSet;
-use mira_core::scan::{Predicate, probe};
+use mira_core::scan::{Predicate, ScanOutput, ScanRequest, probe, scan, tables_needed};
 use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, PruneRule, Sidecars, Verdict, ZONE_MAP_SECTION};
 use mira_core::tables::{read_tables, sidecars_from, table_from_batches};
 use object_store::ObjectStore;
@@ -369,6 +369,29 @@ impl Querier {
         let sidecars = Arc::new(sidecars);
         self.cache.sidecars.insert(key, sidecars.clone());
         Ok(sidecars)
+    }
+
+    /// Prunes `c` by its sidecars, then reads the tables `req` needs and
+    /// scans them on the pool. `None` when the block was pruned.
+    pub(crate) async fn scan_candidate(
+        &self,
+        c: &Candidate,
+        signal: Signal,
+        req: ScanRequest,
+        stats: &Stats,
+    ) -> Result<Option<ScanOutput>, QueryError> {
+        if !self.may_match(c, &req.predicate, stats).await? {
+            return Ok(None);
+        }
+        let tables = self
+            .scan_tables(c, &tables_needed(signal, &req.predicate), stats)
+            .await?;
+        let out = self.on_pool(move || scan(&tables, &req)).await.map_err(|e| match e {
+            mira_core::Error::Scan(e) => QueryError::from(e),
+            other => QueryError::corrupt(&format!("block {}", c.id), other),
+        })?;
+        stats.add_rows(out.rows_scanned as u64);
+        Ok(Some(out))
     }
 
     /// The tables a scan of `c` reads; counts the block as fetched.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use mira_core::Signal;
 use mira_core::convert::{LogRow, log_rows};
-use mira_core::scan::{AttrMatcher, LineFilter, Order, Predicate, ScanRequest, scan, tables_needed};
+use mira_core::scan::{AttrMatcher, LineFilter, Order, Predicate, ScanRequest};
 use mira_core::schema;
 use serde::Serialize;
 
@@ -193,12 +193,6 @@ impl Querier {
         q: &LogsQuery,
         stats: &Stats,
     ) -> Result<Vec<Hit>, QueryError> {
-        if !self.may_match(c, predicate, stats).await? {
-            return Ok(Vec::new());
-        }
-        let tables = self
-            .scan_tables(c, &tables_needed(Signal::Logs, predicate), stats)
-            .await?;
         // A block holding the cursor's time may hold lines at that time on
         // both sides of it: scan it without a limit.
         let straddles = q
@@ -210,11 +204,9 @@ impl Querier {
             order: q.order,
             limit: (!straddles).then_some(q.limit),
         };
-        let out = self.on_pool(move || scan(&tables, &req)).await.map_err(|e| match e {
-            mira_core::Error::Scan(e) => QueryError::from(e),
-            other => QueryError::corrupt(&format!("block {}", c.id), other),
-        })?;
-        stats.add_rows(out.rows_scanned as u64);
+        let Some(out) = self.scan_candidate(c, Signal::Logs, req, stats).await? else {
+            return Ok(Vec::new());
+        };
         let mut hits: Vec<Hit> = out
             .rows
             .iter()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow::array::{Array, Int32Array};
 use mira_core::Signal;
 use mira_core::convert::spans_to_otlp_rows;
-use mira_core::scan::{AttrMatcher, AttrScope, MatchOp, Order, Predicate, ScanRequest, scan, tables_needed};
+use mira_core::scan::{AttrMatcher, AttrScope, MatchOp, Order, Predicate, ScanRequest};
 use mira_core::schema;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -161,21 +161,14 @@ impl Querier {
         predicate: &Predicate,
         stats: &Stats,
     ) -> Result<Option<ExportTraceServiceRequest>, QueryError> {
-        if !self.may_match(c, predicate, stats).await? {
-            return Ok(None);
-        }
-        let needed = tables_needed(Signal::Traces, predicate);
-        let tables = self.scan_tables(c, &needed, stats).await?;
         let req = ScanRequest {
             predicate: predicate.clone(),
             order: Order::Stored,
             limit: None,
         };
-        let out = self
-            .on_pool(move || scan(&tables, &req))
-            .await
-            .map_err(|e| scan_error(c, e))?;
-        stats.add_rows(out.rows_scanned as u64);
+        let Some(out) = self.scan_candidate(c, Signal::Traces, req, stats).await? else {
+            return Ok(None);
+        };
         if out.rows.is_empty() {
             return Ok(None);
         }
@@ -278,22 +271,14 @@ impl Querier {
         status: Option<i32>,
         stats: &Stats,
     ) -> Result<Vec<([u8; 16], u64)>, QueryError> {
-        if !self.may_match(c, predicate, stats).await? {
-            return Ok(Vec::new());
-        }
-        let tables = self
-            .scan_tables(c, &tables_needed(Signal::Traces, predicate), stats)
-            .await?;
         let req = ScanRequest {
             predicate: predicate.clone(),
             order: Order::NewestFirst,
             limit: None,
         };
-        let out = self
-            .on_pool(move || scan(&tables, &req))
-            .await
-            .map_err(|e| scan_error(c, e))?;
-        stats.add_rows(out.rows_scanned as u64);
+        let Some(out) = self.scan_candidate(c, Signal::Traces, req, stats).await? else {
+            return Ok(Vec::new());
+        };
         let ids = out
             .batch
             .column_by_name("trace_id")
@@ -318,13 +303,6 @@ impl Querier {
             }
         }
         Ok(res)
-    }
-}
-
-fn scan_error(c: &Candidate, e: mira_core::Error) -> QueryError {
-    match e {
-        mira_core::Error::Scan(e) => QueryError::from(e),
-        other => QueryError::corrupt(&format!("block {}", c.id), other),
     }
 }
 
