@@ -383,13 +383,17 @@ impl Querier {
         if !self.may_match(c, &req.predicate, stats).await? {
             return Ok(None);
         }
-        let tables = self
-            .scan_tables(c, &tables_needed(signal, &req.predicate), stats)
-            .await?;
-        let out = self.on_pool(move || scan(&tables, &req)).await.map_err(|e| match e {
-            mira_core::Error::Scan(e) => QueryError::from(e),
-            other => QueryError::corrupt(&format!("block {}", c.id), other),
-        })?;
+        stats.add_fetched();
+        let raw = self.raw_tables(c, &tables_needed(signal, &req.predicate), stats).await?;
+        let what = raw.what();
+        // Decode and scan in one task on the pool.
+        let out = self
+            .on_pool(move || raw.decode().and_then(|tables| scan(&tables, &req)))
+            .await
+            .map_err(|e| match e {
+                mira_core::Error::Scan(e) => QueryError::from(e),
+                other => QueryError::corrupt(&what, other),
+            })?;
         stats.add_rows(out.rows_scanned as u64);
         Ok(Some(out))
     }
@@ -413,15 +417,21 @@ impl Querier {
         names: &[&'static str],
         stats: &Stats,
     ) -> Result<TableSet, QueryError> {
+        let raw = self.raw_tables(c, names, stats).await?;
+        let what = raw.what();
+        self.on_pool(move || raw.decode())
+            .await
+            .map_err(|e| QueryError::corrupt(&what, e))
+    }
+
+    /// The bytes of the named tables' sections, ready to decode.
+    pub(crate) async fn raw_tables(&self, c: &Candidate, names: &[&'static str], stats: &Stats) -> Result<Raw, QueryError> {
         match &c.src {
-            Src::Recent(block) => {
-                let block = block.clone();
-                let names = names.to_vec();
-                let id = c.id.clone();
-                self.on_pool(move || read_tables(&block, Some(&names)))
-                    .await
-                    .map_err(|e| QueryError::corrupt(&format!("recent block {id}"), e))
-            }
+            Src::Recent(block) => Ok(Raw::Recent {
+                id: c.id.clone(),
+                block: block.clone(),
+                names: names.to_vec(),
+            }),
             Src::Published { key } => {
                 let manifest = self.manifest(key, stats).await?;
                 let sections = try_join_all(
@@ -431,23 +441,55 @@ impl Querier {
                 )
                 .await
                 .map_err(|e| QueryError::block(key, e))?;
-                let mut entries = Vec::with_capacity(names.len());
-                for name in names {
-                    entries.push(section_entry(&manifest, name)?);
+                let mut parts = Vec::with_capacity(names.len());
+                for (name, bytes) in names.iter().zip(sections) {
+                    parts.push((*name, section_entry(&manifest, name)?, bytes));
                 }
-                let names = names.to_vec();
-                let meta = manifest.meta.clone();
-                let key2 = key.clone();
-                self.on_pool(move || -> Result<TableSet, mira_core::Error> {
-                    let mut tables = Vec::with_capacity(names.len());
-                    for ((name, entry), bytes) in names.iter().zip(&entries).zip(sections) {
-                        let batches = decode_section(meta.block_id, entry, bytes)?;
-                        tables.push((*name, table_from_batches(name, batches)?));
-                    }
-                    Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
+                Ok(Raw::Published {
+                    key: key.clone(),
+                    meta: manifest.meta.clone(),
+                    parts,
                 })
-                .await
-                .map_err(|e| QueryError::corrupt(&key2, e))
+            }
+        }
+    }
+}
+
+/// Section bytes of some of a block's tables, fetched and verified but not
+/// yet decoded (decoding is CPU work for the scan pool).
+#[derive(Debug)]
+pub(crate) enum Raw {
+    Published {
+        key: String,
+        meta: mira_core::block::BlockMeta,
+        parts: Vec<(&'static str, mira_core::block::SectionEntry, bytes::Bytes)>,
+    },
+    Recent {
+        id: String,
+        block: Arc<Block>,
+        names: Vec<&'static str>,
+    },
+}
+
+impl Raw {
+    /// The block, for error messages.
+    pub fn what(&self) -> String {
+        match self {
+            Raw::Published { key, .. } => format!("block {key}"),
+            Raw::Recent { id, .. } => format!("recent block {id}"),
+        }
+    }
+
+    pub fn decode(self) -> Result<TableSet, mira_core::Error> {
+        match self {
+            Raw::Recent { block, names, .. } => read_tables(&block, Some(&names)),
+            Raw::Published { meta, parts, .. } => {
+                let mut tables = Vec::with_capacity(parts.len());
+                for (name, entry, bytes) in parts {
+                    let batches = decode_section(meta.block_id, &entry, bytes)?;
+                    tables.push((name, table_from_batches(name, batches)?));
+                }
+                Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
             }
         }
     }
