@@ -384,7 +384,9 @@ impl Querier {
             return Ok(None);
         }
         stats.add_fetched();
-        let raw = self.raw_tables(c, &tables_needed(signal, &req.predicate), stats).await?;
+        let raw = self
+            .raw_tables(c, &tables_needed(signal, &req.predicate), stats)
+            .await?;
         let what = raw.what();
         // Decode and scan in one task on the pool.
         let out = self
@@ -425,7 +427,12 @@ impl Querier {
     }
 
     /// The bytes of the named tables' sections, ready to decode.
-    pub(crate) async fn raw_tables(&self, c: &Candidate, names: &[&'static str], stats: &Stats) -> Result<Raw, QueryError> {
+    pub(crate) async fn raw_tables(
+        &self,
+        c: &Candidate,
+        names: &[&'static str],
+        stats: &Stats,
+    ) -> Result<Raw, QueryError> {
         match &c.src {
             Src::Recent(block) => Ok(Raw::Recent {
                 id: c.id.clone(),
