@@ -38,7 +38,7 @@ use std::fmt;
 pub use decode::decode_section;
 pub use footer::{Manifest, SectionEntry, TAIL_FETCH_LEN, initial_tail_len};
 pub use path::{BlockLocation, block_path, parse_block_path, partition_prefix};
-pub use reader::{Block, RemoteBlock, VerifyCache};
+pub use reader::{Block, RemoteBlock, VerifyCache, get_range};
 pub use writer::BlockWriter;
 
 use crate::ids::{BlockId, Signal, TenantId};

@@ -194,6 +194,19 @@ async fn stack(dir: &Path, seal: SealPolicy) -> Stack {
     }
 }
 
+/// POSTs the one-record export `n` to the stack's ingester; the status.
+async fn post_log(s: &Stack, n: u64) -> u16 {
+    http(
+        s.ingester.http_addr(),
+        "POST",
+        "/v1/logs",
+        &log_export(n),
+        "application/x-protobuf",
+    )
+    .await
+    .0
+}
+
 async fn querier(s: &Stack, cache_dir: &Path) -> QuerierServer {
     querier_with(s, cache_dir, Duration::from_secs(2)).await
 }
@@ -438,14 +451,7 @@ async fn corrupted_cache_files_are_refetched_and_corrupted_objects_are_errors_no
     )
     .await;
     for n in 0..3 {
-        let (status, _) = http(
-            s.ingester.http_addr(),
-            "POST",
-            "/v1/logs",
-            &log_export(n),
-            "application/x-protobuf",
-        )
-        .await;
+        let status = post_log(&s, n).await;
         assert_eq!(status, 200);
     }
     let cache = dir.path().join("cache");
@@ -534,14 +540,7 @@ async fn hostile_queries_get_a_clear_4xx_and_the_querier_keeps_serving() {
         },
     )
     .await;
-    let (status, _) = http(
-        s.ingester.http_addr(),
-        "POST",
-        "/v1/logs",
-        &log_export(1),
-        "application/x-protobuf",
-    )
-    .await;
+    let status = post_log(&s, 1).await;
     assert_eq!(status, 200);
     let q = querier(&s, &dir.path().join("cache")).await;
     wait_ready(q.addr()).await;
@@ -649,14 +648,7 @@ async fn an_ingester_that_does_not_answer_makes_the_answer_partial_not_an_error(
         },
     )
     .await;
-    let (status, _) = http(
-        s.ingester.http_addr(),
-        "POST",
-        "/v1/logs",
-        &log_export(1),
-        "application/x-protobuf",
-    )
-    .await;
+    let status = post_log(&s, 1).await;
     assert_eq!(status, 200);
     // A registered ingester that takes connections and never answers.
     let ghost = TcpListener::bind("127.0.0.1:0").expect("bind");

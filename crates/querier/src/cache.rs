@@ -16,7 +16,6 @@ use bytes::Bytes;
 use mira_core::BlockId;
 use mira_core::block::{BlockError, Manifest, RemoteBlock, SectionEntry, VerifyCache};
 use object_store::ObjectStore;
-use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use tokio::sync::Semaphore;
 
@@ -270,22 +269,7 @@ impl SectionCache {
 
     async fn fetch(&self, store: &Arc<dyn ObjectStore>, key: &str, entry: &SectionEntry) -> Result<Bytes, BlockError> {
         let _permit = self.fetches.acquire().await;
-        let range = entry.range();
-        let bytes = store
-            .get_range(&Path::from(key), range.clone())
-            .await
-            .map_err(|source| BlockError::ObjectStore {
-                path: key.to_owned(),
-                source,
-            })?;
-        if bytes.len() as u64 != range.end - range.start {
-            return Err(BlockError::UnexpectedRange {
-                path: key.to_owned(),
-                requested: format!("{range:?}"),
-                got: range.start..range.start + bytes.len() as u64,
-            });
-        }
-        Ok(bytes)
+        mira_core::block::get_range(store.as_ref(), &Path::from(key), entry.range()).await
     }
 
     fn read_cached(&self, file: &str) -> std::io::Result<Bytes> {

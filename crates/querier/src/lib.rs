@@ -180,6 +180,17 @@ impl Querier {
         Ok(())
     }
 
+    /// Checks a `limit` against the configured maximum.
+    pub(crate) fn check_limit(&self, limit: usize) -> Result<(), QueryError> {
+        if limit == 0 || limit > self.config.max_limit {
+            return Err(QueryError::TooBig(format!(
+                "limit {limit} is outside 1..={} (--max-query-limit)",
+                self.config.max_limit
+            )));
+        }
+        Ok(())
+    }
+
     /// Published blocks of the tenant/signal overlapping `[start, end)`,
     /// plus the ingesters' recent blocks not yet in the catalog copy.
     pub(crate) async fn plan(

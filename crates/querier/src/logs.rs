@@ -115,12 +115,7 @@ fn before(order: Order, a: &LineKey, b: &LineKey) -> bool {
 impl Querier {
     pub async fn logs(self: &Arc<Self>, q: LogsQuery) -> Result<LogsAnswer, QueryError> {
         self.check_range(q.start, q.end)?;
-        if q.limit == 0 || q.limit > self.config.max_limit {
-            return Err(QueryError::TooBig(format!(
-                "limit {} is outside 1..={} (--max-query-limit)",
-                q.limit, self.config.max_limit
-            )));
-        }
+        self.check_limit(q.limit)?;
         let stats = Stats::default();
         let (mut start, mut end) = (q.start, q.end);
         if let Some(c) = &q.cursor {

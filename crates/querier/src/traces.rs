@@ -186,12 +186,7 @@ impl Querier {
     /// over their whole trace.
     pub async fn search_traces(self: &Arc<Self>, s: TraceSearch) -> Result<SearchAnswer, QueryError> {
         self.check_range(s.start, s.end)?;
-        if s.limit == 0 || s.limit > self.config.max_limit {
-            return Err(QueryError::TooBig(format!(
-                "limit {} is outside 1..={} (--max-query-limit)",
-                s.limit, self.config.max_limit
-            )));
-        }
+        self.check_limit(s.limit)?;
         let stats = Stats::default();
         let mut plan = self.plan(&s.tenant, Signal::Traces, s.start, s.end, &stats).await?;
         plan.candidates

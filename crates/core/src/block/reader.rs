@@ -340,7 +340,7 @@ async fn fetch_tail(store: &dyn ObjectStore, path: &Path) -> Result<(Bytes, u64)
 }
 
 /// One bounded GET, checked to return exactly the bytes asked for.
-async fn get_range(store: &dyn ObjectStore, path: &Path, range: Range<u64>) -> Result<Bytes, BlockError> {
+pub async fn get_range(store: &dyn ObjectStore, path: &Path, range: Range<u64>) -> Result<Bytes, BlockError> {
     let bytes = store.get_range(path, range.clone()).await.map_err(store_error(path))?;
     if bytes.len() as u64 != range.end - range.start {
         return Err(BlockError::UnexpectedRange {
