@@ -233,6 +233,20 @@ impl CatalogClient {
             .version)
     }
 
+    /// Takes a new epoch for `ingester_id` (dropping what it had staged);
+    /// publishes under an older epoch are refused from now on.
+    pub async fn fence(&self, ingester_id: &str) -> Result<u64, ClientError> {
+        let reply = self
+            .write(Command::Fence(pb::Fence {
+                ingester_id: ingester_id.to_owned(),
+            }))
+            .await?;
+        reply.epoch.ok_or_else(|| ClientError::Unavailable {
+            attempts: 1,
+            last: "the catalog answered a fence without an epoch (an older member?)".to_owned(),
+        })
+    }
+
     /// Atomically adds `add` and tombstones `tombstone`.
     pub async fn replace(&self, replace: pb::Replace) -> Result<u64, ClientError> {
         Ok(self.write(Command::Replace(replace)).await?.version)

@@ -63,7 +63,8 @@ impl MirrorState {
         out
     }
 
-    /// Ingesters whose lease is unexpired at `now_ns`.
+    /// Ingesters whose lease is unexpired at `now_ns`; with `now_ns ==
+    /// i64::MIN`, every registered one.
     pub fn live_ingesters(&self, now_ns: i64) -> Vec<pb::IngesterLease> {
         let mut out: Vec<pb::IngesterLease> = self
             .ingesters
@@ -84,6 +85,7 @@ async fn current_version(client: &CatalogClient) -> u64 {
             .list_ingesters(pb::ListIngestersRequest {
                 now_ns: 0,
                 linearizable: true,
+                include_expired: false,
             })
             .await
         {

@@ -197,6 +197,26 @@ pub enum Command {
         now_ns: i64,
         ttl_ms: i64,
     },
+    // Variants below were added after the first release: new variants go
+    // at the end so entries already in a Raft log decode as they were.
+    /// Takes the next epoch of an ingester id and drops its staged publishes.
+    Fence { ingester_id: String },
+    /// Holds blocks of a publish too large for one command under `txn`.
+    Stage {
+        ingester_id: String,
+        epoch: u64,
+        txn: u128,
+        blocks: Vec<BlockRecord>,
+    },
+    /// An ingester's publish, refused unless `epoch` is current: `blocks`
+    /// and everything staged under `txn` become live with the watermark.
+    FencedPublish {
+        ingester_id: String,
+        epoch: u64,
+        blocks: Vec<BlockRecord>,
+        watermark: Option<Watermark>,
+        txn: Option<u128>,
+    },
 }
 
 impl Command {
@@ -215,6 +235,9 @@ impl Command {
             Command::RenewLease { .. } => "renew_lease",
             Command::ReleaseLease { .. } => "release_lease",
             Command::Heartbeat { .. } => "heartbeat",
+            Command::Fence { .. } => "fence",
+            Command::Stage { .. } => "stage",
+            Command::FencedPublish { .. } => "fenced_publish",
         }
     }
 
@@ -311,6 +334,40 @@ impl Command {
                 check_name("address", address)?;
                 check_time("now_ns", *now_ns)?;
                 check_ttl(*now_ns, *ttl_ms, true)
+            }
+            Command::Fence { ingester_id } => check_name("ingester_id", ingester_id),
+            Command::Stage {
+                ingester_id, blocks, ..
+            } => {
+                check_name("ingester_id", ingester_id)?;
+                check_count("blocks", blocks.len())?;
+                nonempty("blocks", blocks.len())?;
+                check_distinct("blocks", blocks.iter().map(|b| b.id))?;
+                blocks.iter().try_for_each(validate_block)
+            }
+            Command::FencedPublish {
+                ingester_id,
+                blocks,
+                watermark,
+                txn,
+                ..
+            } => {
+                check_name("ingester_id", ingester_id)?;
+                check_count("blocks", blocks.len())?;
+                check_distinct("blocks", blocks.iter().map(|b| b.id))?;
+                blocks.iter().try_for_each(validate_block)?;
+                if let Some(w) = watermark
+                    && &w.ingester_id != ingester_id
+                {
+                    return Err(CommandError::invalid(
+                        "watermark.ingester_id",
+                        format!("{:?} is not the publishing ingester {ingester_id:?}", w.ingester_id),
+                    ));
+                }
+                if blocks.is_empty() && watermark.is_none() && txn.is_none() {
+                    return Err(CommandError::invalid("blocks", "a publish needs blocks or a watermark"));
+                }
+                Ok(())
             }
         }
     }
@@ -580,6 +637,14 @@ pub fn watermark_to_pb(w: &Watermark) -> pb::Watermark {
     }
 }
 
+fn watermark_from_pb(w: &pb::Watermark) -> Watermark {
+    Watermark {
+        ingester_id: w.ingester_id.clone(),
+        shard: w.shard,
+        wal_seq: w.wal_seq,
+    }
+}
+
 pub fn ingester_to_pb(i: &IngesterLease) -> pb::IngesterLease {
     pb::IngesterLease {
         ingester_id: i.ingester_id.clone(),
@@ -612,11 +677,7 @@ pub fn command_from_pb(req: &pb::WriteRequest) -> Result<Command, CommandError> 
         None => return Err(CommandError::invalid("command", "missing")),
         Some(C::Publish(p)) => Command::Publish {
             blocks: p.blocks.iter().map(block_from_pb).collect::<Result<_, _>>()?,
-            watermark: p.watermark.as_ref().map(|w| Watermark {
-                ingester_id: w.ingester_id.clone(),
-                shard: w.shard,
-                wal_seq: w.wal_seq,
-            }),
+            watermark: p.watermark.as_ref().map(watermark_from_pb),
         },
         Some(C::Replace(r)) => Command::Replace {
             add: r.add.iter().map(block_from_pb).collect::<Result<_, _>>()?,
@@ -679,6 +740,26 @@ pub fn command_from_pb(req: &pb::WriteRequest) -> Result<Command, CommandError> 
             address: h.address.clone(),
             now_ns: h.now_ns,
             ttl_ms: h.ttl_ms,
+        },
+        Some(C::Fence(f)) => Command::Fence {
+            ingester_id: f.ingester_id.clone(),
+        },
+        Some(C::Stage(st)) => Command::Stage {
+            ingester_id: st.ingester_id.clone(),
+            epoch: st.epoch,
+            txn: parse_block_id("txn", &st.txn)?,
+            blocks: st.blocks.iter().map(block_from_pb).collect::<Result<_, _>>()?,
+        },
+        Some(C::FencedPublish(p)) => Command::FencedPublish {
+            ingester_id: p.ingester_id.clone(),
+            epoch: p.epoch,
+            blocks: p.blocks.iter().map(block_from_pb).collect::<Result<_, _>>()?,
+            watermark: p.watermark.as_ref().map(watermark_from_pb),
+            txn: if p.txn.is_empty() {
+                None
+            } else {
+                Some(parse_block_id("txn", &p.txn)?)
+            },
         },
     };
     cmd.validate()?;

@@ -125,6 +125,7 @@ impl pb::catalog_server::Catalog for CatalogService {
                 Ok(accepted) => Ok(pb::WriteReply {
                     version: resp.log_id.index,
                     lease: accepted.lease.as_ref().map(lease_to_pb),
+                    epoch: accepted.epoch,
                 }),
                 Err(e) => Err(Status::from(e)),
             },
@@ -191,7 +192,14 @@ impl pb::catalog_server::Catalog for CatalogService {
         let now = if req.now_ns == 0 { now_ns() } else { req.now_ns };
         let (ingesters, version) = self
             .catalog
-            .read(|s, v| (s.live_ingesters(now).iter().map(ingester_to_pb).collect(), v));
+            .read(|s, v| {
+                let listed = if req.include_expired {
+                    s.registered_ingesters()
+                } else {
+                    s.live_ingesters(now)
+                };
+                (listed.iter().map(ingester_to_pb).collect(), v)
+            });
         Ok(Response::new(pb::ListIngestersReply { ingesters, version }))
     }
 

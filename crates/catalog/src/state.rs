@@ -50,6 +50,8 @@ pub struct Applied {
     pub changes: Vec<Change>,
     /// Lease commands: the lease after the command.
     pub lease: Option<Lease>,
+    /// Fence: the ingester's new epoch.
+    pub epoch: Option<u64>,
 }
 
 /// Blocks spanning at most this long are "narrow": a narrow block
@@ -89,7 +91,21 @@ pub struct State {
     /// and a retried publish cannot bring a purged block back.
     purged: VecDeque<u128>,
     purged_set: HashSet<u128>,
+    /// Each ingester id's current epoch (see [`Command::Fence`]).
+    epochs: BTreeMap<String, u64>,
+    /// Publishes being staged: txn → (ingester, blocks).
+    staged: BTreeMap<u128, StagedPublish>,
 }
+
+/// Blocks staged for one publish, not yet listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedPublish {
+    pub ingester_id: String,
+    pub blocks: Vec<BlockRecord>,
+}
+
+/// Most blocks staged under one transaction.
+pub const MAX_STAGED_BLOCKS: usize = 1_000_000;
 
 /// Purged ids remembered for retries.
 pub const PURGED_MEMORY: usize = 100_000;
@@ -104,6 +120,18 @@ pub struct StateImage {
     pub policies: Vec<Policy>,
     /// Recently purged ids, oldest first.
     pub purged: Vec<u128>,
+    /// Added after the first release; encoded after the fields above
+    /// (see `state_machine::encode_image`), so older snapshots still read.
+    #[serde(skip)]
+    pub ext: StateImageExt,
+}
+
+/// The part of a state image added after the first release: serialized
+/// right after [`StateImage`]'s own fields; absent in older snapshots.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct StateImageExt {
+    pub epochs: Vec<(String, u64)>,
+    pub staged: Vec<(u128, StagedPublish)>,
 }
 
 fn state_index(k: StateKind) -> usize {
@@ -158,14 +186,14 @@ impl State {
                 self.policies.insert(key, p.clone());
                 Ok(Applied {
                     changes: vec![Change::PolicySet(p.clone())],
-                    lease: None,
+                    ..Default::default()
                 })
             }
             // Deleting an absent policy succeeds: a retried delete must not fail.
             Command::DeletePolicy { kind, name } => Ok(match self.policies.remove(&(*kind, name.clone())) {
                 Some(p) => Applied {
                     changes: vec![Change::PolicyDeleted(p)],
-                    lease: None,
+                    ..Default::default()
                 },
                 None => Applied::default(),
             }),
@@ -187,7 +215,7 @@ impl State {
                     self.leases.remove(key);
                     Ok(Applied {
                         changes: vec![Change::LeaseReleased(key.clone())],
-                        lease: None,
+                        ..Default::default()
                     })
                 }
                 Some(l) => Err(CommandError::conflict(format!(
@@ -207,7 +235,7 @@ impl State {
                             l.expires_at_ns = *now_ns;
                             Applied {
                                 changes: vec![Change::Ingester(l)],
-                                lease: None,
+                                ..Default::default()
                             }
                         }
                         None => Applied::default(),
@@ -228,10 +256,139 @@ impl State {
                 self.ingesters.insert(ingester_id.clone(), lease.clone());
                 Ok(Applied {
                     changes: vec![Change::Ingester(lease)],
-                    lease: None,
+                    ..Default::default()
                 })
             }
+            Command::Fence { ingester_id } => {
+                let epoch = self.epochs.get(ingester_id).copied().unwrap_or(0) + 1;
+                self.epochs.insert(ingester_id.clone(), epoch);
+                self.staged.retain(|_, st| &st.ingester_id != ingester_id);
+                Ok(Applied {
+                    epoch: Some(epoch),
+                    ..Default::default()
+                })
+            }
+            Command::Stage {
+                ingester_id,
+                epoch,
+                txn,
+                blocks,
+            } => self.stage(ingester_id, *epoch, *txn, blocks),
+            Command::FencedPublish {
+                ingester_id,
+                epoch,
+                blocks,
+                watermark,
+                txn,
+            } => self.fenced_publish(ingester_id, *epoch, blocks, watermark.as_ref(), *txn),
         }
+    }
+
+    fn check_epoch(&self, ingester_id: &str, epoch: u64) -> Result<(), CommandError> {
+        let current = self.epochs.get(ingester_id).copied().unwrap_or(0);
+        if epoch != current {
+            return Err(CommandError::conflict(format!(
+                "ingester {ingester_id:?} is fenced: epoch {epoch} is not its current epoch {current} (another process started under this id)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn stage(&mut self, ingester_id: &str, epoch: u64, txn: u128, blocks: &[BlockRecord]) -> Result<Applied, CommandError> {
+        self.check_epoch(ingester_id, epoch)?;
+        let empty = StagedPublish {
+            ingester_id: ingester_id.to_owned(),
+            blocks: Vec::new(),
+        };
+        let current = self.staged.get(&txn).unwrap_or(&empty);
+        if current.ingester_id != ingester_id {
+            return Err(CommandError::conflict(format!(
+                "staged publish {} belongs to ingester {:?}",
+                BlockId::from_u128(txn),
+                current.ingester_id
+            )));
+        }
+        let mut fresh = Vec::new();
+        for b in blocks {
+            if self.purged_set.contains(&b.id) || self.blocks.contains_key(&b.id) {
+                return Err(CommandError::AlreadyExists {
+                    id: b.block_id().to_string(),
+                });
+            }
+            match current.blocks.iter().find(|o| o.id == b.id) {
+                Some(o) if o.same_publish(b) => {}
+                Some(_) => {
+                    return Err(CommandError::AlreadyExists {
+                        id: b.block_id().to_string(),
+                    });
+                }
+                None => fresh.push(b.clone()),
+            }
+        }
+        if current.blocks.len() + fresh.len() > MAX_STAGED_BLOCKS {
+            return Err(CommandError::invalid(
+                "blocks",
+                format!("a staged publish holds at most {MAX_STAGED_BLOCKS} blocks"),
+            ));
+        }
+        if !fresh.is_empty() {
+            self.staged
+                .entry(txn)
+                .or_insert_with(|| empty.clone())
+                .blocks
+                .extend(fresh);
+        }
+        Ok(Applied::default())
+    }
+
+    fn fenced_publish(
+        &mut self,
+        ingester_id: &str,
+        epoch: u64,
+        blocks: &[BlockRecord],
+        watermark: Option<&Watermark>,
+        txn: Option<u128>,
+    ) -> Result<Applied, CommandError> {
+        self.check_epoch(ingester_id, epoch)?;
+        let mut all: Vec<BlockRecord> = blocks.to_vec();
+        if let Some(txn) = txn {
+            match self.staged.get(&txn) {
+                Some(st) if st.ingester_id == ingester_id => {
+                    if let Some(b) = st.blocks.iter().find(|s| blocks.iter().any(|b| b.id == s.id)) {
+                        return Err(CommandError::invalid(
+                            "blocks",
+                            format!("block {} is both staged and in the publish", b.block_id()),
+                        ));
+                    }
+                    all.extend(st.blocks.iter().cloned());
+                }
+                Some(st) => {
+                    return Err(CommandError::conflict(format!(
+                        "staged publish {} belongs to ingester {:?}",
+                        BlockId::from_u128(txn),
+                        st.ingester_id
+                    )));
+                }
+                None => {
+                    // Committed already (a retry) when the watermark is in;
+                    // otherwise the stage was dropped by a fence.
+                    let done = watermark.is_some_and(|w| {
+                        self.watermarks.get(&(w.ingester_id.clone(), w.shard)).copied() >= Some(w.wal_seq)
+                    }) && blocks.iter().all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
+                    if done {
+                        return Ok(Applied::default());
+                    }
+                    return Err(CommandError::NotFound {
+                        what: format!("staged publish {}", BlockId::from_u128(txn)),
+                    });
+                }
+            }
+        }
+        let applied = self.publish(&all, watermark)?;
+        if let Some(txn) = txn {
+            self.staged.remove(&txn);
+        }
+        Ok(applied)
     }
 
     fn publish(&mut self, blocks: &[BlockRecord], watermark: Option<&Watermark>) -> Result<Applied, CommandError> {
@@ -278,7 +435,7 @@ impl State {
             self.insert_block(b.clone());
             changes.push(Change::Block(b.clone()));
         }
-        Ok(Applied { changes, lease: None })
+        Ok(Applied { changes, ..Default::default() })
     }
 
     fn replace(
@@ -352,7 +509,7 @@ impl State {
                 self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns }),
             ));
         }
-        Ok(Applied { changes, lease: None })
+        Ok(Applied { changes, ..Default::default() })
     }
 
     fn tombstone(&mut self, ids: &[u128], now_ns: i64) -> Result<Applied, CommandError> {
@@ -372,7 +529,7 @@ impl State {
                 ));
             }
         }
-        Ok(Applied { changes, lease: None })
+        Ok(Applied { changes, ..Default::default() })
     }
 
     fn purge(&mut self, ids: &[u128]) -> Result<Applied, CommandError> {
@@ -406,7 +563,7 @@ impl State {
                 changes.push(Change::Purged(*id));
             }
         }
-        Ok(Applied { changes, lease: None })
+        Ok(Applied { changes, ..Default::default() })
     }
 
     fn mark_offloaded(&mut self, id: u128, location: &str) -> Result<Applied, CommandError> {
@@ -422,7 +579,7 @@ impl State {
                         location: location.to_owned(),
                     },
                 ))],
-                lease: None,
+                ..Default::default()
             }),
             other => Err(CommandError::conflict(format!(
                 "block {} is {}, only live blocks are offloaded",
@@ -440,7 +597,7 @@ impl State {
             StateKind::Live => Ok(Applied::default()),
             StateKind::Offloaded => Ok(Applied {
                 changes: vec![Change::Block(self.set_state(id, BlockState::Live))],
-                lease: None,
+                ..Default::default()
             }),
             StateKind::Tombstoned => Err(CommandError::conflict(format!(
                 "block {} is tombstoned, not offloaded",
@@ -491,6 +648,7 @@ impl State {
                 Vec::new()
             },
             lease: Some(lease),
+            epoch: None,
         })
     }
 
@@ -570,6 +728,22 @@ impl State {
             .collect()
     }
 
+    /// Every registered ingester, its lease lapsed or not (only a clean
+    /// shutdown deregisters one).
+    pub fn registered_ingesters(&self) -> Vec<IngesterLease> {
+        self.ingesters.values().cloned().collect()
+    }
+
+    /// The current epoch of an ingester id (0: never fenced).
+    pub fn epoch(&self, ingester_id: &str) -> u64 {
+        self.epochs.get(ingester_id).copied().unwrap_or(0)
+    }
+
+    /// Blocks staged under `txn`.
+    pub fn staged(&self, txn: u128) -> Option<&StagedPublish> {
+        self.staged.get(&txn)
+    }
+
     /// Ingesters whose lease runs past `now_ns`.
     pub fn live_ingesters(&self, now_ns: i64) -> Vec<IngesterLease> {
         self.ingesters
@@ -613,6 +787,10 @@ impl State {
             leases: self.leases(),
             policies: self.policies(None),
             purged: self.purged.iter().copied().collect(),
+            ext: StateImageExt {
+                epochs: self.epochs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                staged: self.staged.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            },
         }
     }
 
@@ -636,6 +814,8 @@ impl State {
         for id in image.purged {
             s.remember_purged(id);
         }
+        s.epochs = image.ext.epochs.into_iter().collect();
+        s.staged = image.ext.staged.into_iter().collect();
         s
     }
 }

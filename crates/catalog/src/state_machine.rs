@@ -130,7 +130,10 @@ fn snap_err(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageErro
 
 /// Serializes a state image: postcard, then zstd with a content checksum.
 pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
-    let raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
+    let mut raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
+    // Fields added after the first release follow the original image, so a
+    // snapshot written before them still decodes (with the defaults).
+    raw.extend(postcard::to_stdvec(&image.ext).map_err(std::io::Error::other)?);
     let mut enc = zstd::Encoder::new(Vec::with_capacity(raw.len() / 4), 1)?;
     enc.include_checksum(true)?;
     std::io::Write::write_all(&mut enc, &raw)?;
@@ -140,7 +143,11 @@ pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
 /// Inverse of [`encode_image`].
 pub fn decode_image(bytes: &[u8]) -> std::io::Result<StateImage> {
     let raw = zstd::decode_all(bytes)?;
-    postcard::from_bytes(&raw).map_err(std::io::Error::other)
+    let (mut image, rest): (StateImage, &[u8]) = postcard::take_from_bytes(&raw).map_err(std::io::Error::other)?;
+    if !rest.is_empty() {
+        image.ext = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+    }
+    Ok(image)
 }
 
 /// Writes `[magic][u32 header len][header][data]` to `dir/snapshot.bin`
@@ -271,7 +278,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         out.push(Ok(Accepted::default()));
                     }
                     EntryPayload::Normal(cmd) => match inner.state.apply(&cmd) {
-                        Ok(Applied { changes, lease }) => {
+                        Ok(Applied { changes, lease, epoch }) => {
                             if !changes.is_empty() {
                                 inner.history_changes += changes.len();
                                 inner.history.push_back(Event {
@@ -285,7 +292,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                                     inner.floor = old.version;
                                 }
                             }
-                            out.push(Ok(Accepted { lease }));
+                            out.push(Ok(Accepted { lease, epoch }));
                         }
                         Err(e) => out.push(Err(e)),
                     },

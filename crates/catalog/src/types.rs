@@ -12,6 +12,8 @@ pub type CommandResult = Result<Accepted, CommandError>;
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Accepted {
     pub lease: Option<Lease>,
+    /// Fence: the ingester's new epoch.
+    pub epoch: Option<u64>,
 }
 
 openraft::declare_raft_types!(

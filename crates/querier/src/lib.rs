@@ -210,14 +210,19 @@ impl Querier {
             start.min(i64::MAX as u64) as i64,
             end.saturating_sub(1).min(i64::MAX as u64) as i64,
         );
-        // The live ingesters from the catalog itself (linearizable), not the
-        // local copy, which may lag: an ingester registers before it takes
-        // its first export, so every acknowledged row is on one asked here.
+        // The registered ingesters from the catalog itself (linearizable),
+        // not the local copy, which may lag: an ingester registers before it
+        // takes its first export, so every acknowledged row is on one asked
+        // here. Those whose lease lapsed are asked too (a crashed ingester
+        // keeps acknowledged rows in its WAL until it replays them; a lapse
+        // may also be clock skew): no answer makes the result partial,
+        // never silently short. Only a clean shutdown deregisters.
         let ingesters = match tokio::time::timeout(
             self.config.catalog_wait,
             self.catalog.list_ingesters(cpb::ListIngestersRequest {
                 now_ns: now,
                 linearizable: true,
+                include_expired: true,
             }),
         )
         .await
@@ -232,7 +237,7 @@ impl Querier {
                 plan.warnings.push(format!(
                     "could not list live ingesters ({why}); recent data from the local catalog copy only"
                 ));
-                state.live_ingesters(now)
+                state.live_ingesters(i64::MIN)
             }
         };
         let replies = self
