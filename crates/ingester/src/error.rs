@@ -10,6 +10,9 @@ pub enum WalError {
     Io { path: String, message: String },
     #[error("the WAL writer has stopped")]
     Stopped,
+    /// A frame that fails its checks inside a segment (not a torn tail).
+    #[error("corrupt WAL segment {path} at offset {offset}: {reason} (start with --wal-skip-corrupt to skip the rest of that segment and count it)")]
+    Corrupt { path: String, offset: u64, reason: String },
 }
 
 impl WalError {
@@ -76,4 +79,8 @@ pub enum StartError {
     Wal(#[from] WalError),
     #[error("listen on {0}: {1}")]
     Listen(String, #[source] std::io::Error),
+    #[error("the catalog refused this ingester: {0}")]
+    Catalog(String),
+    #[error("another process took over ingester id {0:?} while this one was recovering its WAL")]
+    Fenced(String),
 }

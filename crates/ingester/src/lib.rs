@@ -1,16 +1,22 @@
 //! mira-ingester: the write path. It owns the write-ahead log ([`wal`]),
 //! request-body handling ([`body`]: content encodings with bounded
-//! decompression), the shards with their open generations ([`shard`]), the
-//! uploader that writes and publishes sealed blocks ([`upload`]), and the
-//! admission pipeline in front of them ([`pipeline`]).
+//! decompression), the OTLP servers ([`otlp`]), the shards with their open
+//! generations ([`shard`]), the uploader that writes and publishes sealed
+//! blocks under the process's epoch ([`upload`]), start-up recovery of the
+//! WAL ([`recover`]), whether writes may be acknowledged ([`health`]), the
+//! admission pipeline in front of the shards ([`pipeline`]), the
+//! recent-data service for queriers ([`recent`]), its metrics
+//! ([`metrics`]), errors ([`error`]) and the running node ([`node`]).
 
 pub mod body;
 pub mod error;
+pub mod health;
 pub mod metrics;
 pub mod node;
 pub mod otlp;
 pub mod pipeline;
 pub mod recent;
+pub mod recover;
 pub mod shard;
 pub mod upload;
 pub mod wal;

@@ -4,8 +4,6 @@
 //! `/metrics`; the same timings go to debug logs under the
 //! `mira::ingester::probe` target.
 
-use std::time::Duration;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -48,6 +46,21 @@ pub struct Metrics {
     pub bytes_uploaded: Counter,
     /// Export requests holding an in-flight slot.
     pub inflight: Gauge,
+    /// Publish attempts that failed, by `reason`: unavailable (retried),
+    /// rejected (quarantined, retried slowly), fenced (stopped).
+    pub publish_failures: Family<ReasonLabels, Counter>,
+    /// Generations written to the quarantine directory.
+    pub quarantined: Counter,
+    /// 1 while writes are refused, by `reason`: wal, lease, fenced,
+    /// quarantine.
+    pub refusing: Family<ReasonLabels, Gauge>,
+    /// Records refused for a timestamp outside the accepted window.
+    pub out_of_window: Family<OutcomeLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
 }
 
 impl Metrics {
@@ -117,7 +130,35 @@ impl Metrics {
             "Export requests holding an in-flight slot (being read, decoded or awaiting their ack)",
             inflight.clone(),
         );
+        let publish_failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "mira_ingester_publish_failures",
+            "Failed publish attempts by reason (unavailable: retried; rejected: quarantined and retried; fenced: stopped)",
+            publish_failures.clone(),
+        );
+        let quarantined = Counter::default();
+        registry.register(
+            "mira_ingester_quarantined_generations",
+            "Sealed generations the catalog refused or that could not be encoded, written whole to the quarantine directory (their WAL frames are kept)",
+            quarantined.clone(),
+        );
+        let refusing = Family::<ReasonLabels, Gauge>::default();
+        registry.register(
+            "mira_ingester_refusing_writes",
+            "1 while exports are refused with 503, by reason (wal, lease, fenced, quarantine)",
+            refusing.clone(),
+        );
+        let out_of_window = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "mira_ingester_out_of_window",
+            "Records refused for a timestamp older than --max-past or newer than --max-future (outcome: too_old, too_new)",
+            out_of_window.clone(),
+        );
         Metrics {
+            publish_failures,
+            quarantined,
+            refusing,
+            out_of_window,
             inflight,
             registry,
             admission_wait,
@@ -149,6 +190,3 @@ impl Default for Metrics {
     }
 }
 
-pub fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}

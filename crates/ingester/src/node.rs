@@ -1,13 +1,16 @@
 //! A running ingester: WAL, pipeline, OTLP servers, catalog lease and WAL
 //! sweep, and `/ready`. Start-up order: open the WAL (repairing a torn
-//! tail), read this ingester's watermarks from the catalog, replay the WAL
-//! above them, then accept traffic.
+//! tail), take a new epoch from the catalog (fencing any older process
+//! under this id), read this ingester's watermarks, start the sequence
+//! above both the WAL and every watermark, publish every frame above its
+//! watermark ([`crate::recover`]), register the lease, then accept
+//! traffic. Writes are acknowledged only while the lease is renewed, the
+//! WAL writes and nothing is quarantined ([`crate::health`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -16,8 +19,10 @@ use mira_catalog::{CatalogClient, proto as pb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::health::Health;
 use crate::otlp::{ReceiverConfig, Receivers, grpc_router, http_router};
-use crate::pipeline::{Pipeline, PipelineConfig, Replayed};
+use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::recover::{Replayed, recover};
 use crate::upload::Destination;
 use crate::wal::{Wal, WalConfig, WalMode};
 
@@ -37,6 +42,10 @@ pub struct IngesterConfig {
     pub lease_ttl: Duration,
     /// Blocks larger than this are uploaded in parts.
     pub multipart_above: usize,
+    /// Most blocks per catalog command (more are staged in chunks).
+    pub publish_chunk_blocks: usize,
+    /// Skip corrupt WAL frames at start (counted) instead of refusing to start.
+    pub wal_skip_corrupt: bool,
 }
 
 /// A running ingester.
@@ -51,7 +60,7 @@ pub struct IngesterNode {
     config: IngesterConfig,
     pub replayed: Replayed,
     metrics: Arc<crate::metrics::Metrics>,
-    ready: Arc<AtomicBool>,
+    health: Arc<Health>,
 }
 
 impl std::fmt::Debug for IngesterNode {
@@ -69,17 +78,50 @@ fn now_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
-/// The first lease heartbeat, retried until the catalog takes it.
-async fn register(catalog: &CatalogClient, config: &IngesterConfig) {
-    let mut backoff = Duration::from_millis(100);
+/// One lease heartbeat; on success the lease counts from when it was sent.
+async fn heartbeat(catalog: &CatalogClient, config: &IngesterConfig, health: &Health) -> bool {
     let ttl_ms = i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-    while let Err(e) = catalog
+    let sent = std::time::Instant::now();
+    match catalog
         .heartbeat(&config.ingester_id, &config.advertise, now_ns(), ttl_ms)
         .await
     {
-        tracing::warn!(target: "mira::ingester", error = %e, "could not register with the catalog; retrying");
+        Ok(_) => {
+            health.lease_renewed(sent, config.lease_ttl);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(target: "mira::ingester", error = %e, "could not renew the lease in the catalog");
+            health.catalog_unreachable();
+            false
+        }
+    }
+}
+
+/// The first lease heartbeat, retried until the catalog takes it.
+async fn register(catalog: &CatalogClient, config: &IngesterConfig, health: &Health) {
+    let mut backoff = Duration::from_millis(100);
+    while !heartbeat(catalog, config, health).await {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// A new epoch for this ingester id, retried until the catalog answers.
+async fn fence(catalog: &CatalogClient, id: &str) -> Result<u64, crate::error::StartError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match catalog.fence(id).await {
+            Ok(epoch) => return Ok(epoch),
+            Err(mira_catalog::ClientError::Rejected(status)) => {
+                return Err(crate::error::StartError::Catalog(status.message().to_owned()));
+            }
+            Err(e) => {
+                tracing::warn!(target: "mira::ingester", error = %e, "catalog unreachable at start; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
     }
 }
 
@@ -133,12 +175,22 @@ impl IngesterNode {
         store: Arc<dyn object_store::ObjectStore>,
     ) -> Result<IngesterNode, crate::error::StartError> {
         let wal_dir = config.data_dir.join("wal");
-        let (wal, last_seq, repair) = Wal::open(&WalConfig::new(wal_dir.clone(), config.wal_mode))?;
+        let mut wal_config = WalConfig::new(wal_dir.clone(), config.wal_mode);
+        wal_config.limits = config.pipeline.limits;
+        wal_config.skip_corrupt = config.wal_skip_corrupt;
+        let (wal, last_seq, repair) = Wal::open(&wal_config)?;
         if repair.torn_bytes > 0 {
             tracing::warn!(target: "mira::ingester", bytes = repair.torn_bytes, "cut a torn WAL tail");
         }
+        // Fence before reading the watermarks: from here on an older
+        // process under this id publishes nothing, so they cannot move.
+        let epoch = fence(&catalog, &config.ingester_id).await?;
         let marks = watermarks(&catalog, &config.ingester_id).await;
+        // Sequences continue above everything the catalog holds for this
+        // id, even when the WAL was swept empty or the volume is new.
+        wal.raise_floor(marks.values().copied().max().unwrap_or(0));
         let metrics = Arc::new(crate::metrics::Metrics::new());
+        let health = Arc::new(Health::new(wal.clone()));
         {
             let m = metrics.clone();
             wal.on_group(move |g| {
@@ -154,12 +206,22 @@ impl IngesterNode {
             store,
             catalog: catalog.clone(),
             ingester_id: config.ingester_id.clone(),
+            epoch,
+            chunk_blocks: config.publish_chunk_blocks,
+            quarantine_dir: config.data_dir.join("quarantine"),
+            health: health.clone(),
         };
-        let replay_dir = (config.wal_mode != WalMode::Off).then_some(wal_dir.as_path());
-        let (pipeline, replayed) = Pipeline::start(config.pipeline, wal.clone(), replay_dir, dest, &marks).await?;
-        tracing::info!(target: "mira::ingester", frames = replayed.frames, skipped = replayed.skipped, last_seq, "WAL replayed");
-        let pipeline = Arc::new(pipeline);
-        let ready = Arc::new(AtomicBool::new(true));
+        let replayed = recover(
+            &dest,
+            &wal_dir,
+            config.pipeline.limits,
+            config.wal_skip_corrupt,
+            &marks,
+            config.pipeline.seal.max_bytes,
+        )
+        .await?;
+        tracing::info!(target: "mira::ingester", frames = replayed.frames, skipped = replayed.skipped, generations = replayed.generations, last_seq, epoch, "WAL recovered");
+        let pipeline = Arc::new(Pipeline::start(config.pipeline, wal.clone(), dest));
 
         let receivers = Receivers::new(pipeline.clone(), config.receivers.clone());
         let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
@@ -174,7 +236,7 @@ impl IngesterNode {
         let http_addr = http_listener
             .local_addr()
             .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
-        let ready2 = ready.clone();
+        let ready2 = health.clone();
         let m = metrics.clone();
         let http = http_router(receivers.clone())
             .route(
@@ -194,7 +256,7 @@ impl IngesterNode {
                 get(move || {
                     let ready = ready2.clone();
                     async move {
-                        if ready.load(Ordering::Relaxed) {
+                        if ready.ready() {
                             (StatusCode::OK, "ready\n")
                         } else {
                             (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
@@ -217,7 +279,7 @@ impl IngesterNode {
         }
         // Registered before the first export is taken: a querier that asks
         // the catalog for live ingesters after an ack finds this one.
-        register(&catalog, &config).await;
+        register(&catalog, &config, &health).await;
         let (s1, h1) = serve(grpc_listener, grpc_router(receivers).merge(recent)).await;
         let (s2, h2) = serve(http_listener, http).await;
 
@@ -234,19 +296,18 @@ impl IngesterNode {
                 }
             })
         };
-        // Lease in the catalog, renewed at a third of its ttl.
+        // Lease in the catalog, renewed at a third of its ttl (a tenth
+        // after a failure); writes stop being acknowledged when it lapses.
         let lease = {
             let catalog = catalog.clone();
-            let id = config.ingester_id.clone();
-            let advertise = config.advertise.clone();
-            let ttl = config.lease_ttl;
-            let ready = ready.clone();
+            let config = config.clone();
+            let health = health.clone();
+            let metrics = metrics.clone();
             tokio::spawn(async move {
                 loop {
-                    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-                    let ok = catalog.heartbeat(&id, &advertise, now_ns(), ttl_ms).await.is_ok();
-                    ready.store(ok, Ordering::Relaxed);
-                    tokio::time::sleep(ttl / 3).await;
+                    let ok = heartbeat(&catalog, &config, &health).await;
+                    health.export(&metrics);
+                    tokio::time::sleep(if ok { config.lease_ttl / 3 } else { config.lease_ttl / 10 }).await;
                 }
             })
         };
@@ -289,7 +350,7 @@ impl IngesterNode {
             config,
             replayed,
             metrics,
-            ready,
+            health,
         })
     }
 
@@ -298,9 +359,10 @@ impl IngesterNode {
         self.metrics.clone()
     }
 
-    /// The flag behind `/ready` (WAL replayed, catalog reachable).
-    pub fn ready_flag(&self) -> Arc<AtomicBool> {
-        self.ready.clone()
+    /// What `/ready` reports (WAL recovered and writable, lease renewed,
+    /// not fenced, nothing quarantined, catalog reachable).
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {

@@ -4,7 +4,6 @@
 //! client retries; nothing decoded is dropped). Shards log to the WAL,
 //! seal generations, and their uploaders publish them.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,8 +14,9 @@ use mira_core::ids::{Signal, TenantId};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::error::{IngestError, WalError};
-use crate::shard::{AnyBuilder, SealPolicy, Shard, SharedView, Work, lock_view};
+use crate::error::IngestError;
+use crate::health::Health;
+use crate::shard::{AnyBuilder, Progress, SealPolicy, Shard, SharedView, Work, lock_view};
 use crate::upload::{self, Destination};
 use crate::wal::Wal;
 
@@ -32,7 +32,8 @@ pub struct PipelineConfig {
     /// Sealed generations waiting for upload per shard before the shard
     /// stops taking work (bounds memory when the store stalls).
     pub upload_queue: usize,
-    /// Attribute limits applied to every request (and on replay).
+    /// Attribute limits applied to every request (a replay applies the
+    /// limits recorded with the WAL segment instead).
     pub limits: Limits,
 }
 
@@ -51,6 +52,7 @@ struct SignalLanes {
 /// The running pipeline.
 pub struct Pipeline {
     metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<Health>,
     signals: Vec<SignalLanes>,
     config: PipelineConfig,
     tasks: Vec<JoinHandle<()>>,
@@ -77,24 +79,12 @@ pub fn global_shard(signal: Signal, index: usize, shards: usize) -> u16 {
     u16::try_from(signal_index(signal) * shards + index).unwrap_or(u16::MAX)
 }
 
-/// Counts of a start-up replay.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Replayed {
-    pub frames: u64,
-    pub skipped: u64,
-}
-
 impl Pipeline {
-    /// Starts the shards and uploaders, then replays the WAL frames above
-    /// `watermarks` (global shard → published sequence) into them.
-    pub async fn start(
-        config: PipelineConfig,
-        wal: Wal,
-        wal_dir: Option<&std::path::Path>,
-        dest: Destination,
-        watermarks: &HashMap<u16, u64>,
-    ) -> Result<(Pipeline, Replayed), WalError> {
+    /// Starts the shards and uploaders (after the WAL was recovered: every
+    /// frame on disk is published, see [`crate::recover`]).
+    pub fn start(config: PipelineConfig, wal: Wal, dest: Destination) -> Pipeline {
         let metrics = dest.metrics.clone();
+        let health = dest.health.clone();
         let shards = config.shards.max(1);
         let mut signals = Vec::new();
         let mut tasks = Vec::new();
@@ -103,7 +93,7 @@ impl Pipeline {
             for i in 0..shards {
                 let (tx, rx) = mpsc::channel(1024);
                 let (sealed_tx, sealed_rx) = mpsc::channel(config.upload_queue.max(1));
-                let (published_tx, published_rx) = watch::channel(0u64);
+                let (published_tx, published_rx) = watch::channel(Progress::default());
                 let (versions_tx, versions_rx) = watch::channel(0u64);
                 let view = SharedView::default();
                 let shard = Shard {
@@ -137,40 +127,13 @@ impl Pipeline {
                 next: AtomicUsize::new(0),
             });
         }
-        let pipeline = Pipeline {
+        Pipeline {
             metrics,
+            health,
             signals,
             config,
             tasks,
-        };
-        let mut replayed = Replayed::default();
-        if let Some(dir) = wal_dir {
-            let mut frames = Vec::new();
-            let stats = Wal::replay(
-                dir,
-                |shard| watermarks.get(&shard).copied().unwrap_or(0),
-                |f| {
-                    frames.push((f.signal, f.shard, f.tenant, Bytes::copy_from_slice(f.payload), f.seq));
-                    Ok(())
-                },
-            )?;
-            replayed.skipped = stats.skipped;
-            for (signal, shard, tenant, payload, seq) in frames {
-                let lanes = &pipeline.signals[signal_index(signal)].lanes;
-                let base = signal_index(signal) * shards;
-                let index = usize::from(shard).saturating_sub(base) % shards;
-                if lanes[index]
-                    .tx
-                    .send(Work::Replay { tenant, payload, seq })
-                    .await
-                    .is_err()
-                {
-                    return Err(WalError::Stopped);
-                }
-                replayed.frames += 1;
-            }
         }
-        Ok((pipeline, replayed))
     }
 
     pub fn metrics(&self) -> &crate::metrics::Metrics {
@@ -231,6 +194,9 @@ impl Pipeline {
     }
 
     async fn submit_inner(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
+        if let Some(why) = self.health.refusal() {
+            return Err(IngestError::Unavailable(why));
+        }
         let admitted = std::time::Instant::now();
         let cost = payload.len().max(1);
         if cost > self.config.queue_bytes {
@@ -275,7 +241,7 @@ impl Pipeline {
             .observe(admitted.elapsed().as_secs_f64());
         let (reply, rx) = oneshot::channel();
         lane.tx
-            .send(Work::Export {
+            .send(Work {
                 tenant,
                 payload,
                 permit,

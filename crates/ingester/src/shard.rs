@@ -1,10 +1,13 @@
 //! Shards: each owns one *generation* of open blocks (one builder per
 //! tenant) for its signal. A request is decoded into the builder (refused
 //! whole on bad input), logged to the WAL in the shard's order, and
-//! answered. A generation seals on size, age or the hour boundary; its
-//! blocks are uploaded and published in one catalog command with the
-//! shard's watermark = the highest WAL sequence in the generation, so a
-//! restart replays exactly the frames above it.
+//! answered once the WAL wrote it. A generation seals on size, age or the
+//! hour boundary. Before sealing, the shard waits until the WAL settled
+//! every frame of the generation; rows whose frame failed to be written
+//! (and so were answered with an error) are taken out by rebuilding the
+//! builders from the written requests only. Its blocks are then uploaded
+//! and published with the shard's watermark = the highest WAL sequence in
+//! the generation, so a restart replays exactly the frames above it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,7 +19,7 @@ use mira_core::ids::{BlockId, Signal, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 
 use crate::error::{IngestError, WalError};
-use crate::wal::{Wal, WalMode};
+use crate::wal::{Acks, Wal, WalMode};
 
 /// An open block's builder for any signal.
 #[derive(Debug)]
@@ -77,8 +80,17 @@ pub enum AckWait {
     /// WAL off: the generation's publish.
     Published {
         generation: u64,
-        published: watch::Receiver<u64>,
+        published: watch::Receiver<Progress>,
     },
+}
+
+/// How far a shard's uploader got: the last generation published, and
+/// whether publishing stopped for good (fenced or quarantined), in which
+/// case no later generation will be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub published: u64,
+    pub stopped: bool,
 }
 
 impl AckWait {
@@ -92,11 +104,18 @@ impl AckWait {
                 generation,
                 mut published,
             } => {
-                published
-                    .wait_for(|p| *p >= generation)
+                let p = published
+                    .wait_for(|p| p.published >= generation || p.stopped)
                     .await
                     .map_err(|_| IngestError::Unavailable("the shard stopped before publishing".to_owned()))?;
-                Ok(())
+                if p.published >= generation {
+                    Ok(())
+                } else {
+                    Err(IngestError::Unavailable(
+                        "the ingester cannot publish (see its log and /metrics); nothing of this request was stored"
+                            .to_owned(),
+                    ))
+                }
             }
         }
     }
@@ -110,17 +129,13 @@ pub struct Accepted {
     pub ack: AckWait,
 }
 
-/// Work for a shard.
+/// Work for a shard: one export request.
 #[derive(Debug)]
-pub enum Work {
-    Export {
-        tenant: TenantId,
-        payload: Bytes,
-        permit: OwnedSemaphorePermit,
-        reply: oneshot::Sender<Result<Accepted, IngestError>>,
-    },
-    /// A WAL frame above the published watermark, replayed at start.
-    Replay { tenant: TenantId, payload: Bytes, seq: u64 },
+pub struct Work {
+    pub tenant: TenantId,
+    pub payload: Bytes,
+    pub permit: OwnedSemaphorePermit,
+    pub reply: oneshot::Sender<Result<Accepted, IngestError>>,
 }
 
 /// What a shard holds that is not yet published, for the recent-data
@@ -148,8 +163,13 @@ pub struct Sealed {
     pub number: u64,
     /// Highest WAL sequence in the generation (0 when nothing was logged).
     pub max_seq: u64,
-    /// Each tenant's block, with the id chosen at seal time.
-    pub blocks: Vec<(TenantId, BlockId, TableSet)>,
+    /// Each tenant's block, with the id chosen when its open block began;
+    /// `Err` when building it failed (the generation can never be
+    /// published: the uploader quarantines it).
+    pub blocks: Vec<(TenantId, BlockId, Result<TableSet, String>)>,
+    /// The requests the blocks were built from, per tenant (what a
+    /// quarantine keeps).
+    pub requests: Vec<(TenantId, Vec<Bytes>)>,
 }
 
 #[derive(Debug)]
@@ -158,6 +178,14 @@ struct Generation {
     builders: HashMap<TenantId, AnyBuilder>,
     max_seq: u64,
     rows: usize,
+    /// Exports accepted (with or without rows): in `off` mode each waits
+    /// for this generation's publish, so even an empty one is sealed.
+    accepted: usize,
+    /// Every frame's WAL outcome.
+    acks: Arc<Acks>,
+    /// (sequence, tenant, request) of each logged export, to rebuild the
+    /// builders without the frames the WAL failed to write.
+    logged: Vec<(u64, TenantId, Bytes)>,
     started: Instant,
     hour: u64,
 }
@@ -175,6 +203,9 @@ impl Generation {
             builders: HashMap::new(),
             max_seq: 0,
             rows: 0,
+            accepted: 0,
+            acks: Acks::new(),
+            logged: Vec::new(),
             started: Instant::now(),
             hour: current_hour(),
         }
@@ -202,7 +233,7 @@ pub struct Shard {
     pub policy: SealPolicy,
     pub limits: Limits,
     pub sealed: mpsc::Sender<Sealed>,
-    pub published: watch::Receiver<u64>,
+    pub published: watch::Receiver<Progress>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -231,7 +262,7 @@ impl Shard {
                     }
                 }
                 _ = tick.tick() => {
-                    if generation.rows > 0
+                    if generation.accepted > 0
                         && (generation.started.elapsed() >= self.policy.max_age || generation.hour != current_hour())
                     {
                         self.seal(&mut generation).await;
@@ -243,105 +274,130 @@ impl Shard {
     }
 
     async fn handle(&self, g: &mut Generation, item: Work) {
-        match item {
-            Work::Replay { tenant, payload, seq } => {
-                let b = g
-                    .builders
-                    .entry(tenant.clone())
-                    .or_insert_with(|| AnyBuilder::new(self.signal));
-                match b.append(&payload, &self.limits) {
-                    Ok(appended) => {
-                        g.rows += appended.rows;
-                        g.max_seq = g.max_seq.max(seq);
-                        lock_view(&self.view)
-                            .open
-                            .entry(tenant)
-                            .or_insert_with(|| (BlockId::new(), Vec::new()))
-                            .1
-                            .push(payload);
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "mira::ingester", %tenant, seq, error = %e, "a replayed WAL frame no longer decodes; skipped");
-                    }
+        let Work {
+            tenant,
+            payload,
+            permit,
+            reply,
+        } = item;
+        let b = g
+            .builders
+            .entry(tenant.clone())
+            .or_insert_with(|| AnyBuilder::new(self.signal));
+        let t = Instant::now();
+        let appended = b.append(&payload, &self.limits);
+        let took = t.elapsed();
+        self.metrics
+            .append
+            .get_or_create(&crate::metrics::SignalLabels {
+                signal: self.signal.as_str(),
+            })
+            .observe(took.as_secs_f64());
+        tracing::debug!(target: "mira::ingester::probe", shard = self.id, bytes = payload.len(), append_us = took.as_micros() as u64, "append");
+        let appended = match appended {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = reply.send(Err(IngestError::Invalid(format!("{e}"))));
+                return;
+            }
+        };
+        g.rows += appended.rows;
+        g.accepted += 1;
+        lock_view(&self.view)
+            .open
+            .entry(tenant.clone())
+            .or_insert_with(|| (BlockId::new(), Vec::new()))
+            .1
+            .push(payload.clone());
+        let ack = if self.wal.mode() == WalMode::Off {
+            AckWait::Published {
+                generation: g.number,
+                published: self.published.clone(),
+            }
+        } else {
+            let ticket = g.acks.ticket();
+            match self
+                .wal
+                .submit(self.signal, self.id, tenant.clone(), payload.clone(), Some(ticket))
+                .await
+            {
+                Ok((seq, rx)) => {
+                    g.max_seq = g.max_seq.max(seq);
+                    g.logged.push((seq, tenant, payload));
+                    AckWait::Wal(rx)
+                }
+                Err(e) => {
+                    // Never logged: its rows come out at seal.
+                    g.logged.push((0, tenant, payload));
+                    let _ = reply.send(Err(e.into()));
+                    return;
                 }
             }
-            Work::Export {
-                tenant,
-                payload,
-                permit,
-                reply,
-            } => {
-                let b = g
-                    .builders
-                    .entry(tenant.clone())
-                    .or_insert_with(|| AnyBuilder::new(self.signal));
-                let t = Instant::now();
-                let appended = b.append(&payload, &self.limits);
-                let took = t.elapsed();
-                self.metrics
-                    .append
-                    .get_or_create(&crate::metrics::SignalLabels {
-                        signal: self.signal.as_str(),
-                    })
-                    .observe(took.as_secs_f64());
-                tracing::debug!(target: "mira::ingester::probe", shard = self.id, bytes = payload.len(), append_us = took.as_micros() as u64, "append");
-                let appended = match appended {
-                    Ok(a) => a,
-                    Err(e) => {
-                        let _ = reply.send(Err(IngestError::Invalid(format!("{e}"))));
-                        return;
-                    }
-                };
-                g.rows += appended.rows;
-                lock_view(&self.view)
-                    .open
-                    .entry(tenant.clone())
-                    .or_insert_with(|| (BlockId::new(), Vec::new()))
-                    .1
-                    .push(payload.clone());
-                let ack = if self.wal.mode() == WalMode::Off {
-                    AckWait::Published {
-                        generation: g.number,
-                        published: self.published.clone(),
-                    }
-                } else {
-                    match self.wal.submit(self.signal, self.id, tenant, payload).await {
-                        Ok((seq, rx)) => {
-                            g.max_seq = g.max_seq.max(seq);
-                            AckWait::Wal(rx)
-                        }
-                        Err(e) => {
-                            let _ = reply.send(Err(e.into()));
-                            return;
-                        }
-                    }
-                };
-                drop(permit);
-                let _ = reply.send(Ok(Accepted { appended, ack }));
+        };
+        drop(permit);
+        let _ = reply.send(Ok(Accepted { appended, ack }));
+    }
+
+    /// Rebuilds the builders (and the recent view) from the requests whose
+    /// frames the WAL wrote, leaving out `failed` (answered with an error).
+    fn drop_unlogged(&self, g: &mut Generation, failed: &[u64]) {
+        let failed: std::collections::HashSet<u64> = failed.iter().copied().collect();
+        let mut builders: HashMap<TenantId, AnyBuilder> = HashMap::new();
+        let mut kept: HashMap<TenantId, Vec<Bytes>> = HashMap::new();
+        let mut rows = 0;
+        for (seq, tenant, payload) in &g.logged {
+            if *seq == 0 || failed.contains(seq) {
+                continue;
+            }
+            let b = builders
+                .entry(tenant.clone())
+                .or_insert_with(|| AnyBuilder::new(self.signal));
+            // The same bytes under the same limits appended before.
+            if let Ok(a) = b.append(payload, &self.limits) {
+                rows += a.rows;
+            }
+            kept.entry(tenant.clone()).or_default().push(payload.clone());
+        }
+        let dropped = g.logged.len() - kept.values().map(Vec::len).sum::<usize>();
+        tracing::warn!(target: "mira::ingester", shard = self.id, requests = dropped, "rows whose WAL write failed were left out of the generation (their clients were answered with an error)");
+        let mut view = lock_view(&self.view);
+        view.open.retain(|t, _| kept.contains_key(t));
+        for (tenant, payloads) in kept {
+            if let Some(entry) = view.open.get_mut(&tenant) {
+                entry.1 = payloads;
             }
         }
+        g.builders = builders;
+        g.rows = rows;
     }
 
     async fn seal(&self, g: &mut Generation) {
-        let next = Generation::new(g.number + 1);
-        let old = std::mem::replace(g, next);
-        if old.rows == 0 {
-            lock_view(&self.view).open.clear();
+        if g.accepted == 0 {
+            g.started = Instant::now();
+            g.hour = current_hour();
             return;
         }
+        // Every frame of the generation written or failed first: a failed
+        // one was answered with an error and its rows must not be published.
+        let failed = g.acks.settled().await;
+        if !failed.is_empty() || g.logged.iter().any(|(seq, _, _)| *seq == 0) {
+            self.drop_unlogged(g, &failed);
+        }
+        let next = Generation::new(g.number + 1);
+        let old = std::mem::replace(g, next);
         let mut blocks = Vec::new();
         let mut finished = Vec::new();
         for (tenant, mut b) in old.builders {
             if b.rows() == 0 {
                 continue;
             }
-            match b.finish() {
-                Ok(tables) => finished.push((tenant, tables)),
-                Err(e) => {
-                    tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; its rows are lost")
-                }
-            }
+            let built = b.finish().map_err(|e| {
+                tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; the generation will be quarantined");
+                e.to_string()
+            });
+            finished.push((tenant, built));
         }
+        let mut requests = Vec::with_capacity(finished.len());
         {
             // One step, so a recent-data snapshot sees these rows either as
             // open or as pending, never as neither.
@@ -350,7 +406,8 @@ impl Shard {
             let mut pending = Vec::with_capacity(finished.len());
             for (tenant, tables) in finished {
                 let (id, payloads) = open.remove(&tenant).unwrap_or_else(|| (BlockId::new(), Vec::new()));
-                pending.push((tenant.clone(), id, payloads));
+                pending.push((tenant.clone(), id, payloads.clone()));
+                requests.push((tenant.clone(), payloads));
                 blocks.push((tenant, id, tables));
             }
             view.pending.insert(old.number, pending);
@@ -361,6 +418,7 @@ impl Shard {
             number: old.number,
             max_seq: old.max_seq,
             blocks,
+            requests,
         };
         if self.sealed.send(sealed).await.is_err() {
             tracing::error!(target: "mira::ingester", shard = self.id, "uploader stopped; a sealed generation was dropped");

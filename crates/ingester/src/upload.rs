@@ -1,21 +1,42 @@
 //! The uploader of one shard: turns a sealed generation into block objects
 //! (hot layout with sidecars), writes each through the object store
 //! (retrying with backoff until it is fully written), then publishes them
-//! all to the catalog in one command with the shard's WAL watermark, and
-//! tells waiters which generation is now published. Generations of a shard
-//! are published in order, so the watermark only moves forward.
+//! to the catalog with the shard's WAL watermark under this process's
+//! epoch, and tells waiters which generation is now published.
+//! Generations of a shard are published in order, so the watermark only
+//! moves forward, and never past a generation that is not published.
+//!
+//! A generation with more blocks than one catalog command may carry (many
+//! tenants) is staged in chunks under a transaction id and made live,
+//! with the watermark, by the last command; a crash between chunks leaves
+//! only staged blocks, which the next process's fence drops, so a replay
+//! publishes them once.
+//!
+//! When publishing cannot go through:
+//! - the catalog unreachable: retried with backoff, forever;
+//! - fenced (another process took the id): publishing stops for good, the
+//!   ingester refuses writes, the WAL keeps every frame;
+//! - refused (a bug: the command is invalid) or a block that cannot be
+//!   encoded: the generation is written whole to the quarantine directory,
+//!   the ingester refuses writes and says so on `/metrics`, and the publish
+//!   is retried slowly; the watermark never passes it, so the WAL keeps its
+//!   frames for a restart after the fix.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mira_catalog::CatalogClient;
 use mira_catalog::proto as pb;
 use mira_core::block::path::block_path;
+use mira_core::ids::{BlockId, Signal};
 use mira_core::tables::write_hot;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{mpsc, watch};
 
-use crate::shard::Sealed;
+use crate::health::Health;
+use crate::metrics::ReasonLabels;
+use crate::shard::{Progress, Sealed};
 
 /// Where blocks go and who they are published as.
 #[derive(Clone)]
@@ -26,17 +47,27 @@ pub struct Destination {
     pub store: Arc<dyn ObjectStore>,
     pub catalog: Arc<CatalogClient>,
     pub ingester_id: String,
+    /// This process's epoch (from the catalog's fence at start).
+    pub epoch: u64,
+    /// Most blocks per catalog command; more are staged in chunks.
+    pub chunk_blocks: usize,
+    /// Where unpublishable generations are written.
+    pub quarantine_dir: PathBuf,
+    pub health: Arc<Health>,
 }
 
 impl std::fmt::Debug for Destination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Destination")
             .field("ingester_id", &self.ingester_id)
+            .field("epoch", &self.epoch)
             .finish()
     }
 }
 
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Retry period of a publish the catalog refused.
+const REFUSED_RETRY: Duration = Duration::from_secs(30);
 
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -44,72 +75,234 @@ fn now_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
-/// Runs until `sealed` closes; `published` carries the last published
+fn signal_pb(s: Signal) -> pb::Signal {
+    match s {
+        Signal::Logs => pb::Signal::Logs,
+        Signal::Traces => pb::Signal::Traces,
+        Signal::Metrics => pb::Signal::Metrics,
+    }
+}
+
+/// Runs until `sealed` closes; `progress` carries the last published
 /// generation number, `versions` the catalog version of that publish.
 pub async fn run(
     dest: Destination,
     mut sealed: mpsc::Receiver<Sealed>,
-    published: watch::Sender<u64>,
+    progress: watch::Sender<Progress>,
     versions: watch::Sender<u64>,
     view: crate::shard::SharedView,
 ) {
     while let Some(g) = sealed.recv().await {
-        let mut blocks = Vec::with_capacity(g.blocks.len());
-        for (tenant, id, tables) in &g.blocks {
-            let id = *id;
-            let bytes = match write_hot(tables, id, tenant.clone()) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(target: "mira::ingester", %tenant, error = %e, "encoding a block failed; its rows are lost");
-                    continue;
-                }
-            };
-            let path = block_path(tenant, g.signal, tables.min_time, id);
-            put_until_written(&*dest.store, &path, bytes.clone(), dest.multipart_above).await;
-            dest.metrics.bytes_uploaded.inc_by(bytes.len() as u64);
-            blocks.push(pb::Block {
-                id: id.to_string(),
-                tenant: tenant.to_string(),
-                signal: match g.signal {
-                    mira_core::ids::Signal::Logs => pb::Signal::Logs,
-                    mira_core::ids::Signal::Traces => pb::Signal::Traces,
-                    mira_core::ids::Signal::Metrics => pb::Signal::Metrics,
-                } as i32,
-                min_time_ns: i64::try_from(tables.min_time).unwrap_or(i64::MAX),
-                max_time_ns: i64::try_from(tables.max_time).unwrap_or(i64::MAX),
-                rows: tables.rows as u64,
-                bytes: bytes.len() as u64,
-                level: pb::Level::Hot as i32,
-                object_key: path.to_string(),
-                created_at_ns: now_ns(),
-                ..Default::default()
-            });
-        }
-        let watermark = (g.max_seq > 0).then(|| pb::Watermark {
-            ingester_id: dest.ingester_id.clone(),
-            shard: u32::from(g.shard),
-            wal_seq: g.max_seq,
-        });
-        if blocks.is_empty() && watermark.is_none() {
-            crate::shard::lock_view(&view).pending.remove(&g.number);
-            published.send_replace(g.number);
-            continue;
-        }
-        let published_blocks = blocks.len() as u64;
-        let version = publish_until_done(&dest.catalog, blocks, watermark).await;
+        let Some(version) = publish_generation(&dest, &g).await else {
+            // Fenced: nothing more from this process is published.
+            progress.send_modify(|p| p.stopped = true);
+            // Drain so shards never block on a full queue; each waiter in
+            // off mode learns it will not be published.
+            while sealed.recv().await.is_some() {}
+            return;
+        };
         // The version moves before the generation leaves the recent view:
         // a recent-data reply that no longer holds it reports a published
         // version at least this high.
         let newest = (*versions.borrow()).max(version);
         versions.send_replace(newest);
         crate::shard::lock_view(&view).pending.remove(&g.number);
-        dest.metrics
-            .blocks_published
-            .get_or_create(&crate::metrics::SignalLabels {
-                signal: g.signal.as_str(),
-            })
-            .inc_by(published_blocks);
-        published.send_replace(g.number);
+        progress.send_modify(|p| p.published = g.number);
+    }
+}
+
+/// Uploads and publishes one generation; returns the catalog version, or
+/// `None` when this process was fenced (nothing more may be published).
+pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
+    let mut blocks = Vec::with_capacity(g.blocks.len());
+    let mut unbuildable = None;
+    for (tenant, id, tables) in &g.blocks {
+        let tables = match tables {
+            Ok(t) => t,
+            Err(e) => {
+                unbuildable = Some(format!("building tenant {tenant}'s block failed: {e}"));
+                break;
+            }
+        };
+        let bytes = match write_hot(tables, *id, tenant.clone()) {
+            Ok(b) => b,
+            Err(e) => {
+                unbuildable = Some(format!("encoding tenant {tenant}'s block failed: {e}"));
+                break;
+            }
+        };
+        let path = block_path(tenant, g.signal, tables.min_time, *id);
+        put_until_written(&*dest.store, &path, bytes.clone(), dest.multipart_above).await;
+        dest.metrics.bytes_uploaded.inc_by(bytes.len() as u64);
+        blocks.push(pb::Block {
+            id: id.to_string(),
+            tenant: tenant.to_string(),
+            signal: signal_pb(g.signal) as i32,
+            min_time_ns: i64::try_from(tables.min_time).unwrap_or(i64::MAX),
+            max_time_ns: i64::try_from(tables.max_time).unwrap_or(i64::MAX),
+            rows: tables.rows as u64,
+            bytes: bytes.len() as u64,
+            level: pb::Level::Hot as i32,
+            object_key: path.to_string(),
+            created_at_ns: now_ns(),
+            ..Default::default()
+        });
+    }
+    if let Some(why) = unbuildable {
+        // Can never be published: kept whole, and the shard goes no further
+        // (a later watermark would cover these frames).
+        quarantine(dest, g, &why);
+        dest.health.set_quarantined(true);
+        dest.health.export(&dest.metrics);
+        std::future::pending::<()>().await;
+    }
+    let watermark = (g.max_seq > 0).then(|| pb::Watermark {
+        ingester_id: dest.ingester_id.clone(),
+        shard: u32::from(g.shard),
+        wal_seq: g.max_seq,
+    });
+    if blocks.is_empty() && watermark.is_none() {
+        return Some(0);
+    }
+    let published_blocks = blocks.len() as u64;
+    let mut backoff = Duration::from_millis(50);
+    let mut quarantined = false;
+    loop {
+        match publish_once(dest, &blocks, watermark.clone()).await {
+            Ok(version) => {
+                if quarantined {
+                    tracing::info!(target: "mira::ingester", shard = g.shard, generation = g.number, "a quarantined generation was published after all");
+                    dest.health.set_quarantined(false);
+                    dest.health.export(&dest.metrics);
+                }
+                dest.metrics
+                    .blocks_published
+                    .get_or_create(&crate::metrics::SignalLabels {
+                        signal: g.signal.as_str(),
+                    })
+                    .inc_by(published_blocks);
+                return Some(version);
+            }
+            Err(mira_catalog::ClientError::Rejected(status)) if is_fenced(&status) => {
+                dest.metrics
+                    .publish_failures
+                    .get_or_create(&ReasonLabels { reason: "fenced" })
+                    .inc();
+                tracing::error!(target: "mira::ingester", %status, "fenced: another process publishes as this ingester id; this one stops publishing and refuses writes (its WAL is left as it is)");
+                dest.health.set_fenced();
+                dest.health.export(&dest.metrics);
+                return None;
+            }
+            Err(mira_catalog::ClientError::Rejected(status)) => {
+                dest.metrics
+                    .publish_failures
+                    .get_or_create(&ReasonLabels { reason: "rejected" })
+                    .inc();
+                if !quarantined {
+                    quarantine(dest, g, &format!("the catalog refused the publish: {status}"));
+                    quarantined = true;
+                    dest.health.set_quarantined(true);
+                    dest.health.export(&dest.metrics);
+                }
+                tracing::error!(target: "mira::ingester", %status, blocks = blocks.len(), retry_in_s = REFUSED_RETRY.as_secs(), "the catalog refused a publish; the generation is quarantined, its WAL frames kept, writes refused");
+                tokio::time::sleep(REFUSED_RETRY).await;
+            }
+            Err(e) => {
+                dest.metrics
+                    .publish_failures
+                    .get_or_create(&ReasonLabels { reason: "unavailable" })
+                    .inc();
+                tracing::warn!(target: "mira::ingester", error = %e, blocks = blocks.len(), "publish failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+fn is_fenced(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::FailedPrecondition && status.message().contains("is fenced")
+}
+
+/// One attempt at the whole publish: a single fenced publish, or the
+/// blocks staged in chunks under a fresh transaction and made live by the
+/// last command (with the watermark).
+async fn publish_once(
+    dest: &Destination,
+    blocks: &[pb::Block],
+    watermark: Option<pb::Watermark>,
+) -> Result<u64, mira_catalog::ClientError> {
+    use pb::write_request::Command;
+    let chunk = dest.chunk_blocks.max(1);
+    let (direct, txn) = if blocks.len() <= chunk {
+        (blocks.to_vec(), String::new())
+    } else {
+        let txn = BlockId::new().to_string();
+        let (staged, last) = blocks.split_at(blocks.len() - chunk);
+        for part in staged.chunks(chunk) {
+            dest.catalog
+                .write(Command::Stage(pb::Stage {
+                    ingester_id: dest.ingester_id.clone(),
+                    epoch: dest.epoch,
+                    txn: txn.clone(),
+                    blocks: part.to_vec(),
+                }))
+                .await?;
+            #[cfg(feature = "fault-hooks")]
+            if std::env::var_os("MIRA_FAULT_ABORT_AFTER_STAGE").is_some() {
+                // A kill -9 between two chunks of one publish.
+                std::process::abort();
+            }
+        }
+        (last.to_vec(), txn)
+    };
+    let reply = dest
+        .catalog
+        .write(Command::FencedPublish(pb::FencedPublish {
+            ingester_id: dest.ingester_id.clone(),
+            epoch: dest.epoch,
+            blocks: direct,
+            watermark,
+            txn,
+        }))
+        .await?;
+    Ok(reply.version)
+}
+
+/// Writes a generation that cannot be published to
+/// `quarantine/{signal}-{shard}-{generation}-{ulid}/`: its requests as WAL
+/// frames (`frames.wal`, readable by the same frame reader) and the reason.
+fn quarantine(dest: &Destination, g: &Sealed, why: &str) {
+    dest.metrics.quarantined.inc();
+    let dir = dest.quarantine_dir.join(format!(
+        "{}-{}-{}-{}",
+        g.signal.as_str(),
+        g.shard,
+        g.number,
+        BlockId::new()
+    ));
+    let mut frames = Vec::new();
+    let mut n = 0u64;
+    for (tenant, payloads) in &g.requests {
+        for p in payloads {
+            n += 1;
+            mira_core::wal::encode_frame(&mut frames, n, g.signal, g.shard, tenant, p);
+        }
+    }
+    let reason = format!(
+        "{why}\ningester {} epoch {} shard {} generation {} wal_seq_max {} requests {n}\n",
+        dest.ingester_id, dest.epoch, g.shard, g.number, g.max_seq
+    );
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("frames.wal"), &frames))
+        .and_then(|()| std::fs::write(dir.join("reason.txt"), &reason));
+    match written {
+        Ok(()) => {
+            tracing::error!(target: "mira::ingester", dir = %dir.display(), reason = why, requests = n, "generation quarantined")
+        }
+        Err(e) => {
+            tracing::error!(target: "mira::ingester", dir = %dir.display(), error = %e, reason = why, "could not write the quarantine copy; the WAL still holds the frames")
+        }
     }
 }
 
@@ -146,27 +339,6 @@ async fn put_until_written(
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(target: "mira::ingester", %path, error = %e, "block upload failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-            }
-        }
-    }
-}
-
-async fn publish_until_done(catalog: &CatalogClient, blocks: Vec<pb::Block>, watermark: Option<pb::Watermark>) -> u64 {
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match catalog.publish(blocks.clone(), watermark.clone()).await {
-            Ok(version) => return version,
-            Err(mira_catalog::ClientError::Rejected(status)) => {
-                // Not retryable (a bug or a foreign writer): retrying would
-                // wedge the shard. The objects stay in the store for the
-                // compactor's orphan sweep; the frames stay in the WAL.
-                tracing::error!(target: "mira::ingester", %status, blocks = blocks.len(), "the catalog refused a publish");
-                return 0;
-            }
-            Err(e) => {
-                tracing::warn!(target: "mira::ingester", error = %e, blocks = blocks.len(), "publish failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }

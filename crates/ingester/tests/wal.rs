@@ -16,14 +16,22 @@ fn replay_all(dir: &std::path::Path, wm: &BTreeMap<u16, u64>) -> Vec<(u64, u16, 
     let mut out = Vec::new();
     Wal::replay(
         dir,
+        mira_core::convert::Limits::NONE,
+        false,
         |s| wm.get(&s).copied().unwrap_or(0),
-        |f| {
+        |f, _| {
             out.push((f.seq, f.shard, f.payload.to_vec()));
             Ok(())
         },
     )
     .expect("replay");
     out
+}
+
+fn only_segment(dir: &std::path::Path) -> std::path::PathBuf {
+    let segs = Wal::segment_paths(dir).expect("ls");
+    assert_eq!(segs.len(), 1, "{segs:?}");
+    segs[0].clone()
 }
 
 async fn fill(wal: &Wal, n: u64) -> Vec<u64> {
@@ -91,12 +99,7 @@ async fn a_torn_tail_is_cut_and_later_frames_are_kept() {
     fill(&wal, 10).await;
     drop(wal);
     // Simulate a crash mid-write: half a frame at the end of the segment.
-    let seg = std::fs::read_dir(dir.path())
-        .expect("ls")
-        .next()
-        .expect("segment")
-        .expect("entry")
-        .path();
+    let seg = only_segment(dir.path());
     let mut bytes = std::fs::read(&seg).expect("read");
     let len = bytes.len();
     // Each frame here is 32 bytes; 20 is part of one.
@@ -186,4 +189,96 @@ async fn off_mode_writes_nothing() {
         .expect("append");
     assert!(b > a);
     assert!(!dir.path().join("wal").exists());
+}
+
+#[tokio::test]
+async fn a_corrupt_frame_inside_a_segment_stops_the_open_naming_segment_and_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = WalConfig::new(dir.path().to_path_buf(), WalMode::PageCache);
+    let (wal, _, _) = Wal::open(&config).expect("open");
+    fill(&wal, 10).await;
+    drop(wal);
+    let seg = only_segment(dir.path());
+    let mut bytes = std::fs::read(&seg).expect("read");
+    // Flip a payload byte of the fourth frame (32 bytes each): its CRC fails
+    // while six good frames follow it.
+    bytes[3 * 32 + 30] ^= 0xff;
+    std::fs::write(&seg, &bytes).expect("write");
+    let err = Wal::open(&config).expect_err("a corrupt middle frame is no torn tail");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&seg.display().to_string()) && msg.contains("offset 96"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read(&seg).expect("read").len(),
+        bytes.len(),
+        "nothing was cut off the segment"
+    );
+    // The replay refuses too, and with skip_corrupt counts it and keeps the
+    // frames before it.
+    let strict = Wal::replay(dir.path(), mira_core::convert::Limits::NONE, false, |_| 0, |_, _| Ok(()));
+    assert!(strict.is_err());
+    let mut seen = Vec::new();
+    let stats = Wal::replay(dir.path(), mira_core::convert::Limits::NONE, true, |_| 0, |f, _| {
+        seen.push(f.seq);
+        Ok(())
+    })
+    .expect("skip");
+    assert_eq!(stats.corrupt_segments, 1);
+    assert_eq!(seen, vec![1, 2, 3]);
+    let mut skipping = config.clone();
+    skipping.skip_corrupt = true;
+    let (_, last, stats) = Wal::open(&skipping).expect("open with skip");
+    assert_eq!((last, stats.corrupt_segments), (3, 1));
+}
+
+#[tokio::test]
+async fn the_sequence_starts_above_a_raised_floor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mode in [WalMode::PageCache, WalMode::Off] {
+        let config = WalConfig::new(dir.path().join(format!("{mode:?}")), mode);
+        let (wal, last, _) = Wal::open(&config).expect("open");
+        assert_eq!(last, 0);
+        // The catalog holds watermark 9 for this id (the WAL was swept empty).
+        wal.raise_floor(9);
+        let seq = wal
+            .append(Signal::Logs, 0, tenant(), Bytes::from_static(b"x"))
+            .await
+            .expect("append");
+        assert_eq!(seq, 10, "{mode:?}");
+        // A floor below what is already handed out changes nothing.
+        wal.raise_floor(3);
+        let seq = wal
+            .append(Signal::Logs, 0, tenant(), Bytes::from_static(b"y"))
+            .await
+            .expect("append");
+        assert_eq!(seq, 11, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn segments_record_the_limits_their_frames_were_acknowledged_under() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = WalConfig::new(dir.path().to_path_buf(), WalMode::PageCache);
+    config.limits = mira_core::convert::Limits {
+        max_attrs: 3,
+        max_value_bytes: 17,
+    };
+    let (wal, _, _) = Wal::open(&config).expect("open");
+    fill(&wal, 2).await;
+    drop(wal);
+    let mut limits = Vec::new();
+    Wal::replay(
+        dir.path(),
+        mira_core::convert::Limits::NONE,
+        false,
+        |_| 0,
+        |_, l| {
+            limits.push(*l);
+            Ok(())
+        },
+    )
+    .expect("replay");
+    assert_eq!(limits, vec![config.limits; 2]);
 }

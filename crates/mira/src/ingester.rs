@@ -115,6 +115,14 @@ pub struct IngestFlags {
     /// Refuse requests without X-Scope-OrgID.
     #[arg(long, env = "MIRA_REQUIRE_TENANT")]
     pub require_tenant: bool,
+    /// At start, skip (and count) the rest of a WAL segment after a corrupt
+    /// frame instead of refusing to start.
+    #[arg(long, env = "MIRA_WAL_SKIP_CORRUPT")]
+    pub wal_skip_corrupt: bool,
+    /// Most blocks per catalog publish command; a generation with more
+    /// (many tenants) is staged in chunks and made live by its last one.
+    #[arg(long, env = "MIRA_PUBLISH_CHUNK_BLOCKS", default_value_t = mira_catalog::model::MAX_BLOCKS_PER_COMMAND, hide = true)]
+    pub publish_chunk_blocks: usize,
 }
 
 fn options(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -150,6 +158,12 @@ pub async fn start(
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     anyhow::ensure!((1..=256).contains(&shards), "shards: {shards} is outside 1..=256");
     anyhow::ensure!(flags.seal_bytes > 0, "seal-bytes must be positive");
+    anyhow::ensure!(
+        (1..=mira_catalog::model::MAX_BLOCKS_PER_COMMAND).contains(&flags.publish_chunk_blocks),
+        "publish-chunk-blocks: {} is outside 1..={}",
+        flags.publish_chunk_blocks,
+        mira_catalog::model::MAX_BLOCKS_PER_COMMAND
+    );
     anyhow::ensure!(
         flags.max_inflight_requests > 0,
         "max-inflight-requests must be positive"
@@ -189,6 +203,8 @@ pub async fn start(
         },
         lease_ttl: Duration::from_secs(15),
         multipart_above: flags.multipart_above_bytes,
+        publish_chunk_blocks: flags.publish_chunk_blocks,
+        wal_skip_corrupt: flags.wal_skip_corrupt,
     };
     let node = IngesterNode::start(config, catalog, store).await?;
     tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");

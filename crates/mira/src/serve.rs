@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use clap::Args;
 use mira_catalog::{CatalogNode, NodeConfig};
@@ -67,8 +66,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }),
         Arc::new(catalog_metrics),
     ];
-    let ingester_ready = ingester.ready_flag();
-    let ready: Vec<ReadySource> = vec![Arc::new(move || ingester_ready.load(Ordering::Relaxed))];
+    let ingester_health = ingester.health();
+    let ready: Vec<ReadySource> = vec![Arc::new(move || ingester_health.ready())];
     let server = crate::querier::start(args.listen, query_config, store, client, metrics, ready).await?;
     tracing::info!(
         target: "mira::serve",
