@@ -115,6 +115,10 @@ pub struct IngestFlags {
     /// Refuse requests without X-Scope-OrgID.
     #[arg(long, env = "MIRA_REQUIRE_TENANT")]
     pub require_tenant: bool,
+    /// Seconds the ingester's lease in the catalog lasts; renewed at a third
+    /// of it. Exports are refused (503) while it cannot be renewed.
+    #[arg(long, env = "MIRA_LEASE_TTL_S", default_value_t = 15)]
+    pub lease_ttl_s: u64,
     /// At start, skip (and count) the rest of a WAL segment after a corrupt
     /// frame instead of refusing to start.
     #[arg(long, env = "MIRA_WAL_SKIP_CORRUPT")]
@@ -159,6 +163,11 @@ pub async fn start(
     anyhow::ensure!((1..=256).contains(&shards), "shards: {shards} is outside 1..=256");
     anyhow::ensure!(flags.seal_bytes > 0, "seal-bytes must be positive");
     anyhow::ensure!(
+        (1..=86_400).contains(&flags.lease_ttl_s),
+        "lease-ttl-s: {} is outside 1..=86400",
+        flags.lease_ttl_s
+    );
+    anyhow::ensure!(
         (1..=mira_catalog::model::MAX_BLOCKS_PER_COMMAND).contains(&flags.publish_chunk_blocks),
         "publish-chunk-blocks: {} is outside 1..={}",
         flags.publish_chunk_blocks,
@@ -201,7 +210,7 @@ pub async fn start(
             max_inflight: flags.max_inflight_requests,
             body_timeout: Duration::from_secs(flags.body_timeout_s.max(1)),
         },
-        lease_ttl: Duration::from_secs(15),
+        lease_ttl: Duration::from_secs(flags.lease_ttl_s),
         multipart_above: flags.multipart_above_bytes,
         publish_chunk_blocks: flags.publish_chunk_blocks,
         wal_skip_corrupt: flags.wal_skip_corrupt,

@@ -4,13 +4,16 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/procs.rs"]
+mod procs;
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::{free_port, wait_for};
+use cluster::wait_for;
+use procs::{Procs, http, published_bodies, published_tables, request, wait_ready};
 use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, ClientConfig};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -18,195 +21,6 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-struct Procs {
-    root: tempfile::TempDir,
-    catalog: Option<Child>,
-    ingester: Option<Child>,
-    catalog_addr: String,
-    http: String,
-    grpc: String,
-    starts: u32,
-}
-
-impl Procs {
-    fn new() -> Procs {
-        let root = tempfile::tempdir().expect("tempdir");
-        let catalog_addr = format!("127.0.0.1:{}", free_port());
-        let log = std::fs::File::create(root.path().join("catalog.log")).expect("log");
-        let catalog = Command::new(env!("CARGO_BIN_EXE_mira"))
-            .args([
-                "catalog",
-                "--listen",
-                &catalog_addr,
-                "--peers",
-                &format!("0={catalog_addr}"),
-            ])
-            .arg("--data-dir")
-            .arg(root.path().join("catalog"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn catalog");
-        Procs {
-            catalog: Some(catalog),
-            ingester: None,
-            catalog_addr,
-            http: format!("127.0.0.1:{}", free_port()),
-            grpc: format!("127.0.0.1:{}", free_port()),
-            root,
-            starts: 0,
-        }
-    }
-
-    fn start_ingester(&mut self, extra: &[&str]) {
-        self.starts += 1;
-        let log = std::fs::File::create(self.root.path().join(format!("ingester.{}.log", self.starts))).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_mira"))
-            .args([
-                "ingester",
-                "--catalog",
-                &self.catalog_addr,
-                "--http-listen",
-                &self.http,
-                "--grpc-listen",
-                &self.grpc,
-            ])
-            .arg("--data-dir")
-            .arg(self.root.path().join("ingester"))
-            .args(["--shards", "2", "--seal-age-s", "1"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn ingester");
-        self.ingester = Some(child);
-    }
-
-    fn kill_ingester(&mut self) {
-        if let Some(mut c) = self.ingester.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and wait: the ingester seals and publishes what is open.
-    fn stop_ingester(&mut self) {
-        if let Some(mut c) = self.ingester.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
-            let _ = c.wait();
-        }
-    }
-
-    fn objects(&self) -> std::path::PathBuf {
-        self.root.path().join("ingester/objects")
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in [self.catalog.take(), self.ingester.take()].into_iter().flatten() {
-            let mut c = c;
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// One HTTP/1.1 request; returns (status, body) or None when the
-/// connection failed.
-async fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).await.ok()?;
-    s.write_all(body).await.ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.ok()?;
-    let text = String::from_utf8_lossy(&out);
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let split = out
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(out.len(), |p| p + 4);
-    Some((status, out[split..].to_vec()))
-}
-
-fn request(first: u64, n: u64) -> Vec<u8> {
-    let records = (first..first + n)
-        .map(|i| LogRecord {
-            time_unix_nano: 1_796_169_600_000_000_000 + i,
-            body: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(format!("rec-{i}"))),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            scope_logs: vec![ScopeLogs {
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
-}
-
-async fn wait_ready(addr: &str) {
-    wait_for("the ingester to be ready", Duration::from_secs(60), || async {
-        http(addr, "GET", "/ready", &[], b"")
-            .await
-            .filter(|(s, _)| *s == 200)
-            .map(|_| ())
-    })
-    .await;
-}
-
-/// The tables of every published block of `signal` (default tenant).
-async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::convert::TableSet> {
-    let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
-    let blocks = client
-        .list_blocks(pb::ListBlocksRequest {
-            tenant: "default".into(),
-            signal: signal as i32,
-            min_time_ns: 0,
-            max_time_ns: i64::MAX,
-            states: vec![],
-            linearizable: true,
-        })
-        .await
-        .expect("list")
-        .blocks;
-    let cache = Arc::new(mira_core::block::VerifyCache::new(1024));
-    blocks
-        .iter()
-        .map(|b| {
-            let bytes = std::fs::read(p.objects().join(&b.object_key)).expect("published object exists");
-            let block = mira_core::block::Block::from_bytes(bytes.into(), cache.clone()).expect("block");
-            mira_core::tables::read_tables(&block, None).expect("tables")
-        })
-        .collect()
-}
-
-/// Every `rec-N` body in the published blocks, with its count.
-async fn published_bodies(p: &Procs) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for tables in published_tables(p, pb::Signal::Logs).await {
-        let req = mira_core::convert::logs_to_otlp(&tables).expect("otlp");
-        for body in mira_testkit::flatten::log_bodies(&req) {
-            *counts.entry(body).or_insert(0) += 1;
-        }
-    }
-    counts
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_record_and_duplicates_none() {

@@ -182,6 +182,8 @@ async fn stack(dir: &Path, seal: SealPolicy) -> Stack {
         receivers: ReceiverConfig::default(),
         lease_ttl: Duration::from_secs(15),
         multipart_above: 16 << 20,
+        publish_chunk_blocks: mira_catalog::model::MAX_BLOCKS_PER_COMMAND,
+        wal_skip_corrupt: false,
     };
     let ingester = IngesterNode::start(config, client.clone(), store.clone())
         .await

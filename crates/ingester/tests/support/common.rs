@@ -110,6 +110,8 @@ pub async fn start(dir: &Path, pipeline: PipelineConfig, multipart_above: usize,
         receivers: ReceiverConfig::default(),
         lease_ttl: Duration::from_secs(15),
         multipart_above,
+        publish_chunk_blocks: mira_catalog::model::MAX_BLOCKS_PER_COMMAND,
+        wal_skip_corrupt: false,
     };
     let node = IngesterNode::start(config, client.clone(), store)
         .await
