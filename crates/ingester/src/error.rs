@@ -83,4 +83,6 @@ pub enum StartError {
     Catalog(String),
     #[error("another process took over ingester id {0:?} while this one was recovering its WAL")]
     Fenced(String),
+    #[error("a WAL generation cannot be published (the catalog refused it or it does not encode); it was written to {0} and the WAL keeps its frames; fix the cause and restart")]
+    Quarantined(String),
 }

@@ -1,8 +1,10 @@
-//! Whether the ingester may acknowledge writes right now, and why not:
-//! the WAL failing to write, a lease it could not renew, another process
-//! fenced it, or a generation the catalog refused is quarantined. While
-//! any holds, exports are answered 503 / UNAVAILABLE naming it and
-//! `/ready` is false; `mira_ingester_refusing_writes{reason}` says which.
+//! Whether the ingester may acknowledge writes right now, and why not: a
+//! lease it could not renew, another process fenced it, or a generation
+//! the catalog refused is quarantined. While any holds, exports are
+//! answered 503 / UNAVAILABLE naming it and `/ready` is false. A WAL that
+//! fails to write makes `/ready` false too, and its exports fail with 503
+//! one by one until a write succeeds. `mira_ingester_refusing_writes{reason}`
+//! says which.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,9 +43,6 @@ impl Health {
                     .to_owned(),
             );
         }
-        if !self.wal.healthy() {
-            return Some("the write-ahead log cannot be written (disk full or failing)".to_owned());
-        }
         if self.quarantined.load(Ordering::Relaxed) {
             return Some(
                 "a sealed generation could not be published and was quarantined; see the log and the quarantine directory"
@@ -57,9 +56,12 @@ impl Health {
         None
     }
 
-    /// Ready: accepting writes and the catalog answering.
+    /// Ready: accepting writes, the WAL writing and the catalog answering.
+    /// (A failing WAL does not refuse exports up front: each one tries, is
+    /// answered 503 while the disk stays full, and the first that is
+    /// written makes the WAL healthy again.)
     pub fn ready(&self) -> bool {
-        self.refusal().is_none() && self.catalog_ok.load(Ordering::Relaxed)
+        self.refusal().is_none() && self.wal.healthy() && self.catalog_ok.load(Ordering::Relaxed)
     }
 
     /// A lease renewal sent at `sent` with `ttl` succeeded.

@@ -18,7 +18,7 @@ use mira_core::ids::{BlockId, Signal, TenantId};
 
 use crate::error::{StartError, WalError};
 use crate::shard::{AnyBuilder, Sealed};
-use crate::upload::{Destination, publish_generation};
+use crate::upload::{Destination, OnRefusal, Unpublished, publish_generation};
 use crate::wal::Wal;
 
 /// Counts of a start-up recovery.
@@ -145,8 +145,9 @@ pub async fn recover(
 }
 
 async fn publish(dest: &Destination, g: Sealed) -> Result<(), StartError> {
-    match publish_generation(dest, &g).await {
-        Some(_) => Ok(()),
-        None => Err(StartError::Fenced(dest.ingester_id.clone())),
+    match publish_generation(dest, &g, OnRefusal::Stop).await {
+        Ok(_) => Ok(()),
+        Err(Unpublished::Fenced) => Err(StartError::Fenced(dest.ingester_id.clone())),
+        Err(Unpublished::Quarantined) => Err(StartError::Quarantined(dest.quarantine_dir.display().to_string())),
     }
 }

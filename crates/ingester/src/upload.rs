@@ -83,6 +83,25 @@ fn signal_pb(s: Signal) -> pb::Signal {
     }
 }
 
+/// Why a generation was not published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unpublished {
+    /// Another process took over the id: nothing more is published.
+    Fenced,
+    /// Refused or unencodable: written to the quarantine directory.
+    Quarantined,
+}
+
+/// What to do when the catalog refuses a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRefusal {
+    /// Keep retrying slowly while refusing writes (a running ingester).
+    Retry,
+    /// Return [`Unpublished::Quarantined`] (start-up recovery: the process
+    /// stops with an error naming the quarantine).
+    Stop,
+}
+
 /// Runs until `sealed` closes; `progress` carries the last published
 /// generation number, `versions` the catalog version of that publish.
 pub async fn run(
@@ -93,7 +112,7 @@ pub async fn run(
     view: crate::shard::SharedView,
 ) {
     while let Some(g) = sealed.recv().await {
-        let Some(version) = publish_generation(&dest, &g).await else {
+        let Ok(version) = publish_generation(&dest, &g, OnRefusal::Retry).await else {
             // Fenced: nothing more from this process is published.
             progress.send_modify(|p| p.stopped = true);
             // Drain so shards never block on a full queue; each waiter in
@@ -112,8 +131,8 @@ pub async fn run(
 }
 
 /// Uploads and publishes one generation; returns the catalog version, or
-/// `None` when this process was fenced (nothing more may be published).
-pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
+/// why it was not published.
+pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRefusal) -> Result<u64, Unpublished> {
     let mut blocks = Vec::with_capacity(g.blocks.len());
     let mut unbuildable = None;
     for (tenant, id, tables) in &g.blocks {
@@ -154,6 +173,9 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
         quarantine(dest, g, &why);
         dest.health.set_quarantined(true);
         dest.health.export(&dest.metrics);
+        if on_refusal == OnRefusal::Stop {
+            return Err(Unpublished::Quarantined);
+        }
         std::future::pending::<()>().await;
     }
     let watermark = (g.max_seq > 0).then(|| pb::Watermark {
@@ -162,7 +184,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
         wal_seq: g.max_seq,
     });
     if blocks.is_empty() && watermark.is_none() {
-        return Some(0);
+        return Ok(0);
     }
     let published_blocks = blocks.len() as u64;
     let mut backoff = Duration::from_millis(50);
@@ -181,7 +203,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
                         signal: g.signal.as_str(),
                     })
                     .inc_by(published_blocks);
-                return Some(version);
+                return Ok(version);
             }
             Err(mira_catalog::ClientError::Rejected(status)) if is_fenced(&status) => {
                 dest.metrics
@@ -191,7 +213,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
                 tracing::error!(target: "mira::ingester", %status, "fenced: another process publishes as this ingester id; this one stops publishing and refuses writes (its WAL is left as it is)");
                 dest.health.set_fenced();
                 dest.health.export(&dest.metrics);
-                return None;
+                return Err(Unpublished::Fenced);
             }
             Err(mira_catalog::ClientError::Rejected(status)) => {
                 dest.metrics
@@ -203,6 +225,9 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed) -> Option<u64> {
                     quarantined = true;
                     dest.health.set_quarantined(true);
                     dest.health.export(&dest.metrics);
+                }
+                if on_refusal == OnRefusal::Stop {
+                    return Err(Unpublished::Quarantined);
                 }
                 tracing::error!(target: "mira::ingester", %status, blocks = blocks.len(), retry_in_s = REFUSED_RETRY.as_secs(), "the catalog refused a publish; the generation is quarantined, its WAL frames kept, writes refused");
                 tokio::time::sleep(REFUSED_RETRY).await;

@@ -7,18 +7,14 @@ mod cluster;
 #[path = "support/procs.rs"]
 mod procs;
 
-use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::wait_for;
 use procs::{Procs, http, published_bodies, published_tables, request, wait_ready};
 use mira_catalog::proto as pb;
-use mira_catalog::{CatalogClient, ClientConfig};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

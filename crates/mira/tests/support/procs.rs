@@ -20,6 +20,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{free_port, wait_for};
 
+/// `--shards 2 --seal-age-s 1` unless `extra` sets them.
+fn defaults(extra: &[&str]) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if !extra.contains(&"--shards") {
+        out.extend(["--shards", "2"]);
+    }
+    if !extra.contains(&"--seal-age-s") {
+        out.extend(["--seal-age-s", "1"]);
+    }
+    out
+}
+
 pub struct Procs {
     pub root: tempfile::TempDir,
     pub catalog: Option<Child>,
@@ -106,7 +118,7 @@ impl Procs {
             .arg(self.root.path().join(dir))
             .arg("--object-store")
             .arg(format!("file://{}", self.objects().display()))
-            .args(["--shards", "2", "--seal-age-s", "1"])
+            .args(defaults(extra))
             .args(extra)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -186,10 +198,24 @@ pub async fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]
     Some((status, out[split..].to_vec()))
 }
 
+/// A time a little before this test process started, in Unix ns: record
+/// times are relative to the clock, so the suite does not depend on the
+/// day it runs.
+pub fn base_time() -> u64 {
+    static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        now - 600_000_000_000
+    });
+    *BASE
+}
+
+/// A log export of records `rec-{first}` .. `rec-{first + n - 1}`.
 pub fn request(first: u64, n: u64) -> Vec<u8> {
     let records = (first..first + n)
         .map(|i| LogRecord {
-            time_unix_nano: 1_796_169_600_000_000_000 + i,
+            time_unix_nano: base_time() + i,
             body: Some(AnyValue {
                 value: Some(any_value::Value::StringValue(format!("rec-{i}"))),
             }),
@@ -220,10 +246,16 @@ pub async fn wait_ready(addr: &str) {
 
 /// The tables of every published block of `signal` (default tenant).
 pub async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::convert::TableSet> {
+    published_tables_of(p, "default", signal).await
+}
+
+/// The tables of every published block of `tenant`'s `signal`, read from
+/// the object store.
+pub async fn published_tables_of(p: &Procs, tenant: &str, signal: pb::Signal) -> Vec<mira_core::convert::TableSet> {
     let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
     let blocks = client
         .list_blocks(pb::ListBlocksRequest {
-            tenant: "default".into(),
+            tenant: tenant.into(),
             signal: signal as i32,
             min_time_ns: 0,
             max_time_ns: i64::MAX,
@@ -246,8 +278,13 @@ pub async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::c
 
 /// Every `rec-N` body in the published blocks, with its count.
 pub async fn published_bodies(p: &Procs) -> HashMap<String, usize> {
+    published_bodies_of(p, "default").await
+}
+
+/// Every log body in `tenant`'s published blocks, with its count.
+pub async fn published_bodies_of(p: &Procs, tenant: &str) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
-    for tables in published_tables(p, pb::Signal::Logs).await {
+    for tables in published_tables_of(p, tenant, pb::Signal::Logs).await {
         let req = mira_core::convert::logs_to_otlp(&tables).expect("otlp");
         for body in mira_testkit::flatten::log_bodies(&req) {
             *counts.entry(body).or_insert(0) += 1;
