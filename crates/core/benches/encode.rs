@@ -60,6 +60,7 @@ fn bench(c: &mut Criterion) {
             let limits = Limits {
                 max_attrs: 128,
                 max_value_bytes: 64 << 10,
+                window: None,
             };
             b.iter(|| {
                 let mut builder = LogsBuilder::default();

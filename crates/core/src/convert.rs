@@ -16,7 +16,7 @@ pub mod metrics;
 pub mod traces;
 pub(crate) mod wire;
 
-pub use limits::{Appended, Limits};
+pub use limits::{Appended, Limits, TimeWindow};
 pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp};
 pub use metrics::{PointsBuilder, points_to_otlp};
 pub use traces::{SpansBuilder, spans_to_otlp, spans_to_otlp_rows};
@@ -74,6 +74,9 @@ pub trait SignalBuilder: Default + Send + std::fmt::Debug {
             <Self::Request as prost::Message>::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
         let mut out = Self::apply_limits(limits, &mut req);
         out.rows = self.append(&req)?;
+        if out.too_old + out.too_new > 0 {
+            out.kept = Some(prost::Message::encode_to_vec(&req));
+        }
         Ok(out)
     }
 

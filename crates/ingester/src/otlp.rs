@@ -168,7 +168,7 @@ pub fn json_to_protobuf(signal: Signal, body: &[u8]) -> Result<Bytes, IngestErro
 fn partial_success(appended: &Appended, limits: &Limits) -> Option<(i64, String)> {
     appended
         .message(limits)
-        .map(|m| (i64::try_from(appended.rejected).unwrap_or(i64::MAX), m))
+        .map(|m| (i64::try_from(appended.rejected_total()).unwrap_or(i64::MAX), m))
 }
 
 fn response_protobuf(signal: Signal, partial: Option<(i64, String)>) -> Bytes {

@@ -35,6 +35,10 @@ pub struct PipelineConfig {
     /// Attribute limits applied to every request (a replay applies the
     /// limits recorded with the WAL segment instead).
     pub limits: Limits,
+    /// Records older than now minus this are rejected.
+    pub max_past: Duration,
+    /// Records newer than now plus this are rejected.
+    pub max_future: Duration,
 }
 
 struct Lane {
@@ -104,6 +108,7 @@ impl Pipeline {
                     wal: wal.clone(),
                     policy: config.seal,
                     limits: config.limits,
+                    window: (config.max_past, config.max_future),
                     sealed: sealed_tx,
                     published: published_rx,
                 };
@@ -187,6 +192,17 @@ impl Pipeline {
                             outcome,
                         })
                         .inc_by(n);
+                }
+            }
+            for (outcome, n) in [("too_old", appended.too_old), ("too_new", appended.too_new)] {
+                if n > 0 {
+                    self.metrics
+                        .out_of_window
+                        .get_or_create(&crate::metrics::OutcomeLabels {
+                            signal: signal.as_str(),
+                            outcome,
+                        })
+                        .inc_by(n as u64);
                 }
             }
         }

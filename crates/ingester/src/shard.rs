@@ -190,6 +190,17 @@ struct Generation {
     hour: u64,
 }
 
+/// The accepted time window at this moment.
+fn window_now((past, future): (Duration, Duration)) -> mira_core::convert::TimeWindow {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    mira_core::convert::TimeWindow {
+        min_ns: now.saturating_sub(u64::try_from(past.as_nanos()).unwrap_or(u64::MAX)),
+        max_ns: now.saturating_add(u64::try_from(future.as_nanos()).unwrap_or(u64::MAX)),
+    }
+}
+
 fn current_hour() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -232,6 +243,8 @@ pub struct Shard {
     pub wal: Wal,
     pub policy: SealPolicy,
     pub limits: Limits,
+    /// Accepted times: (before now, after now).
+    pub window: (Duration, Duration),
     pub sealed: mpsc::Sender<Sealed>,
     pub published: watch::Receiver<Progress>,
 }
@@ -285,7 +298,11 @@ impl Shard {
             .entry(tenant.clone())
             .or_insert_with(|| AnyBuilder::new(self.signal));
         let t = Instant::now();
-        let appended = b.append(&payload, &self.limits);
+        let limits = Limits {
+            window: Some(window_now(self.window)),
+            ..self.limits
+        };
+        let appended = b.append(&payload, &limits);
         let took = t.elapsed();
         self.metrics
             .append
@@ -294,13 +311,17 @@ impl Shard {
             })
             .observe(took.as_secs_f64());
         tracing::debug!(target: "mira::ingester::probe", shard = self.id, bytes = payload.len(), append_us = took.as_micros() as u64, "append");
-        let appended = match appended {
+        let mut appended = match appended {
             Ok(a) => a,
             Err(e) => {
                 let _ = reply.send(Err(IngestError::Invalid(format!("{e}"))));
                 return;
             }
         };
+        // Rows outside the time window were refused: the WAL, the recent
+        // view and any rebuild keep the request without them, so a replay
+        // (which applies no window) rebuilds exactly the accepted rows.
+        let payload = appended.kept.take().map_or(payload, Bytes::from);
         g.rows += appended.rows;
         g.accepted += 1;
         lock_view(&self.view)

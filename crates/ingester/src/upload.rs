@@ -166,6 +166,13 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
             created_at_ns: now_ns(),
             ..Default::default()
         });
+        #[cfg(feature = "fault-hooks")]
+        if std::env::var("MIRA_FAULT_REFUSE_TENANT").is_ok_and(|t| t == tenant.as_str())
+            && let Some(b) = blocks.last_mut()
+        {
+            // A publish the catalog refuses (a negative time), as a bug would.
+            b.created_at_ns = -1;
+        }
     }
     if let Some(why) = unbuildable {
         // Can never be published: kept whole, and the shard goes no further

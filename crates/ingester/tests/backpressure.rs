@@ -32,6 +32,8 @@ async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
         },
         upload_queue: 1,
         limits: Default::default(),
+        max_past: Duration::from_secs(7 * 86_400),
+        max_future: Duration::from_secs(600),
     };
     let running = start(dir.path(), pipeline, 16 << 20, store.clone()).await;
     let http = running.node.http_addr();

@@ -43,6 +43,8 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
         },
         upload_queue: 2,
         limits: Default::default(),
+        max_past: Duration::from_secs(7 * 86_400),
+        max_future: Duration::from_secs(600),
     };
     let running = start(dir.path(), pipeline, MULTIPART_ABOVE, store.clone()).await;
     let (node, client) = (&running.node, running.client.clone());

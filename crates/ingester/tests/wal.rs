@@ -264,6 +264,7 @@ async fn segments_record_the_limits_their_frames_were_acknowledged_under() {
     config.limits = mira_core::convert::Limits {
         max_attrs: 3,
         max_value_bytes: 17,
+        window: None,
     };
     let (wal, _, _) = Wal::open(&config).expect("open");
     fill(&wal, 2).await;

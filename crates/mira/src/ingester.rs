@@ -115,6 +115,15 @@ pub struct IngestFlags {
     /// Refuse requests without X-Scope-OrgID.
     #[arg(long, env = "MIRA_REQUIRE_TENANT")]
     pub require_tenant: bool,
+    /// Records, spans and data points older than this (relative to the
+    /// ingester's clock) are rejected, reported as an OTLP partial success
+    /// (Loki's reject_old_samples_max_age).
+    #[arg(long, env = "MIRA_MAX_PAST", default_value = "168h")]
+    pub max_past: humantime::Duration,
+    /// Records, spans and data points newer than now plus this are rejected
+    /// (Loki's creation_grace_period).
+    #[arg(long, env = "MIRA_MAX_FUTURE", default_value = "10m")]
+    pub max_future: humantime::Duration,
     /// Seconds the ingester's lease in the catalog lasts; renewed at a third
     /// of it. Exports are refused (503) while it cannot be renewed.
     #[arg(long, env = "MIRA_LEASE_TTL_S", default_value_t = 15)]
@@ -201,7 +210,10 @@ pub async fn start(
             limits: Limits {
                 max_attrs: flags.max_attributes,
                 max_value_bytes: flags.max_attribute_value_bytes,
+                window: None,
             },
+            max_past: flags.max_past.into(),
+            max_future: flags.max_future.into(),
         },
         receivers: ReceiverConfig {
             max_wire_bytes: flags.max_message_bytes,

@@ -78,7 +78,8 @@ fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
     } else {
         Cardinality::Low
     };
-    let mut corpus = Corpus::new(42, card);
+    // Times a minute before now: an ingester refuses records far from its clock.
+    let mut corpus = Corpus::starting_at(42, card, now_ns().saturating_sub(60_000_000_000));
     (0..16)
         .map(|_| {
             Bytes::from(match args.signal {
@@ -88,6 +89,12 @@ fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
             })
         })
         .collect()
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn marker_value(n: u64) -> Option<AnyValue> {
@@ -103,7 +110,7 @@ fn marker(signal: SignalArg, n: u64) -> Vec<u8> {
         SignalArg::Logs => ResourceLogs {
             scope_logs: vec![ScopeLogs {
                 log_records: vec![LogRecord {
-                    time_unix_nano: 1,
+                    time_unix_nano: now_ns(),
                     body: marker_value(n),
                     ..Default::default()
                 }],
@@ -118,7 +125,7 @@ fn marker(signal: SignalArg, n: u64) -> Vec<u8> {
                     trace_id: n.to_be_bytes().repeat(2),
                     span_id: n.to_be_bytes().to_vec(),
                     name: format!("loadgen-{n}"),
-                    start_time_unix_nano: 1,
+                    start_time_unix_nano: now_ns(),
                     end_time_unix_nano: 2,
                     ..Default::default()
                 }],
@@ -133,7 +140,7 @@ fn marker(signal: SignalArg, n: u64) -> Vec<u8> {
                     name: "loadgen_marker".into(),
                     data: Some(metric::Data::Gauge(Gauge {
                         data_points: vec![NumberDataPoint {
-                            time_unix_nano: 1,
+                            time_unix_nano: now_ns(),
                             value: Some(number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX))),
                             attributes: vec![KeyValue {
                                 key: "loadgen".into(),

@@ -27,8 +27,17 @@ use prost::Message;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Record times: 2026-12-01T00:00:00Z plus n ns.
-const T0: u64 = 1_796_169_600_000_000_000;
+/// Record times: ten minutes before this test process started, plus n ns
+/// (the ingester refuses times far from its clock).
+fn t0() -> u64 {
+    static T0: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            - 600_000_000_000
+    });
+    *T0
+}
 
 fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
@@ -45,7 +54,7 @@ fn log_export(n: u64) -> Vec<u8> {
             }),
             scope_logs: vec![ScopeLogs {
                 log_records: vec![LogRecord {
-                    time_unix_nano: T0 + n,
+                    time_unix_nano: t0() + n,
                     body: Some(AnyValue {
                         value: Some(any_value::Value::StringValue(format!("r-{n}"))),
                     }),
@@ -78,8 +87,8 @@ fn trace_export(n: u8) -> (Vec<u8>, String) {
             span_id: vec![n, i, 1, 1, 1, 1, 1, 1],
             parent_span_id: if i == 0 { vec![] } else { vec![n, 0, 1, 1, 1, 1, 1, 1] },
             name: format!("op-{i}"),
-            start_time_unix_nano: T0 + u64::from(n) * 1000 + u64::from(i),
-            end_time_unix_nano: T0 + u64::from(n) * 1000 + 500,
+            start_time_unix_nano: t0() + u64::from(n) * 1000 + u64::from(i),
+            end_time_unix_nano: t0() + u64::from(n) * 1000 + 500,
             ..Default::default()
         })
         .collect();
@@ -178,6 +187,8 @@ async fn stack(dir: &Path, seal: SealPolicy) -> Stack {
             seal,
             upload_queue: 2,
             limits: Default::default(),
+            max_past: Duration::from_secs(7 * 86_400),
+            max_future: Duration::from_secs(600),
         },
         receivers: ReceiverConfig::default(),
         lease_ttl: Duration::from_secs(15),
@@ -248,7 +259,7 @@ async fn wait_ready(addr: SocketAddr) {
 }
 
 fn logs_path(limit: usize) -> String {
-    format!("/api/mira/v1/logs?start={T0}&end={}&limit={limit}", T0 + 1_000_000_000)
+    format!("/api/mira/v1/logs?start={}&end={}&limit={limit}", t0(), t0() + 1_000_000_000)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,7 +318,7 @@ async fn queries_in_a_tight_loop_see_every_acknowledged_row_once_across_seals() 
                 answer["stats"]
             );
         }
-        // Newest first: r-N has time T0 + N.
+        // Newest first: r-N has time t0() + N.
         let nums: Vec<u64> = seen.iter().map(|b| b[2..].parse().expect("number")).collect();
         assert!(nums.windows(2).all(|w| w[0] > w[1]), "round {rounds}: not newest first");
         last_seen = seen.len();
@@ -378,7 +389,7 @@ async fn trace_lookup_reads_only_blocks_whose_bloom_filter_matches() {
         ids.push(id);
     }
     // Wait until all twelve are published.
-    let range = format!("start={T0}&end={}", T0 + 1_000_000_000);
+    let range = format!("start={}&end={}", t0(), t0() + 1_000_000_000);
     for _ in 0..400 {
         let (_, a) = get(q.addr(), &format!("/api/mira/v1/traces/{}?{range}", ids[0])).await;
         if a["stats"]["blocks_considered"].as_u64() == Some(12) && a["stats"]["recent_blocks"] == 0 {

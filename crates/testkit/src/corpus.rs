@@ -100,6 +100,13 @@ impl Corpus {
     /// A corpus whose every output is a function of `seed` and `cardinality` (and the calls made
     /// before).
     pub fn new(seed: u64, cardinality: Cardinality) -> Self {
+        Corpus::starting_at(seed, cardinality, BASE_TIME_UNIX_NANO)
+    }
+
+    /// [`Corpus::new`] with record times counting from `base` (Unix ns)
+    /// instead of [`BASE_TIME_UNIX_NANO`]: what is sent to an ingester,
+    /// which refuses times far from its clock.
+    pub fn starting_at(seed: u64, cardinality: Cardinality, base: u64) -> Self {
         // Resources and series come from their own generator so they do not depend on how the
         // record stream is consumed.
         let mut setup = Rng::new(seed ^ 0x5EED_0F2E_5EED_0F2E);
@@ -111,12 +118,12 @@ impl Corpus {
             rng: Rng::new(seed),
             cardinality,
             resources,
-            now: BASE_TIME_UNIX_NANO,
+            now: base,
             next_id: 0,
             id_salt: mix(seed),
             series,
             cursor: 0,
-            scrape_time: BASE_TIME_UNIX_NANO + SCRAPE_INTERVAL_NANOS,
+            scrape_time: base + SCRAPE_INTERVAL_NANOS,
         }
     }
 

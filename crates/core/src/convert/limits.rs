@@ -9,6 +9,14 @@
 //! identity and OTLP gives points no dropped count, so a point over either
 //! limit is **rejected** (reported as a partial success), the way Mimir
 //! refuses series with too many or too long labels.
+//!
+//! An optional time [`TimeWindow`] rejects records, spans and points whose
+//! time falls outside it (Loki's `reject_old_samples_max_age` and
+//! `creation_grace_period`): a log record by its time (its observed time
+//! when unset), a span by its start and end, a point by its time. When a
+//! request loses rows to the window, [`Appended::kept`] holds the request
+//! re-encoded without them, which is what a write-ahead log must keep so a
+//! replay (which applies no window) rebuilds exactly the accepted rows.
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -20,11 +28,50 @@ use prost::Message;
 
 use super::wire::{AttrView, Val};
 
-/// Limits on attributes; [`Limits::NONE`] applies none.
+/// Limits on attributes and times; [`Limits::NONE`] applies none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub max_attrs: usize,
     pub max_value_bytes: usize,
+    /// Accepted times; `None` accepts every time.
+    pub window: Option<TimeWindow>,
+}
+
+/// Accepted record times, Unix nanoseconds, inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeWindow {
+    pub min_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Where a time falls against a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    In,
+    Old,
+    New,
+}
+
+impl TimeWindow {
+    fn fit(&self, t: u64) -> Fit {
+        if t < self.min_ns {
+            Fit::Old
+        } else if t > self.max_ns {
+            Fit::New
+        } else {
+            Fit::In
+        }
+    }
+
+    /// True when `t` is inside.
+    pub fn contains(&self, t: u64) -> bool {
+        self.fit(t) == Fit::In
+    }
+}
+
+/// A log record's time: its own, or its observed time when unset.
+pub(crate) fn log_time(time: u64, observed: u64) -> u64 {
+    if time != 0 { time } else { observed }
 }
 
 impl Default for Limits {
@@ -44,6 +91,13 @@ pub struct Appended {
     pub dropped_attrs: u64,
     /// Values cut to `max_value_bytes`.
     pub truncated_values: u64,
+    /// Root rows refused for a time before the window.
+    pub too_old: usize,
+    /// Root rows refused for a time after the window.
+    pub too_new: usize,
+    /// When the window refused rows: the request re-encoded without them
+    /// (what a WAL keeps).
+    pub kept: Option<Vec<u8>>,
 }
 
 impl Appended {
@@ -51,6 +105,18 @@ impl Appended {
     /// `None` when the limits changed nothing.
     pub fn message(&self, limits: &Limits) -> Option<String> {
         let mut parts = Vec::new();
+        if self.too_old > 0 {
+            parts.push(format!(
+                "{} rejected: timestamp older than the accepted window (--max-past)",
+                self.too_old
+            ));
+        }
+        if self.too_new > 0 {
+            parts.push(format!(
+                "{} rejected: timestamp newer than the accepted window (--max-future)",
+                self.too_new
+            ));
+        }
         if self.rejected > 0 {
             parts.push(format!(
                 "{} data points rejected: more than {} attributes or an attribute longer than {} bytes",
@@ -73,11 +139,42 @@ impl Appended {
     }
 }
 
+impl Appended {
+    /// Root rows refused for any reason (an OTLP partial success's count).
+    pub fn rejected_total(&self) -> usize {
+        self.rejected + self.too_old + self.too_new
+    }
+
+    fn count(&mut self, fit: Fit) -> bool {
+        match fit {
+            Fit::In => return true,
+            Fit::Old => self.too_old += 1,
+            Fit::New => self.too_new += 1,
+        }
+        false
+    }
+}
+
 impl Limits {
     pub const NONE: Limits = Limits {
         max_attrs: usize::MAX,
         max_value_bytes: usize::MAX,
+        window: None,
     };
+
+    /// The same limits without a time window.
+    pub fn without_window(self) -> Limits {
+        Limits { window: None, ..self }
+    }
+
+    /// True when `time` is inside the window (or there is none).
+    pub(crate) fn time_fits(&self, time: u64) -> bool {
+        self.window.is_none_or(|w| w.contains(time))
+    }
+
+    fn fit(&self, t: u64) -> Fit {
+        self.window.map_or(Fit::In, |w| w.fit(t))
+    }
 
     pub fn is_none(&self) -> bool {
         *self == Limits::NONE
@@ -184,6 +281,10 @@ impl Limits {
             self.context(rl.resource.as_mut(), None, &mut out);
             for sl in &mut rl.scope_logs {
                 self.context(None, sl.scope.as_mut(), &mut out);
+                if self.window.is_some() {
+                    sl.log_records
+                        .retain(|r| out.count(self.fit(log_time(r.time_unix_nano, r.observed_time_unix_nano))));
+                }
                 for r in &mut sl.log_records {
                     self.limit(&mut r.attributes, &mut r.dropped_attributes_count, &mut out);
                 }
@@ -201,6 +302,16 @@ impl Limits {
             self.context(rs.resource.as_mut(), None, &mut out);
             for ss in &mut rs.scope_spans {
                 self.context(None, ss.scope.as_mut(), &mut out);
+                if self.window.is_some() {
+                    ss.spans.retain(|s| {
+                        let fit = match (self.fit(s.start_time_unix_nano), self.fit(s.end_time_unix_nano)) {
+                            (Fit::In, Fit::In) => Fit::In,
+                            (Fit::Old, _) => Fit::Old,
+                            _ => Fit::New,
+                        };
+                        out.count(fit)
+                    });
+                }
                 for s in &mut ss.spans {
                     self.limit(&mut s.attributes, &mut s.dropped_attributes_count, &mut out);
                     for e in &mut s.events {
@@ -226,7 +337,19 @@ impl Limits {
             for sm in &mut rm.scope_metrics {
                 self.context(None, sm.scope.as_mut(), &mut out);
                 for m in &mut sm.metrics {
-                    let mut keep = |attrs: &[KeyValue]| {
+                    let (mut old, mut new) = (0, 0);
+                    let mut keep = |attrs: &[KeyValue], time: u64| {
+                        match self.fit(time) {
+                            Fit::In => {}
+                            Fit::Old => {
+                                old += 1;
+                                return false;
+                            }
+                            Fit::New => {
+                                new += 1;
+                                return false;
+                            }
+                        }
                         let ok = self.fits(attrs);
                         if !ok {
                             rejected += 1;
@@ -234,13 +357,17 @@ impl Limits {
                         ok
                     };
                     match m.data.as_mut() {
-                        Some(Data::Gauge(g)) => g.data_points.retain(|p| keep(&p.attributes)),
-                        Some(Data::Sum(s)) => s.data_points.retain(|p| keep(&p.attributes)),
-                        Some(Data::Histogram(h)) => h.data_points.retain(|p| keep(&p.attributes)),
-                        Some(Data::ExponentialHistogram(h)) => h.data_points.retain(|p| keep(&p.attributes)),
-                        Some(Data::Summary(s)) => s.data_points.retain(|p| keep(&p.attributes)),
+                        Some(Data::Gauge(g)) => g.data_points.retain(|p| keep(&p.attributes, p.time_unix_nano)),
+                        Some(Data::Sum(s)) => s.data_points.retain(|p| keep(&p.attributes, p.time_unix_nano)),
+                        Some(Data::Histogram(h)) => h.data_points.retain(|p| keep(&p.attributes, p.time_unix_nano)),
+                        Some(Data::ExponentialHistogram(h)) => {
+                            h.data_points.retain(|p| keep(&p.attributes, p.time_unix_nano))
+                        }
+                        Some(Data::Summary(s)) => s.data_points.retain(|p| keep(&p.attributes, p.time_unix_nano)),
                         None => {}
                     }
+                    out.too_old += old;
+                    out.too_new += new;
                 }
             }
         }
@@ -269,6 +396,7 @@ mod tests {
         let limits = Limits {
             max_attrs: 2,
             max_value_bytes: 4,
+            window: None,
         };
         let mut req = ExportLogsServiceRequest {
             resource_logs: vec![ResourceLogs {

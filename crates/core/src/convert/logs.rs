@@ -110,9 +110,10 @@ pub fn validate(req: &ExportLogsServiceRequest) -> Result<usize, ConvertError> {
 
 /// True when the limits change nothing in a parsed request.
 fn view_fits(view: &wire::LogsView<'_>, limits: &Limits) -> bool {
-    view.records
-        .iter()
-        .all(|r| limits.wire_attrs_fit(&view.attrs[r.attrs.clone()]))
+    view.records.iter().all(|r| {
+        limits.wire_attrs_fit(&view.attrs[r.attrs.clone()])
+            && limits.time_fits(super::limits::log_time(r.time, r.observed))
+    })
         && view
             .resources
             .iter()
@@ -182,6 +183,9 @@ impl SignalBuilder for LogsBuilder {
                     ExportLogsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
                 let mut out = limits.apply_logs(&mut req);
                 out.rows = self.append(&req)?;
+                if out.too_old + out.too_new > 0 {
+                    out.kept = Some(req.encode_to_vec());
+                }
                 return Ok(out);
             }
         };
