@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{block_bodies, log_export, post, published_logs, start, status};
+use mira_catalog::proto as pb;
 use mira_ingester::PipelineConfig;
 use mira_ingester::shard::SealPolicy;
 use mira_proto::ingester as ipb;
@@ -26,6 +27,72 @@ fn rows(bytes: bytes::Bytes) -> Vec<u64> {
         .iter()
         .filter_map(|s| s.strip_prefix("r-").and_then(|n| n.parse().ok()))
         .collect()
+}
+
+/// The `r-N` rows of every block in `listing`, decoded once per block id.
+async fn catalog_rows(listing: &pb::ListBlocksReply, store: &TestStore, decoded: &mut HashMap<String, Vec<u64>>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for b in &listing.blocks {
+        if !decoded.contains_key(&b.id) {
+            let bytes = store
+                .get(&object_store::path::Path::from(b.object_key.as_str()))
+                .await
+                .expect("published object")
+                .bytes()
+                .await
+                .expect("bytes");
+            decoded.insert(b.id.clone(), rows(bytes));
+        }
+        out.extend(&decoded[&b.id]);
+    }
+    out
+}
+
+type Sources = HashMap<u64, Vec<String>>;
+
+/// A querier's merge: the catalog's rows plus the recent blocks not in
+/// the listing; returns the rows, where each came from, and how many
+/// recent blocks were skipped as already published.
+async fn merge(
+    listing: &pb::ListBlocksReply,
+    recent: &[(String, Vec<u64>)],
+    store: &TestStore,
+    decoded: &mut HashMap<String, Vec<u64>>,
+) -> (Vec<u64>, Sources, usize) {
+    let in_catalog: HashSet<&str> = listing.blocks.iter().map(|b| b.id.as_str()).collect();
+    let mut seen = catalog_rows(listing, store, decoded).await;
+    let mut sources: Sources = HashMap::new();
+    for b in &listing.blocks {
+        for n in &decoded[&b.id] {
+            sources.entry(*n).or_default().push(format!("catalog {}", b.id));
+        }
+    }
+    let mut skipped = 0;
+    for (id, r) in recent {
+        if in_catalog.contains(id.as_str()) {
+            skipped += 1;
+            continue;
+        }
+        for n in r {
+            sources.entry(*n).or_default().push(format!("recent {id:?}"));
+        }
+        seen.extend(r);
+    }
+    (seen, sources, skipped)
+}
+
+/// Every row at most once, every acknowledged row present.
+fn check_once(round: usize, seen: &[u64], sources: &Sources, must_have: &HashSet<u64>) {
+    let mut counts: HashMap<u64, usize> = HashMap::new();
+    for n in seen {
+        *counts.entry(*n).or_default() += 1;
+    }
+    if let Some((n, c)) = counts.iter().find(|(_, c)| **c > 1) {
+        panic!("round {round}: row r-{n} seen {c} times: {:?}", sources.get(n));
+    }
+    for n in must_have {
+        assert!(counts.contains_key(n), "round {round}: acknowledged row r-{n} is missing");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,10 +133,12 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
         .expect("connect");
     let mut decoded: HashMap<String, Vec<u64>> = HashMap::new();
     let mut rounds = 0;
-    let mut saw_published_meanwhile = false;
+    let mut catch_ups = 0;
     while !sender.is_finished() || rounds < 5 {
         rounds += 1;
         let must_have: HashSet<u64> = acked.lock().expect("lock").clone();
+        // A querier's copy of the catalog, taken before it asks (it may lag).
+        let stale = published_logs(&client).await;
         let reply = recent
             .query(ipb::RecentRequest {
                 tenant: "default".into(),
@@ -80,66 +149,94 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
             .await
             .expect("recent")
             .into_inner();
-        // The querier's catalog view must have reached the reply's version.
+        let reply_blocks: Vec<(String, Vec<u64>)> = reply
+            .blocks
+            .iter()
+            .map(|rb| {
+                assert!(
+                    !rb.pending_block_id.is_empty(),
+                    "every recent block names its future id"
+                );
+                (rb.pending_block_id.clone(), rows(bytes::Bytes::from(rb.block.clone())))
+            })
+            .collect();
+        // The contract: rows that left the recent view before the reply are
+        // in the catalog at the reply's version. If the stale copy and the
+        // reply together miss an acknowledged row, the reply's version must
+        // be newer than the stale copy, telling the querier to catch up.
+        let stale_rows = catalog_rows(&stale, &store, &mut decoded).await;
+        let covered: HashSet<u64> = stale_rows
+            .iter()
+            .copied()
+            .chain(reply_blocks.iter().flat_map(|(_, r)| r.iter().copied()))
+            .collect();
+        if must_have.iter().any(|n| !covered.contains(n)) {
+            assert!(
+                reply.published_version > stale.version,
+                "round {rounds}: acknowledged rows are in neither the catalog copy (version {}) nor the reply, whose version {} does not send the querier to catch up",
+                stale.version,
+                reply.published_version
+            );
+            catch_ups += 1;
+        }
+        // Catch up (a linearizable listing is at least the reply's
+        // version), then merge: recent blocks already in the catalog (by
+        // their pending id) are skipped.
         let listing = published_logs(&client).await;
-        assert!(listing.version >= reply.published_version);
-        let in_catalog: HashSet<&str> = listing.blocks.iter().map(|b| b.id.as_str()).collect();
-        let mut seen: Vec<u64> = Vec::new();
-        let mut sources: HashMap<u64, Vec<String>> = HashMap::new();
-        for b in &listing.blocks {
-            if !decoded.contains_key(&b.id) {
-                let bytes = store
-                    .get(&object_store::path::Path::from(b.object_key.as_str()))
-                    .await
-                    .expect("published object")
-                    .bytes()
-                    .await
-                    .expect("bytes");
-                decoded.insert(b.id.clone(), rows(bytes));
-            }
-            seen.extend(&decoded[&b.id]);
-            for n in &decoded[&b.id] {
-                sources.entry(*n).or_default().push(format!("catalog {}", b.id));
-            }
-        }
-        for rb in reply.blocks {
-            assert!(
-                !rb.pending_block_id.is_empty(),
-                "every recent block names its future id"
-            );
-            if in_catalog.contains(rb.pending_block_id.as_str()) {
-                saw_published_meanwhile = true;
-                continue;
-            }
-            let r = rows(bytes::Bytes::from(rb.block));
-            for n in &r {
-                sources
-                    .entry(*n)
-                    .or_default()
-                    .push(format!("recent {:?}", rb.pending_block_id));
-            }
-            seen.extend(r);
-        }
-        let mut counts: HashMap<u64, usize> = HashMap::new();
-        for n in &seen {
-            *counts.entry(*n).or_default() += 1;
-        }
-        if let Some((n, c)) = counts.iter().find(|(_, c)| **c > 1) {
-            panic!("round {rounds}: row r-{n} seen {c} times: {:?}", sources.get(n));
-        }
-        for n in &must_have {
-            assert!(
-                counts.contains_key(n),
-                "round {rounds}: acknowledged row r-{n} is missing"
-            );
-        }
+        let (seen, sources, _) = merge(&listing, &reply_blocks, &store, &mut decoded).await;
+        check_once(rounds, &seen, &sources, &must_have);
     }
     sender.await.expect("sender");
     assert!(store.multipart_uploads() > 0, "blocks were uploaded in parts");
     assert!(rounds > 5, "the loop ran alongside the sender");
-    // (Whether a block was published between a reply and the listing
-    // depends on timing; the assertions above hold either way.)
-    let _ = saw_published_meanwhile;
+    eprintln!("{rounds} rounds, {catch_ups} needed a catch-up");
+
+    // The dedup branch, made to happen: with the store stalled, a sealed
+    // generation is pending (in the reply, not in the catalog); once
+    // released and published, a querier whose listing has it must skip the
+    // reply's copy.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    store.set_writable(false);
+    assert_eq!(status(&post(http, &log_export(9_999, "r-9999".into())).await), 200);
+    let pending = loop {
+        let reply = recent
+            .query(ipb::RecentRequest {
+                tenant: "default".into(),
+                signal: 1,
+                min_time_ns: 0,
+                max_time_ns: i64::MAX,
+            })
+            .await
+            .expect("recent")
+            .into_inner();
+        let blocks: Vec<(String, Vec<u64>)> = reply
+            .blocks
+            .iter()
+            .map(|rb| (rb.pending_block_id.clone(), rows(bytes::Bytes::from(rb.block.clone()))))
+            .collect();
+        let listing = published_logs(&client).await;
+        let in_catalog: HashSet<&str> = listing.blocks.iter().map(|b| b.id.as_str()).collect();
+        if blocks.iter().any(|(id, r)| r.contains(&9_999) && !in_catalog.contains(id.as_str())) {
+            break blocks;
+        }
+        assert!(std::time::Instant::now() < deadline, "r-9999 never showed as pending");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    store.set_writable(true);
+    let listing = loop {
+        let listing = published_logs(&client).await;
+        let ids: HashSet<&str> = listing.blocks.iter().map(|b| b.id.as_str()).collect();
+        if pending.iter().any(|(id, r)| r.contains(&9_999) && ids.contains(id.as_str())) {
+            break listing;
+        }
+        assert!(std::time::Instant::now() < deadline, "the pending block was never published");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut all: HashSet<u64> = acked.lock().expect("lock").clone();
+    all.insert(9_999);
+    let (seen, sources, skipped) = merge(&listing, &pending, &store, &mut decoded).await;
+    assert!(skipped > 0, "the reply's copy of a published block was skipped");
+    check_once(rounds + 1, &seen, &sources, &all);
     running.node.shutdown().await;
     running.catalog.shutdown().await;
 }
