@@ -265,9 +265,7 @@ impl IngesterNode {
                 }),
             );
         let recent = tonic::service::Routes::new(mira_proto::ingester::recent_server::RecentServer::new(
-            crate::recent::RecentService {
-                pipeline: pipeline.clone(),
-            },
+            crate::recent::RecentService::new(pipeline.clone()),
         ))
         .into_axum_router();
         // An advertised address with port 0 (a test binding any port) names

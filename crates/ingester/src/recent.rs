@@ -1,6 +1,9 @@
 //! The recent-data service (`proto/ingester.proto`): rows this ingester
 //! holds that are not in published blocks yet, as hot Mira blocks (Arrow
 //! IPC sections), with the published version the querier must have seen.
+//! At most [`RecentService::MAX_CONCURRENT`] requests are answered at once
+//! (each rebuilds blocks from the open requests, CPU and memory); past that
+//! the answer is RESOURCE_EXHAUSTED, which a querier reports as partial.
 
 use std::sync::Arc;
 
@@ -14,7 +17,20 @@ use crate::pipeline::Pipeline;
 /// The gRPC service over a running pipeline.
 #[derive(Clone)]
 pub struct RecentService {
-    pub pipeline: Arc<Pipeline>,
+    pipeline: Arc<Pipeline>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl RecentService {
+    /// Requests answered at once.
+    pub const MAX_CONCURRENT: usize = 8;
+
+    pub fn new(pipeline: Arc<Pipeline>) -> RecentService {
+        RecentService {
+            pipeline,
+            slots: Arc::new(tokio::sync::Semaphore::new(RecentService::MAX_CONCURRENT)),
+        }
+    }
 }
 
 impl std::fmt::Debug for RecentService {
@@ -37,6 +53,12 @@ impl pb::recent_server::Recent for RecentService {
                 "time range: need 0 <= min_time_ns <= max_time_ns",
             ));
         }
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "recent data: {} requests are being answered; retry later",
+                RecentService::MAX_CONCURRENT
+            )));
+        };
         let pipeline = self.pipeline.clone();
         let (min, max) = (req.min_time_ns as u64, req.max_time_ns as u64);
         // Decoding and encoding is CPU work: off the runtime workers.
@@ -52,6 +74,7 @@ impl pb::recent_server::Recent for RecentService {
                     block: bytes.to_vec(),
                 });
             }
+            drop(slot);
             Ok(pb::RecentReply {
                 published_version,
                 blocks,
