@@ -87,6 +87,14 @@ pub enum AdminCommand {
     SetMembers { members: String },
     /// Build a snapshot now; prints its log index.
     Snapshot,
+    /// Print the object key of every live block of a tenant and signal,
+    /// one per line (linearizable), e.g. to feed `mira block-dump`.
+    Blocks {
+        #[arg(long, default_value = "default")]
+        tenant: String,
+        #[arg(long, value_parser = ["logs", "traces", "metrics"], default_value = "logs")]
+        signal: String,
+    },
 }
 
 pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
@@ -137,6 +145,26 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
             }
         }
         AdminCommand::Snapshot => println!("snapshot at log index {}", client.trigger_snapshot().await?),
+        AdminCommand::Blocks { tenant, signal } => {
+            let signal = match signal.as_str() {
+                "traces" => proto::Signal::Traces,
+                "metrics" => proto::Signal::Metrics,
+                _ => proto::Signal::Logs,
+            };
+            let reply = client
+                .list_blocks(proto::ListBlocksRequest {
+                    tenant,
+                    signal: signal as i32,
+                    min_time_ns: 0,
+                    max_time_ns: i64::MAX,
+                    states: vec![],
+                    linearizable: true,
+                })
+                .await?;
+            for b in reply.blocks {
+                println!("{}", b.object_key);
+            }
+        }
     }
     Ok(())
 }
