@@ -89,6 +89,11 @@ impl Pipeline {
     pub fn start(config: PipelineConfig, wal: Wal, dest: Destination) -> Pipeline {
         let metrics = dest.metrics.clone();
         let health = dest.health.clone();
+        let on_refusal = if wal.mode() == crate::wal::WalMode::Off {
+            upload::OnRefusal::Drop
+        } else {
+            upload::OnRefusal::Retry
+        };
         let shards = config.shards.max(1);
         let mut signals = Vec::new();
         let mut tasks = Vec::new();
@@ -115,6 +120,7 @@ impl Pipeline {
                 tasks.push(tokio::spawn(shard.run(rx)));
                 tasks.push(tokio::spawn(upload::run(
                     dest.clone(),
+                    on_refusal,
                     sealed_rx,
                     published_tx,
                     versions_tx,

@@ -84,12 +84,14 @@ pub enum AckWait {
     },
 }
 
-/// How far a shard's uploader got: the last generation published, and
-/// whether publishing stopped for good (fenced or quarantined), in which
-/// case no later generation will be.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How far a shard's uploader got: the last generation it finished with,
+/// those of them it could not publish (`--wal off` only: quarantined and
+/// dropped, their clients answered with an error), and whether publishing
+/// stopped for good (fenced), in which case no later generation will be.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
     pub published: u64,
+    pub failed: std::collections::BTreeSet<u64>,
     pub stopped: bool,
 }
 
@@ -108,7 +110,7 @@ impl AckWait {
                     .wait_for(|p| p.published >= generation || p.stopped)
                     .await
                     .map_err(|_| IngestError::Unavailable("the shard stopped before publishing".to_owned()))?;
-                if p.published >= generation {
+                if p.published >= generation && !p.failed.contains(&generation) {
                     Ok(())
                 } else {
                     Err(IngestError::Unavailable(

@@ -95,8 +95,13 @@ pub enum Unpublished {
 /// What to do when the catalog refuses a publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnRefusal {
-    /// Keep retrying slowly while refusing writes (a running ingester).
+    /// Keep retrying slowly while refusing writes (a running ingester with
+    /// a WAL: the frames wait in it).
     Retry,
+    /// Give the generation up (`--wal off`: nothing was acknowledged yet,
+    /// its clients are answered with an error and retry; publishing it
+    /// later would duplicate their retries).
+    Drop,
     /// Return [`Unpublished::Quarantined`] (start-up recovery: the process
     /// stops with an error naming the quarantine).
     Stop,
@@ -106,19 +111,31 @@ pub enum OnRefusal {
 /// generation number, `versions` the catalog version of that publish.
 pub async fn run(
     dest: Destination,
+    on_refusal: OnRefusal,
     mut sealed: mpsc::Receiver<Sealed>,
     progress: watch::Sender<Progress>,
     versions: watch::Sender<u64>,
     view: crate::shard::SharedView,
 ) {
     while let Some(g) = sealed.recv().await {
-        let Ok(version) = publish_generation(&dest, &g, OnRefusal::Retry).await else {
-            // Fenced: nothing more from this process is published.
-            progress.send_modify(|p| p.stopped = true);
-            // Drain so shards never block on a full queue; each waiter in
-            // off mode learns it will not be published.
-            while sealed.recv().await.is_some() {}
-            return;
+        let version = match publish_generation(&dest, &g, on_refusal).await {
+            Ok(v) => v,
+            Err(Unpublished::Quarantined) => {
+                crate::shard::lock_view(&view).pending.remove(&g.number);
+                progress.send_modify(|p| {
+                    p.failed.insert(g.number);
+                    p.published = g.number;
+                });
+                continue;
+            }
+            Err(Unpublished::Fenced) => {
+                // Nothing more from this process is published.
+                progress.send_modify(|p| p.stopped = true);
+                // Drain so shards never block on a full queue; each waiter
+                // in off mode learns it will not be published.
+                while sealed.recv().await.is_some() {}
+                return;
+            }
         };
         // The version moves before the generation leaves the recent view:
         // a recent-data reply that no longer holds it reports a published
@@ -180,7 +197,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
         quarantine(dest, g, &why);
         dest.health.set_quarantined(true);
         dest.health.export(&dest.metrics);
-        if on_refusal == OnRefusal::Stop {
+        if on_refusal != OnRefusal::Retry {
             return Err(Unpublished::Quarantined);
         }
         std::future::pending::<()>().await;
@@ -233,7 +250,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
                     dest.health.set_quarantined(true);
                     dest.health.export(&dest.metrics);
                 }
-                if on_refusal == OnRefusal::Stop {
+                if on_refusal != OnRefusal::Retry {
                     return Err(Unpublished::Quarantined);
                 }
                 tracing::error!(target: "mira::ingester", %status, blocks = blocks.len(), retry_in_s = REFUSED_RETRY.as_secs(), "the catalog refused a publish; the generation is quarantined, its WAL frames kept, writes refused");

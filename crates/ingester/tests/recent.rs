@@ -240,3 +240,77 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
     running.node.shutdown().await;
     running.catalog.shutdown().await;
 }
+
+/// Recent-data requests are bounded: many at once over a large open
+/// generation get RESOURCE_EXHAUSTED past the slots (a querier reports
+/// that as partial), the rest are answered whole, and the ingester keeps
+/// answering afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recent_requests_past_the_slots_are_refused_as_resource_exhausted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(TestStore::new());
+    let pipeline = PipelineConfig {
+        shards: 1,
+        queue_bytes: 64 << 20,
+        admit_wait: Duration::from_secs(5),
+        seal: SealPolicy {
+            max_bytes: 1 << 30,
+            max_age: Duration::from_secs(3600),
+        },
+        upload_queue: 2,
+        limits: Default::default(),
+        max_past: Duration::from_secs(7 * 86_400),
+        max_future: Duration::from_secs(600),
+    };
+    let running = start(dir.path(), pipeline, 16 << 20, store).await;
+    let (http, grpc) = (running.node.http_addr(), running.node.grpc_addr());
+    // A large open generation: every recent request rebuilds it.
+    let sends: Vec<_> = (0..4u64)
+        .map(|w| {
+            tokio::spawn(async move {
+                for n in 0..1_000u64 {
+                    let n = w * 1_000 + n;
+                    assert_eq!(status(&post(http, &log_export(n, format!("r-{n}"))).await), 200);
+                }
+            })
+        })
+        .collect();
+    for s in sends {
+        s.await.expect("sender");
+    }
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let ask = || {
+        let mut client = ipb::recent_client::RecentClient::new(channel.clone()).max_decoding_message_size(256 << 20);
+        async move {
+            client
+                .query(ipb::RecentRequest {
+                    tenant: "default".into(),
+                    signal: 1,
+                    min_time_ns: 0,
+                    max_time_ns: i64::MAX,
+                })
+                .await
+        }
+    };
+    let answers = futures::future::join_all((0..64).map(|_| ask())).await;
+    let exhausted = answers
+        .iter()
+        .filter(|a| a.as_ref().is_err_and(|s| s.code() == tonic::Code::ResourceExhausted))
+        .count();
+    let whole = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok())
+        .filter(|r| r.get_ref().blocks.iter().map(|b| rows(bytes::Bytes::from(b.block.clone())).len()).sum::<usize>() == 4_000)
+        .count();
+    assert!(exhausted > 0, "64 requests at once never found the slots taken");
+    assert_eq!(exhausted + whole, 64, "every other answer is whole");
+    // Slots come back.
+    let again = ask().await.expect("answered once the burst is over");
+    assert!(!again.get_ref().blocks.is_empty());
+    running.node.shutdown().await;
+    running.catalog.shutdown().await;
+}

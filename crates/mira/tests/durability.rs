@@ -273,6 +273,30 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
     assert_published_exactly(&p, "bad", [10]).await;
 }
 
+/// Item 3 in `--wal off`: a generation the catalog refuses is answered
+/// with an error, never an ack (there is no WAL to keep it: the client's
+/// retry is the copy), and is not published later. Before the fix the
+/// waiting clients were acknowledged and the rows dropped.
+#[cfg(feature = "fault-hooks")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_off_answers_a_refused_generation_with_an_error() {
+    let mut p = Procs::new();
+    let flags = ["--shards", "1", "--seal-age-s", "1", "--wal", "off"];
+    p.start_ingester_env(&flags, &[("MIRA_FAULT_REFUSE_TENANT", "bad")]);
+    wait_ready(&p.http).await;
+    let (status, text) = export(&p.http, "bad", 0, 2).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("cannot publish"), "{text}");
+    wait_not_ready(&p.http, "/ready to report the quarantine").await;
+    p.stop_ingester();
+    // The client retries against a fixed ingester: stored once.
+    p.start_ingester(&flags);
+    wait_ready(&p.http).await;
+    assert_eq!(export(&p.http, "bad", 0, 2).await.0, 200);
+    p.stop_ingester();
+    assert_published_exactly(&p, "bad", [0, 1]).await;
+}
+
 /// Item 5: records outside the time window are refused as an OTLP partial
 /// success naming the reason and counted, while the other tenants' and
 /// the good records of the same request are published, and a replay does
