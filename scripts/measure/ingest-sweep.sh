@@ -10,12 +10,19 @@
 # Usage: scripts/measure/ingest-sweep.sh [seconds-per-point]
 # Environment: WALS (default "page-cache fsync"), POINTS (default
 # "1 4 32 96 4@1M"), INGESTER_FLAGS (extra `mira ingester` flags, e.g.
-# "--max-inflight-requests 4" to read the memory bound at 96 connections).
+# "--max-inflight-requests 4" to read the memory bound at 96 connections),
+# MIRA_BIN (the `mira` whose ingester is measured; default: build
+# --release) and LOADGEN_BIN (the `mira` whose loadgen drives it; default
+# MIRA_BIN), to compare two builds with the same load in one run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR="${1:-10}"
-cargo build --release -p mira
-BIN="$PWD/target/release/mira"
+if [ -z "${MIRA_BIN:-}" ]; then
+  cargo build --release -p mira
+  MIRA_BIN="$PWD/target/release/mira"
+fi
+BIN="$MIRA_BIN"
+LOADGEN="${LOADGEN_BIN:-$BIN}"
 work=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -40,7 +47,7 @@ for wal in ${WALS:-page-cache fsync}; do
       sleep 0.1
     done
     before=$(cpu_ticks "$pid")
-    out=$("$BIN" loadgen --target "$GRPC" --conns "$conns" --batch 8192 --for "$DUR" "${pace[@]}")
+    out=$("$LOADGEN" loadgen --target "$GRPC" --conns "$conns" --batch 8192 --for "$DUR" "${pace[@]}")
     after=$(cpu_ticks "$pid")
     rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
     cores=$(awk -v a="$after" -v b="$before" -v t="$ticks" -v d="$DUR" 'BEGIN { printf "%.2f", (a - b) / t / d }')

@@ -200,7 +200,9 @@ pub enum Command {
     // Variants below were added after the first release: new variants go
     // at the end so entries already in a Raft log decode as they were.
     /// Takes the next epoch of an ingester id and drops its staged publishes.
-    Fence { ingester_id: String },
+    Fence {
+        ingester_id: String,
+    },
     /// Holds blocks of a publish too large for one command under `txn`.
     Stage {
         ingester_id: String,

@@ -190,16 +190,14 @@ impl pb::catalog_server::Catalog for CatalogService {
         check_time("now_ns", req.now_ns)?;
         self.consistent(req.linearizable).await?;
         let now = if req.now_ns == 0 { now_ns() } else { req.now_ns };
-        let (ingesters, version) = self
-            .catalog
-            .read(|s, v| {
-                let listed = if req.include_expired {
-                    s.registered_ingesters()
-                } else {
-                    s.live_ingesters(now)
-                };
-                (listed.iter().map(ingester_to_pb).collect(), v)
-            });
+        let (ingesters, version) = self.catalog.read(|s, v| {
+            let listed = if req.include_expired {
+                s.registered_ingesters()
+            } else {
+                s.live_ingesters(now)
+            };
+            (listed.iter().map(ingester_to_pb).collect(), v)
+        });
         Ok(Response::new(pb::ListIngestersReply { ingesters, version }))
     }
 

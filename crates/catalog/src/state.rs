@@ -294,7 +294,13 @@ impl State {
         Ok(())
     }
 
-    fn stage(&mut self, ingester_id: &str, epoch: u64, txn: u128, blocks: &[BlockRecord]) -> Result<Applied, CommandError> {
+    fn stage(
+        &mut self,
+        ingester_id: &str,
+        epoch: u64,
+        txn: u128,
+        blocks: &[BlockRecord],
+    ) -> Result<Applied, CommandError> {
         self.check_epoch(ingester_id, epoch)?;
         let empty = StagedPublish {
             ingester_id: ingester_id.to_owned(),
@@ -374,7 +380,9 @@ impl State {
                     // otherwise the stage was dropped by a fence.
                     let done = watermark.is_some_and(|w| {
                         self.watermarks.get(&(w.ingester_id.clone(), w.shard)).copied() >= Some(w.wal_seq)
-                    }) && blocks.iter().all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
+                    }) && blocks
+                        .iter()
+                        .all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
                     if done {
                         return Ok(Applied::default());
                     }
@@ -435,7 +443,10 @@ impl State {
             self.insert_block(b.clone());
             changes.push(Change::Block(b.clone()));
         }
-        Ok(Applied { changes, ..Default::default() })
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
     }
 
     fn replace(
@@ -509,7 +520,10 @@ impl State {
                 self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns }),
             ));
         }
-        Ok(Applied { changes, ..Default::default() })
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
     }
 
     fn tombstone(&mut self, ids: &[u128], now_ns: i64) -> Result<Applied, CommandError> {
@@ -529,7 +543,10 @@ impl State {
                 ));
             }
         }
-        Ok(Applied { changes, ..Default::default() })
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
     }
 
     fn purge(&mut self, ids: &[u128]) -> Result<Applied, CommandError> {
@@ -563,7 +580,10 @@ impl State {
                 changes.push(Change::Purged(*id));
             }
         }
-        Ok(Applied { changes, ..Default::default() })
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
     }
 
     fn mark_offloaded(&mut self, id: u128, location: &str) -> Result<Applied, CommandError> {

@@ -71,7 +71,12 @@ async fn dump(c: &CatalogClient) -> String {
     for p in policies.policies {
         out += &format!("policy {} {} {} {}\n", p.kind, p.name, p.tenant, p.body_json);
     }
-    for l in c.list_leases(pb::ListLeasesRequest::default()).await.expect("leases").leases {
+    for l in c
+        .list_leases(pb::ListLeasesRequest::default())
+        .await
+        .expect("leases")
+        .leases
+    {
         out += &format!("lease {} {} {}\n", l.key, l.holder, l.expires_at_ns);
     }
     let ingesters = c

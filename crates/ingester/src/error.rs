@@ -11,7 +11,9 @@ pub enum WalError {
     #[error("the WAL writer has stopped")]
     Stopped,
     /// A frame that fails its checks inside a segment (not a torn tail).
-    #[error("corrupt WAL segment {path} at offset {offset}: {reason} (start with --wal-skip-corrupt to skip the rest of that segment and count it)")]
+    #[error(
+        "corrupt WAL segment {path} at offset {offset}: {reason} (start with --wal-skip-corrupt to skip the rest of that segment and count it)"
+    )]
     Corrupt { path: String, offset: u64, reason: String },
 }
 
@@ -83,6 +85,8 @@ pub enum StartError {
     Catalog(String),
     #[error("another process took over ingester id {0:?} while this one was recovering its WAL")]
     Fenced(String),
-    #[error("a WAL generation cannot be published (the catalog refused it or it does not encode); it was written to {0} and the WAL keeps its frames; fix the cause and restart")]
+    #[error(
+        "a WAL generation cannot be published (the catalog refused it or it does not encode); it was written to {0} and the WAL keeps its frames; fix the cause and restart"
+    )]
     Quarantined(String),
 }

@@ -49,7 +49,10 @@ impl Health {
                     .to_owned(),
             );
         }
-        let lease = *self.lease_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lease = *self
+            .lease_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if lease.is_none_or(|until| Instant::now() >= until) {
             return Some("the ingester's lease in the catalog could not be renewed".to_owned());
         }
@@ -66,7 +69,10 @@ impl Health {
 
     /// A lease renewal sent at `sent` with `ttl` succeeded.
     pub fn lease_renewed(&self, sent: Instant, ttl: Duration) {
-        let mut l = self.lease_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut l = self
+            .lease_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let until = sent + ttl;
         *l = Some(l.map_or(until, |old| old.max(until)));
         self.catalog_ok.store(true, Ordering::Relaxed);
@@ -101,7 +107,10 @@ impl Health {
             ("fenced", self.fenced.load(Ordering::Relaxed)),
             ("quarantine", self.quarantined.load(Ordering::Relaxed)),
         ] {
-            metrics.refusing.get_or_create(&ReasonLabels { reason }).set(i64::from(on));
+            metrics
+                .refusing
+                .get_or_create(&ReasonLabels { reason })
+                .set(i64::from(on));
         }
     }
 }

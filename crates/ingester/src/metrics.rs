@@ -189,4 +189,3 @@ impl Default for Metrics {
         Self::new()
     }
 }
-

@@ -305,7 +305,12 @@ impl IngesterNode {
                 loop {
                     let ok = heartbeat(&catalog, &config, &health).await;
                     health.export(&metrics);
-                    tokio::time::sleep(if ok { config.lease_ttl / 3 } else { config.lease_ttl / 10 }).await;
+                    tokio::time::sleep(if ok {
+                        config.lease_ttl / 3
+                    } else {
+                        config.lease_ttl / 10
+                    })
+                    .await;
                 }
             })
         };

@@ -215,7 +215,9 @@ fn read_limits(segment: &Path) -> Result<Option<Limits>, WalError> {
     };
     let mut limits = Limits::NONE;
     for line in text.lines().filter(|l| !l.is_empty()) {
-        let parsed = line.split_once('=').and_then(|(k, v)| Some((k, v.parse::<usize>().ok()?)));
+        let parsed = line
+            .split_once('=')
+            .and_then(|(k, v)| Some((k, v.parse::<usize>().ok()?)));
         match parsed {
             Some(("max_attrs", v)) => limits.max_attrs = v,
             Some(("max_value_bytes", v)) => limits.max_value_bytes = v,

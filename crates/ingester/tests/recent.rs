@@ -30,7 +30,11 @@ fn rows(bytes: bytes::Bytes) -> Vec<u64> {
 }
 
 /// The `r-N` rows of every block in `listing`, decoded once per block id.
-async fn catalog_rows(listing: &pb::ListBlocksReply, store: &TestStore, decoded: &mut HashMap<String, Vec<u64>>) -> Vec<u64> {
+async fn catalog_rows(
+    listing: &pb::ListBlocksReply,
+    store: &TestStore,
+    decoded: &mut HashMap<String, Vec<u64>>,
+) -> Vec<u64> {
     let mut out = Vec::new();
     for b in &listing.blocks {
         if !decoded.contains_key(&b.id) {
@@ -91,7 +95,10 @@ fn check_once(round: usize, seen: &[u64], sources: &Sources, must_have: &HashSet
         panic!("round {round}: row r-{n} seen {c} times: {:?}", sources.get(n));
     }
     for n in must_have {
-        assert!(counts.contains_key(n), "round {round}: acknowledged row r-{n} is missing");
+        assert!(
+            counts.contains_key(n),
+            "round {round}: acknowledged row r-{n} is missing"
+        );
     }
 }
 
@@ -216,7 +223,10 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
             .collect();
         let listing = published_logs(&client).await;
         let in_catalog: HashSet<&str> = listing.blocks.iter().map(|b| b.id.as_str()).collect();
-        if blocks.iter().any(|(id, r)| r.contains(&9_999) && !in_catalog.contains(id.as_str())) {
+        if blocks
+            .iter()
+            .any(|(id, r)| r.contains(&9_999) && !in_catalog.contains(id.as_str()))
+        {
             break blocks;
         }
         assert!(std::time::Instant::now() < deadline, "r-9999 never showed as pending");
@@ -226,10 +236,16 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
     let listing = loop {
         let listing = published_logs(&client).await;
         let ids: HashSet<&str> = listing.blocks.iter().map(|b| b.id.as_str()).collect();
-        if pending.iter().any(|(id, r)| r.contains(&9_999) && ids.contains(id.as_str())) {
+        if pending
+            .iter()
+            .any(|(id, r)| r.contains(&9_999) && ids.contains(id.as_str()))
+        {
             break listing;
         }
-        assert!(std::time::Instant::now() < deadline, "the pending block was never published");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pending block was never published"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let mut all: HashSet<u64> = acked.lock().expect("lock").clone();
@@ -304,7 +320,14 @@ async fn recent_requests_past_the_slots_are_refused_as_resource_exhausted() {
     let whole = answers
         .iter()
         .filter_map(|a| a.as_ref().ok())
-        .filter(|r| r.get_ref().blocks.iter().map(|b| rows(bytes::Bytes::from(b.block.clone())).len()).sum::<usize>() == 4_000)
+        .filter(|r| {
+            r.get_ref()
+                .blocks
+                .iter()
+                .map(|b| rows(bytes::Bytes::from(b.block.clone())).len())
+                .sum::<usize>()
+                == 4_000
+        })
         .count();
     assert!(exhausted > 0, "64 requests at once never found the slots taken");
     assert_eq!(exhausted + whole, 64, "every other answer is whole");

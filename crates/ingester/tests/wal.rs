@@ -217,13 +217,25 @@ async fn a_corrupt_frame_inside_a_segment_stops_the_open_naming_segment_and_offs
     );
     // The replay refuses too, and with skip_corrupt counts it and keeps the
     // frames before it.
-    let strict = Wal::replay(dir.path(), mira_core::convert::Limits::NONE, false, |_| 0, |_, _| Ok(()));
+    let strict = Wal::replay(
+        dir.path(),
+        mira_core::convert::Limits::NONE,
+        false,
+        |_| 0,
+        |_, _| Ok(()),
+    );
     assert!(strict.is_err());
     let mut seen = Vec::new();
-    let stats = Wal::replay(dir.path(), mira_core::convert::Limits::NONE, true, |_| 0, |f, _| {
-        seen.push(f.seq);
-        Ok(())
-    })
+    let stats = Wal::replay(
+        dir.path(),
+        mira_core::convert::Limits::NONE,
+        true,
+        |_| 0,
+        |f, _| {
+            seen.push(f.seq);
+            Ok(())
+        },
+    )
     .expect("skip");
     assert_eq!(stats.corrupt_segments, 1);
     assert_eq!(seen, vec![1, 2, 3]);

@@ -46,9 +46,15 @@ async fn assert_published_exactly(p: &Procs, tenant: &str, want: impl IntoIterat
     let dup: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(dup.is_empty(), "{tenant}: published more than once: {dup:?}");
     let missing: Vec<_> = want.keys().filter(|k| !counts.contains_key(*k)).take(10).collect();
-    assert!(missing.is_empty(), "{tenant}: acknowledged but not published: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "{tenant}: acknowledged but not published: {missing:?}"
+    );
     let extra: Vec<_> = counts.keys().filter(|k| !want.contains_key(*k)).take(10).collect();
-    assert!(extra.is_empty(), "{tenant}: published but never acknowledged: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "{tenant}: published but never acknowledged: {extra:?}"
+    );
 }
 
 async fn status_of(addr: &str, path: &str) -> Option<(u16, String)> {
@@ -218,7 +224,9 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
     // Seal now: SIGTERM seals and publishes; the publish is refused.
     let pid = p.ingester.as_ref().expect("ingester").id();
     let mut child = p.ingester.take().expect("ingester");
-    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
     // The quarantine is written before anything else happens.
     let qdir = p.root.path().join("ingester/quarantine");
     let entry = wait_for("a quarantined generation", Duration::from_secs(60), || {
@@ -254,7 +262,11 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
         })
         .await
         .expect("watermarks");
-    assert!(marks.watermarks.iter().all(|w| w.wal_seq == 0), "{:?}", marks.watermarks);
+    assert!(
+        marks.watermarks.iter().all(|w| w.wal_seq == 0),
+        "{:?}",
+        marks.watermarks
+    );
     // A restart recovers the frames again (the WAL kept them), finds the
     // generation still refused, quarantines it again and stops with an
     // error naming the quarantine instead of serving without those rows.
@@ -385,7 +397,10 @@ async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledg
         match status {
             200 => acked.push(i),
             503 => {
-                assert!(text.contains("No space left") || text.contains("write-ahead log"), "{text}");
+                assert!(
+                    text.contains("No space left") || text.contains("write-ahead log"),
+                    "{text}"
+                );
                 refused.push(i);
                 if refused.len() == 3 {
                     break;
@@ -394,7 +409,10 @@ async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledg
             other => panic!("unexpected {other}: {text}"),
         }
     }
-    assert!(!acked.is_empty() && refused.len() == 3, "acked {acked:?} refused {refused:?}");
+    assert!(
+        !acked.is_empty() && refused.len() == 3,
+        "acked {acked:?} refused {refused:?}"
+    );
     wait_not_ready(&p.http, "/ready to report the WAL failure").await;
     // Space is back: the next write succeeds and the client's retries of
     // the refused exports are acknowledged.
@@ -510,7 +528,9 @@ async fn a_second_process_under_the_same_id_fences_the_first() {
     assert!(p.logs().contains("fenced"));
     // The new process publishes.
     assert_eq!(export(&http_b, "default", 30, 2).await.0, 200);
-    let _ = std::process::Command::new("kill").args(["-TERM", &b.id().to_string()]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &b.id().to_string()])
+        .status();
     child_exit(&mut b, "ingester b");
     p.kill_ingester();
     // rec-10/11 were acknowledged by the fenced process: they stay in its
@@ -554,7 +574,7 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     wait_ready(&p.http).await;
     let query_addr = format!("127.0.0.1:{}", free_port());
     let log = std::fs::File::create(p.root.path().join("querier.log")).expect("log");
-    let mut querier = std::process::Command::new(env!("CARGO_BIN_EXE_mira"))
+    let mut querier = std::process::Command::new(procs::bin())
         .args(["querier", "--listen", &query_addr, "--catalog", &p.catalog_addr])
         .arg("--object-store")
         .arg(format!("file://{}", p.objects().display()))
@@ -570,7 +590,10 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     let end = base_time() + 60_000_000_000;
     let path = format!("/api/mira/v1/logs?start={start}&end={end}&limit=100");
     let body = wait_for("the querier to answer", Duration::from_secs(60), || async {
-        status_of(&query_addr, &path).await.filter(|(s, _)| *s == 200).map(|(_, b)| b)
+        status_of(&query_addr, &path)
+            .await
+            .filter(|(s, _)| *s == 200)
+            .map(|(_, b)| b)
     })
     .await;
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
@@ -579,17 +602,21 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     p.kill_ingester();
     // Wait until the catalog no longer counts the ingester live.
     let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
-    wait_for("the crashed ingester's lease to lapse", Duration::from_secs(60), || async {
-        let live = client
-            .list_ingesters(pb::ListIngestersRequest {
-                now_ns: 0,
-                linearizable: true,
-                include_expired: false,
-            })
-            .await
-            .ok()?;
-        live.ingesters.is_empty().then_some(())
-    })
+    wait_for(
+        "the crashed ingester's lease to lapse",
+        Duration::from_secs(60),
+        || async {
+            let live = client
+                .list_ingesters(pb::ListIngestersRequest {
+                    now_ns: 0,
+                    linearizable: true,
+                    include_expired: false,
+                })
+                .await
+                .ok()?;
+            live.ingesters.is_empty().then_some(())
+        },
+    )
     .await;
     let (s, body) = status_of(&query_addr, &path).await.expect("answer");
     assert_eq!(s, 200, "{body}");

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::wait_for;
-use procs::{Procs, http, published_bodies, published_tables, request, wait_ready};
 use mira_catalog::proto as pb;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use procs::{Procs, http, published_bodies, published_tables, request, wait_ready};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

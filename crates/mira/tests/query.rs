@@ -259,7 +259,11 @@ async fn wait_ready(addr: SocketAddr) {
 }
 
 fn logs_path(limit: usize) -> String {
-    format!("/api/mira/v1/logs?start={}&end={}&limit={limit}", t0(), t0() + 1_000_000_000)
+    format!(
+        "/api/mira/v1/logs?start={}&end={}&limit={limit}",
+        t0(),
+        t0() + 1_000_000_000
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

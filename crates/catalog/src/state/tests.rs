@@ -433,12 +433,21 @@ fn fenced(epoch: u64, blocks: Vec<BlockRecord>, seq: u64, txn: Option<u128>) -> 
 #[test]
 fn a_fenced_epoch_can_no_longer_publish_or_stage() {
     let mut s = State::new();
-    let first = s.apply(&Command::Fence { ingester_id: "i".into() }).expect("fence");
+    let first = s
+        .apply(&Command::Fence {
+            ingester_id: "i".into(),
+        })
+        .expect("fence");
     assert_eq!(first.epoch, Some(1));
-    s.apply(&fenced(1, vec![block(1, "t", 0, 1)], 5, None)).expect("epoch 1 publishes");
+    s.apply(&fenced(1, vec![block(1, "t", 0, 1)], 5, None))
+        .expect("epoch 1 publishes");
     // A second process takes the id over.
     assert_eq!(
-        s.apply(&Command::Fence { ingester_id: "i".into() }).expect("fence").epoch,
+        s.apply(&Command::Fence {
+            ingester_id: "i".into()
+        })
+        .expect("fence")
+        .epoch,
         Some(2)
     );
     let err = s
@@ -456,7 +465,11 @@ fn a_fenced_epoch_can_no_longer_publish_or_stage() {
     assert!(s.apply(&stage).is_err());
     // Another ingester's epochs are its own.
     assert_eq!(
-        s.apply(&Command::Fence { ingester_id: "j".into() }).expect("fence j").epoch,
+        s.apply(&Command::Fence {
+            ingester_id: "j".into()
+        })
+        .expect("fence j")
+        .epoch,
         Some(1)
     );
 }
@@ -464,21 +477,28 @@ fn a_fenced_epoch_can_no_longer_publish_or_stage() {
 #[test]
 fn staged_blocks_are_unlisted_until_the_commit_and_a_fence_drops_them() {
     let mut s = State::new();
-    s.apply(&Command::Fence { ingester_id: "i".into() }).expect("fence");
+    s.apply(&Command::Fence {
+        ingester_id: "i".into(),
+    })
+    .expect("fence");
     let stage = |blocks| Command::Stage {
         ingester_id: "i".into(),
         epoch: 1,
         txn: 9,
         blocks,
     };
-    s.apply(&stage(vec![block(1, "t", 0, 1), block(2, "u", 0, 1)])).expect("chunk 1");
+    s.apply(&stage(vec![block(1, "t", 0, 1), block(2, "u", 0, 1)]))
+        .expect("chunk 1");
     // A retried chunk is a no-op; a different block under a staged id is not.
     s.apply(&stage(vec![block(1, "t", 0, 1)])).expect("retry");
     let mut other = block(1, "t", 0, 1);
     other.rows = 99;
     assert!(s.apply(&stage(vec![other])).is_err());
     s.apply(&stage(vec![block(3, "v", 0, 1)])).expect("chunk 2");
-    assert!(ids(&s, "t", 0, 10, &[StateKind::Live]).is_empty(), "staged is not listed");
+    assert!(
+        ids(&s, "t", 0, 10, &[StateKind::Live]).is_empty(),
+        "staged is not listed"
+    );
     assert_eq!(s.staged(9).expect("staged").blocks.len(), 3);
     // The image carries staged publishes and epochs across a snapshot.
     let mut s = State::from_image(s.to_image());
@@ -500,11 +520,12 @@ fn staged_blocks_are_unlisted_until_the_commit_and_a_fence_drops_them() {
         blocks: vec![block(5, "t", 0, 1)],
     })
     .expect("stage");
-    s.apply(&Command::Fence { ingester_id: "i".into() }).expect("fence");
+    s.apply(&Command::Fence {
+        ingester_id: "i".into(),
+    })
+    .expect("fence");
     assert!(s.staged(10).is_none());
-    let err = s
-        .apply(&fenced(2, vec![], 50, Some(10)))
-        .expect_err("dropped stage");
+    let err = s.apply(&fenced(2, vec![], 50, Some(10))).expect_err("dropped stage");
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(s.block(5).is_none());
     assert_eq!(s.epoch("i"), 2);

@@ -113,11 +113,10 @@ fn view_fits(view: &wire::LogsView<'_>, limits: &Limits) -> bool {
     view.records.iter().all(|r| {
         limits.wire_attrs_fit(&view.attrs[r.attrs.clone()])
             && limits.time_fits(super::limits::log_time(r.time, r.observed))
-    })
-        && view
-            .resources
-            .iter()
-            .all(|r| r.resource.as_ref().is_none_or(|r| limits.fits(&r.attributes)))
+    }) && view
+        .resources
+        .iter()
+        .all(|r| r.resource.as_ref().is_none_or(|r| limits.fits(&r.attributes)))
         && view
             .scopes
             .iter()

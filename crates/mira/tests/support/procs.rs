@@ -20,6 +20,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{free_port, wait_for};
 
+/// The `mira` binary under test: this build's, or `MIRA_TEST_BIN` (to run
+/// the same tests against another build, e.g. an earlier release).
+pub fn bin() -> String {
+    std::env::var("MIRA_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mira").to_owned())
+}
+
 /// `--shards 2 --seal-age-s 1` unless `extra` sets them.
 fn defaults(extra: &[&str]) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -63,7 +69,7 @@ impl Procs {
     pub fn start_catalog(&mut self) {
         self.starts += 1;
         let log = std::fs::File::create(self.root.path().join(format!("catalog.{}.log", self.starts))).expect("log");
-        let catalog = Command::new(env!("CARGO_BIN_EXE_mira"))
+        let catalog = Command::new(bin())
             .args([
                 "catalog",
                 "--listen",
@@ -104,7 +110,7 @@ impl Procs {
     pub fn spawn_ingester(&mut self, dir: &str, http: &str, grpc: &str, extra: &[&str], env: &[(&str, &str)]) -> Child {
         self.starts += 1;
         let log = std::fs::File::create(self.root.path().join(format!("{dir}.{}.log", self.starts))).expect("log");
-        Command::new(env!("CARGO_BIN_EXE_mira"))
+        Command::new(bin())
             .args([
                 "ingester",
                 "--catalog",
@@ -175,7 +181,13 @@ impl Drop for Procs {
 
 /// One HTTP/1.1 request; returns (status, body) or None when the
 /// connection failed.
-pub async fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Option<(u16, Vec<u8>)> {
+pub async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<(u16, Vec<u8>)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -292,4 +304,3 @@ pub async fn published_bodies_of(p: &Procs, tenant: &str) -> HashMap<String, usi
     }
     counts
 }
-
