@@ -185,30 +185,21 @@ impl Pipeline {
                     signal: signal.as_str(),
                 })
                 .inc_by(appended.rows as u64);
-            for (outcome, n) in [
-                ("rejected_point", appended.rejected as u64),
-                ("dropped_attribute", appended.dropped_attrs),
-                ("truncated_value", appended.truncated_values),
+            let (limited, window) = (&self.metrics.limited, &self.metrics.out_of_window);
+            for (family, outcome, n) in [
+                (limited, "rejected_point", appended.rejected as u64),
+                (limited, "dropped_attribute", appended.dropped_attrs),
+                (limited, "truncated_value", appended.truncated_values),
+                (window, "too_old", appended.too_old as u64),
+                (window, "too_new", appended.too_new as u64),
             ] {
                 if n > 0 {
-                    self.metrics
-                        .limited
+                    family
                         .get_or_create(&crate::metrics::OutcomeLabels {
                             signal: signal.as_str(),
                             outcome,
                         })
                         .inc_by(n);
-                }
-            }
-            for (outcome, n) in [("too_old", appended.too_old), ("too_new", appended.too_new)] {
-                if n > 0 {
-                    self.metrics
-                        .out_of_window
-                        .get_or_create(&crate::metrics::OutcomeLabels {
-                            signal: signal.as_str(),
-                            outcome,
-                        })
-                        .inc_by(n as u64);
                 }
             }
         }

@@ -4,9 +4,9 @@
 //! watermark's key), not by today's shard count, so a restart with another
 //! `--shards` (or in `--wal off` after a crash in a WAL mode) publishes
 //! each acknowledged row once; each shard's frames are sealed at the size
-//! target as the segments are read (one segment in memory at a time) and
-//! published in order, so a crash during recovery resumes where the
-//! watermarks stopped. Rows are rebuilt under the attribute limits they
+//! target as they are read and published in order after each segment (one
+//! segment's rows in memory at a time), so a crash during recovery resumes
+//! where the watermarks stopped. Rows are rebuilt under the attribute limits they
 //! were acknowledged with, whatever this process is configured with.
 
 use std::collections::{BTreeMap, HashMap};
@@ -87,6 +87,8 @@ pub async fn recover(
     let mut pending: BTreeMap<u16, Pending> = BTreeMap::new();
     let watermark = |shard: u16| watermarks.get(&shard).copied().unwrap_or(0);
     for path in Wal::segment_paths(dir)? {
+        // Generations sealed while reading this segment, in order.
+        let mut ready: Vec<Sealed> = Vec::new();
         let stats = Wal::replay_segment(&path, current, skip_corrupt, &watermark, &mut |f, limits| {
             let p = pending.entry(f.shard).or_insert_with(|| Pending {
                 signal: f.signal,
@@ -123,16 +125,19 @@ pub async fn recover(
                 .or_default()
                 .push(Bytes::copy_from_slice(f.payload));
             p.max_seq = p.max_seq.max(f.seq);
+            if p.bytes() >= max_bytes {
+                ready.push(p.seal(f.shard));
+            }
             Ok(())
         })?;
         out.frames += stats.frames;
         out.skipped += stats.skipped;
         out.corrupt_segments += stats.corrupt_segments;
-        for (shard, p) in pending.iter_mut() {
-            if p.bytes() >= max_bytes {
-                publish(dest, p.seal(*shard)).await?;
-                out.generations += 1;
-            }
+        // Published in the order sealed, so each shard's watermark moves
+        // forward; at most one segment's rows are held at a time.
+        for g in ready {
+            publish(dest, g).await?;
+            out.generations += 1;
         }
     }
     for (shard, p) in pending.iter_mut() {

@@ -29,6 +29,16 @@ fn rows(bytes: bytes::Bytes) -> Vec<u64> {
         .collect()
 }
 
+/// A recent-data request for every log row of the default tenant.
+fn every_log() -> ipb::RecentRequest {
+    ipb::RecentRequest {
+        tenant: "default".into(),
+        signal: 1,
+        min_time_ns: 0,
+        max_time_ns: i64::MAX,
+    }
+}
+
 /// The `r-N` rows of every block in `listing`, decoded once per block id.
 async fn catalog_rows(
     listing: &pb::ListBlocksReply,
@@ -146,16 +156,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
         let must_have: HashSet<u64> = acked.lock().expect("lock").clone();
         // A querier's copy of the catalog, taken before it asks (it may lag).
         let stale = published_logs(&client).await;
-        let reply = recent
-            .query(ipb::RecentRequest {
-                tenant: "default".into(),
-                signal: 1,
-                min_time_ns: 0,
-                max_time_ns: i64::MAX,
-            })
-            .await
-            .expect("recent")
-            .into_inner();
+        let reply = recent.query(every_log()).await.expect("recent").into_inner();
         let reply_blocks: Vec<(String, Vec<u64>)> = reply
             .blocks
             .iter()
@@ -206,16 +207,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
     store.set_writable(false);
     assert_eq!(status(&post(http, &log_export(9_999, "r-9999".into())).await), 200);
     let pending = loop {
-        let reply = recent
-            .query(ipb::RecentRequest {
-                tenant: "default".into(),
-                signal: 1,
-                min_time_ns: 0,
-                max_time_ns: i64::MAX,
-            })
-            .await
-            .expect("recent")
-            .into_inner();
+        let reply = recent.query(every_log()).await.expect("recent").into_inner();
         let blocks: Vec<(String, Vec<u64>)> = reply
             .blocks
             .iter()
@@ -301,16 +293,7 @@ async fn recent_requests_past_the_slots_are_refused_as_resource_exhausted() {
         .expect("connect");
     let ask = || {
         let mut client = ipb::recent_client::RecentClient::new(channel.clone()).max_decoding_message_size(256 << 20);
-        async move {
-            client
-                .query(ipb::RecentRequest {
-                    tenant: "default".into(),
-                    signal: 1,
-                    min_time_ns: 0,
-                    max_time_ns: i64::MAX,
-                })
-                .await
-        }
+        async move { client.query(every_log()).await }
     };
     let answers = futures::future::join_all((0..64).map(|_| ask())).await;
     let exhausted = answers

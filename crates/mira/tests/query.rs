@@ -30,13 +30,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Record times: ten minutes before this test process started, plus n ns
 /// (the ingester refuses times far from its clock).
 fn t0() -> u64 {
-    static T0: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            - 600_000_000_000
-    });
-    *T0
+    mira_testkit::recent_base_time()
 }
 
 fn free_addr() -> SocketAddr {

@@ -13,6 +13,8 @@
 //!   resource/scope grouping order".
 //! - [`store`]: an in-memory object store that records GET ranges and can stall writes.
 //!
+//! And [`recent_base_time`], the clock-relative base of test record times.
+//!
 //! Only `mira loadgen` uses it outside tests and benches (the corpus); the
 //! crate is `publish = false`.
 
@@ -20,3 +22,16 @@ pub mod arb;
 pub mod corpus;
 pub mod flatten;
 pub mod store;
+
+/// A time ten minutes before this process first asked, in Unix ns: record
+/// times for tests that go through an ingester, which refuses times far
+/// from its clock (so no test depends on the day it runs).
+pub fn recent_base_time() -> u64 {
+    static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        now.saturating_sub(600_000_000_000)
+    });
+    *BASE
+}

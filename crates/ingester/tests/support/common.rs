@@ -26,25 +26,13 @@ pub fn free_addr() -> SocketAddr {
         .expect("free port")
 }
 
-/// A time ten minutes before this test process started (Unix ns): record
-/// times follow the clock, as the ingester refuses times far from it.
-pub fn base_time() -> u64 {
-    static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            - 600_000_000_000
-    });
-    *BASE
-}
-
 /// An export of one log record with `body`, at a time derived from `n`.
 pub fn log_export(n: u64, body: String) -> Vec<u8> {
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
             scope_logs: vec![ScopeLogs {
                 log_records: vec![LogRecord {
-                    time_unix_nano: base_time() + n,
+                    time_unix_nano: mira_testkit::recent_base_time() + n,
                     body: Some(AnyValue {
                         value: Some(any_value::Value::StringValue(body)),
                     }),

@@ -210,17 +210,9 @@ pub async fn http(
     Some((status, out[split..].to_vec()))
 }
 
-/// A time a little before this test process started, in Unix ns: record
-/// times are relative to the clock, so the suite does not depend on the
-/// day it runs.
+/// Record times of these tests (ten minutes before the test started).
 pub fn base_time() -> u64 {
-    static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        now - 600_000_000_000
-    });
-    *BASE
+    mira_testkit::recent_base_time()
 }
 
 /// A log export of records `rec-{first}` .. `rec-{first + n - 1}`.
