@@ -376,13 +376,16 @@ impl State {
                     )));
                 }
                 None => {
-                    // Committed already (a retry) when the watermark is in;
-                    // otherwise the stage was dropped by a fence.
-                    let done = watermark.is_some_and(|w| {
-                        self.watermarks.get(&(w.ingester_id.clone(), w.shard)).copied() >= Some(w.wal_seq)
-                    }) && blocks
-                        .iter()
-                        .all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
+                    // Committed already (a retry whose first answer was
+                    // lost) when the blocks of the last command and the
+                    // watermark are in; otherwise a fence dropped the stage.
+                    let done = !blocks.is_empty()
+                        && blocks
+                            .iter()
+                            .all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)))
+                        && watermark.is_none_or(|w| {
+                            self.watermarks.get(&(w.ingester_id.clone(), w.shard)).copied() >= Some(w.wal_seq)
+                        });
                     if done {
                         return Ok(Applied::default());
                     }

@@ -211,10 +211,13 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
         return Ok(0);
     }
     let published_blocks = blocks.len() as u64;
+    // One transaction per generation: a retried stage of the same blocks
+    // is a no-op, a retried commit after a lost answer is recognised.
+    let txn = BlockId::new().to_string();
     let mut backoff = Duration::from_millis(50);
     let mut quarantined = false;
     loop {
-        match publish_once(dest, &blocks, watermark.clone()).await {
+        match publish_once(dest, &blocks, watermark.clone(), &txn).await {
             Ok(version) => {
                 if quarantined {
                     tracing::info!(target: "mira::ingester", shard = g.shard, generation = g.number, "a quarantined generation was published after all");
@@ -274,19 +277,20 @@ fn is_fenced(status: &tonic::Status) -> bool {
 }
 
 /// One attempt at the whole publish: a single fenced publish, or the
-/// blocks staged in chunks under a fresh transaction and made live by the
-/// last command (with the watermark).
+/// blocks staged in chunks under `txn` and made live by the last command
+/// (with the watermark), which always carries blocks of its own.
 async fn publish_once(
     dest: &Destination,
     blocks: &[pb::Block],
     watermark: Option<pb::Watermark>,
+    txn: &str,
 ) -> Result<u64, mira_catalog::ClientError> {
     use pb::write_request::Command;
     let chunk = dest.chunk_blocks.max(1);
     let (direct, txn) = if blocks.len() <= chunk {
         (blocks.to_vec(), String::new())
     } else {
-        let txn = BlockId::new().to_string();
+        let txn = txn.to_owned();
         let (staged, last) = blocks.split_at(blocks.len() - chunk);
         for part in staged.chunks(chunk) {
             dest.catalog

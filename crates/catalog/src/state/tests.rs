@@ -530,3 +530,44 @@ fn staged_blocks_are_unlisted_until_the_commit_and_a_fence_drops_them() {
     assert!(s.block(5).is_none());
     assert_eq!(s.epoch("i"), 2);
 }
+
+#[test]
+fn a_retried_commit_without_a_watermark_is_recognised() {
+    // `--wal off` publishes carry no watermark: the blocks of the last
+    // command tell a retry after a lost answer from a dropped stage.
+    let mut s = State::new();
+    s.apply(&Command::Fence {
+        ingester_id: "i".into(),
+    })
+    .expect("fence");
+    s.apply(&Command::Stage {
+        ingester_id: "i".into(),
+        epoch: 1,
+        txn: 5,
+        blocks: vec![block(1, "t", 0, 1)],
+    })
+    .expect("stage");
+    let commit = Command::FencedPublish {
+        ingester_id: "i".into(),
+        epoch: 1,
+        blocks: vec![block(2, "u", 0, 1)],
+        watermark: None,
+        txn: Some(5),
+    };
+    assert_eq!(s.apply(&commit).expect("commit").changes.len(), 2);
+    assert!(s.apply(&commit).expect("retry").changes.is_empty());
+    // A commit whose last blocks are not in was never applied: its stage
+    // is gone (a fence), so it is refused rather than half applied.
+    let other = Command::FencedPublish {
+        ingester_id: "i".into(),
+        epoch: 1,
+        blocks: vec![block(3, "u", 0, 1)],
+        watermark: None,
+        txn: Some(5),
+    };
+    assert_eq!(
+        s.apply(&other).expect_err("unknown stage").code(),
+        tonic::Code::NotFound
+    );
+    assert!(s.block(3).is_none());
+}
