@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use mira_core::retry::Backoff;
 use mira_proto::catalog as pb;
 use mira_proto::catalog::catalog_client::CatalogClient as Grpc;
 use pb::write_request::Command;
@@ -149,7 +150,7 @@ impl CatalogClient {
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let deadline = Instant::now() + self.config.timeout;
-        let mut backoff = self.config.backoff_initial;
+        let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
         let mut attempts = 0u32;
         let mut last = String::from("no catalog endpoints configured");
         while let Some(addr) = self.target() {
@@ -209,8 +210,7 @@ impl CatalogClient {
             if remaining.is_zero() {
                 break;
             }
-            tokio::time::sleep(backoff.min(remaining)).await;
-            backoff = (backoff * 2).min(self.config.backoff_max);
+            tokio::time::sleep(backoff.next_delay().min(remaining)).await;
         }
         Err(ClientError::Unavailable { attempts, last })
     }
@@ -343,13 +343,12 @@ impl CatalogClient {
         let me = self.clone();
         tokio::spawn(async move {
             let mut resume = after_version;
-            let mut backoff = me.config.backoff_initial;
+            let mut backoff = Backoff::new(me.config.backoff_initial, me.config.backoff_max);
             loop {
                 let Some(addr) = me.target() else { return };
                 let Ok(mut client) = me.channel(&addr) else {
                     me.prefer(None);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(me.config.backoff_max);
+                    tokio::time::sleep(backoff.next_delay()).await;
                     continue;
                 };
                 match client.watch(pb::WatchRequest { after_version: resume }).await {
@@ -362,7 +361,7 @@ impl CatalogClient {
                         // silence means a dead member or connection.
                         while let Ok(Some(item)) = tokio::time::timeout(WATCH_IDLE, stream.next()).await {
                             let Ok(event) = item else { break };
-                            backoff = me.config.backoff_initial;
+                            backoff.reset();
                             if event.reset && !event.reset_done {
                                 pending.push(event);
                                 continue;
@@ -386,8 +385,7 @@ impl CatalogClient {
                 if tx.is_closed() {
                     return;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(me.config.backoff_max);
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         });
         ReceiverStream::new(rx)

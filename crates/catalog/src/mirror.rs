@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use mira_core::retry::Backoff;
 use tokio::sync::watch;
 
 use crate::client::CatalogClient;
@@ -79,7 +80,7 @@ impl MirrorState {
 
 /// The catalog's applied version (any member), retried until one answers.
 async fn current_version(client: &CatalogClient) -> u64 {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         match client
             .list_ingesters(pb::ListIngestersRequest {
@@ -92,8 +93,7 @@ async fn current_version(client: &CatalogClient) -> u64 {
             Ok(r) => return r.version,
             Err(e) => {
                 tracing::debug!(target: "mira::catalog", error = %e, "mirror: catalog version not known yet");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::routing::get;
 use mira_catalog::{CatalogClient, proto as pb};
+use mira_core::retry::Backoff;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -100,16 +101,15 @@ async fn heartbeat(catalog: &CatalogClient, config: &IngesterConfig, health: &He
 
 /// The first lease heartbeat, retried until the catalog takes it.
 async fn register(catalog: &CatalogClient, config: &IngesterConfig, health: &Health) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     while !heartbeat(catalog, config, health).await {
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 
 /// A new epoch for this ingester id, retried until the catalog answers.
 async fn fence(catalog: &CatalogClient, id: &str) -> Result<u64, crate::error::StartError> {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         match catalog.fence(id).await {
             Ok(epoch) => return Ok(epoch),
@@ -118,15 +118,14 @@ async fn fence(catalog: &CatalogClient, id: &str) -> Result<u64, crate::error::S
             }
             Err(e) => {
                 tracing::warn!(target: "mira::ingester", error = %e, "catalog unreachable at start; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }
 }
 
 async fn watermarks(catalog: &CatalogClient, id: &str) -> HashMap<u16, u64> {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         match catalog
             .get_watermarks(pb::GetWatermarksRequest {
@@ -144,8 +143,7 @@ async fn watermarks(catalog: &CatalogClient, id: &str) -> HashMap<u16, u64> {
             }
             Err(e) => {
                 tracing::warn!(target: "mira::ingester", error = %e, "catalog unreachable at start; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }

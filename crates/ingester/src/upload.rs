@@ -30,6 +30,7 @@ use mira_catalog::CatalogClient;
 use mira_catalog::proto as pb;
 use mira_core::block::path::block_path;
 use mira_core::ids::{BlockId, Signal};
+use mira_core::retry::Backoff;
 use mira_core::tables::write_hot;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{mpsc, watch};
@@ -214,7 +215,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
     // One transaction per generation: a retried stage of the same blocks
     // is a no-op, a retried commit after a lost answer is recognised.
     let txn = BlockId::new().to_string();
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), BACKOFF_MAX);
     let mut quarantined = false;
     loop {
         match publish_once(dest, &blocks, watermark.clone(), &txn).await {
@@ -265,8 +266,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
                     .get_or_create(&ReasonLabels { reason: "unavailable" })
                     .inc();
                 tracing::warn!(target: "mira::ingester", error = %e, blocks = blocks.len(), "publish failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }
@@ -386,14 +386,13 @@ async fn put_until_written(
     bytes: bytes::Bytes,
     multipart_above: usize,
 ) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), BACKOFF_MAX);
     loop {
         match put_once(store, path, &bytes, multipart_above).await {
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(target: "mira::ingester", %path, error = %e, "block upload failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }
