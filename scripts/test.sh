@@ -27,7 +27,8 @@ echo "== end-to-end (OpenTelemetry Python SDK exporters against target/debug/mir
 scripts/python-env.sh
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-cargo build -p mira --locked "${FEATURES[@]}"
+# target/debug/mira was built by `cargo test` above (the integration
+# tests run it), with the same features: nothing is built twice.
 MIRA_BIN="$PWD/target/debug/mira" .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider 2>&1 | tee "$pylog"
 
 echo "== crash soak (3 trials, one with a catalog leader kill; the full run is scripts/measure/crash-soak.sh 20)"

@@ -59,7 +59,11 @@ mod tests {
         let mut ceiling = Duration::from_millis(100);
         for _ in 0..10 {
             let d = b.next_delay();
-            assert!(d >= ceiling / 2 && d <= ceiling, "{d:?} outside [{:?}, {ceiling:?}]", ceiling / 2);
+            assert!(
+                d >= ceiling / 2 && d <= ceiling,
+                "{d:?} outside [{:?}, {ceiling:?}]",
+                ceiling / 2
+            );
             ceiling = (ceiling * 2).min(Duration::from_secs(1));
         }
         b.reset();

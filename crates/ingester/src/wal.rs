@@ -48,7 +48,7 @@ const SUFFIX: &str = ".wal";
 const LIMITS_SUFFIX: &str = ".limits";
 
 /// When an append is acknowledged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WalMode {
     /// After `write(2)` (default).
     PageCache,
@@ -56,6 +56,29 @@ pub enum WalMode {
     Fsync,
     /// No WAL: acknowledge after the block is published.
     Off,
+}
+
+impl WalMode {
+    pub const ALL: [WalMode; 3] = [WalMode::PageCache, WalMode::Fsync, WalMode::Off];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WalMode::PageCache => "page-cache",
+            WalMode::Fsync => "fsync",
+            WalMode::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for WalMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<WalMode, String> {
+        WalMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown WAL mode {s:?}: page-cache, fsync or off"))
+    }
 }
 
 #[derive(Clone, Debug)]

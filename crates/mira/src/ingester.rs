@@ -72,7 +72,7 @@ impl StoreFlags {
 #[derive(Debug, Args)]
 pub struct IngestFlags {
     /// When an export is acknowledged: after write(2), after fsync, or after publish.
-    #[arg(long, env = "MIRA_WAL", value_enum, default_value = "page-cache")]
+    #[arg(long, env = "MIRA_WAL", default_value = "page-cache", value_parser = parse_wal_mode)]
     pub wal: WalMode,
     /// Shards per signal (default: the number of cores).
     #[arg(long, env = "MIRA_SHARDS")]
@@ -136,6 +136,11 @@ pub struct IngestFlags {
     /// (many tenants) is staged in chunks and made live by its last one.
     #[arg(long, env = "MIRA_PUBLISH_CHUNK_BLOCKS", default_value_t = mira_catalog::model::MAX_BLOCKS_PER_COMMAND, hide = true)]
     pub publish_chunk_blocks: usize,
+}
+
+/// `--wal`: the mode names, with clap's list of possible values.
+fn parse_wal_mode(s: &str) -> Result<WalMode, String> {
+    s.parse()
 }
 
 fn options(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {

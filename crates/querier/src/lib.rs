@@ -172,7 +172,7 @@ impl Querier {
         let max = self.config.max_range.as_nanos() as u64;
         if end - start > max {
             return Err(QueryError::TooBig(format!(
-                "the time range covers {}s; the limit (--max-query-range) is {}s",
+                "the time range covers {}s; the limit (--max-query-range-h) is {}s",
                 (end - start) / 1_000_000_000,
                 max / 1_000_000_000
             )));

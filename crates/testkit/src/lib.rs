@@ -15,9 +15,11 @@
 //!
 //! And [`recent_base_time`], the clock-relative base of test record times.
 //!
-//! Only `mira loadgen` uses it outside tests and benches (the corpus); the
+//! `arb` (and proptest) are behind the `arb` feature, which only test
+//! builds turn on. Only `mira loadgen` uses the crate outside tests and benches (the corpus); the
 //! crate is `publish = false`.
 
+#[cfg(feature = "arb")]
 pub mod arb;
 pub mod corpus;
 pub mod flatten;
