@@ -19,7 +19,10 @@ use cluster::{free_port, wait_for};
 use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, ClientConfig};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
-use procs::{Procs, base_time, http, published_bodies, published_bodies_of, published_tables, request, wait_ready};
+use procs::{
+    Procs, base_time, http, published_blocks, published_bodies, published_bodies_of, published_tables, request,
+    wait_ready,
+};
 
 const PB: (&str, &str) = ("Content-Type", "application/x-protobuf");
 
@@ -180,19 +183,7 @@ async fn recovery_seals_as_it_reads_the_wal() {
     p.kill_ingester();
     p.start_ingester(&["--shards", "1", "--seal-age-s", "3600", "--seal-bytes", "65536"]);
     wait_ready(&p.http).await;
-    let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
-    let blocks = client
-        .list_blocks(pb::ListBlocksRequest {
-            tenant: "default".into(),
-            signal: pb::Signal::Logs as i32,
-            min_time_ns: 0,
-            max_time_ns: i64::MAX,
-            states: vec![],
-            linearizable: true,
-        })
-        .await
-        .expect("list")
-        .blocks;
+    let blocks = published_blocks(&p, "default", pb::Signal::Logs).await;
     assert!(
         blocks.len() >= 4,
         "320 KiB of rows over a 64 KiB seal target: {} blocks published by the recovery",

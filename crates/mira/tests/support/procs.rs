@@ -253,11 +253,10 @@ pub async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::c
     published_tables_of(p, "default", signal).await
 }
 
-/// The tables of every published block of `tenant`'s `signal`, read from
-/// the object store.
-pub async fn published_tables_of(p: &Procs, tenant: &str, signal: pb::Signal) -> Vec<mira_core::convert::TableSet> {
+/// Every live block of `tenant`'s `signal` the catalog lists (linearizable).
+pub async fn published_blocks(p: &Procs, tenant: &str, signal: pb::Signal) -> Vec<pb::Block> {
     let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
-    let blocks = client
+    client
         .list_blocks(pb::ListBlocksRequest {
             tenant: tenant.into(),
             signal: signal as i32,
@@ -268,7 +267,13 @@ pub async fn published_tables_of(p: &Procs, tenant: &str, signal: pb::Signal) ->
         })
         .await
         .expect("list")
-        .blocks;
+        .blocks
+}
+
+/// The tables of every published block of `tenant`'s `signal`, read from
+/// the object store.
+pub async fn published_tables_of(p: &Procs, tenant: &str, signal: pb::Signal) -> Vec<mira_core::convert::TableSet> {
+    let blocks = published_blocks(p, tenant, signal).await;
     let cache = Arc::new(mira_core::block::VerifyCache::new(1024));
     blocks
         .iter()
