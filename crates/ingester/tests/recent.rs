@@ -312,6 +312,7 @@ async fn recent_requests_past_the_slots_are_refused_as_resource_exhausted() {
                 == 4_000
         })
         .count();
+    eprintln!("{exhausted} of 64 requests refused, {whole} answered whole");
     assert!(exhausted > 0, "64 requests at once never found the slots taken");
     assert_eq!(exhausted + whole, 64, "every other answer is whole");
     // Slots come back.
