@@ -87,6 +87,13 @@ pub enum AdminCommand {
     SetMembers { members: String },
     /// Build a snapshot now; prints its log index.
     Snapshot,
+    /// Remove an ingester from the registered set (queriers stop asking it
+    /// and stop marking answers partial for it). Only for an ingester that
+    /// is gone for good: rows still in its WAL are not published by this.
+    ForgetIngester {
+        /// The ingester's --ingester-id.
+        id: String,
+    },
     /// Print the object key of every live block of a tenant and signal,
     /// one per line (linearizable), e.g. to feed `mira block-dump`.
     Blocks {
@@ -145,6 +152,15 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
             }
         }
         AdminCommand::Snapshot => println!("snapshot at log index {}", client.trigger_snapshot().await?),
+        AdminCommand::ForgetIngester { id } => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            // A heartbeat with ttl 0 is the deregistration a clean
+            // shutdown sends.
+            client.heartbeat(&id, "forgotten-by-admin", now, 0).await?;
+            println!("ingester {id:?} is no longer registered");
+        }
         AdminCommand::Blocks { tenant, signal } => {
             let signal = match signal.as_str() {
                 "traces" => proto::Signal::Traces,

@@ -651,6 +651,22 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["partial"], true, "{body}");
     assert!(body.contains("ingester-0"), "the warning names the ingester: {body}");
+    // An operator who knows the ingester is gone for good forgets it: the
+    // answers are whole again (without its unpublished rows, by choice).
+    let out = std::process::Command::new(procs::bin())
+        .args([
+            "catalog-admin",
+            "--catalog",
+            &p.catalog_addr,
+            "forget-ingester",
+            "ingester-0",
+        ])
+        .output()
+        .expect("catalog-admin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, body) = status_of(&query_addr, &path).await.expect("answer");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["partial"], false, "{body}");
     let _ = querier.kill();
     let _ = querier.wait();
 }
