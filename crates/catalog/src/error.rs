@@ -1,6 +1,7 @@
 //! Errors of the catalog: why a command was rejected (replicated, part of
 //! the state machine's answer), and what a client call ended with.
 
+pub use mira_proto::error::{ErrorCode, ServiceError};
 use serde::{Deserialize, Serialize};
 use tonic::{Code, Status};
 
@@ -35,20 +36,22 @@ impl CommandError {
     pub fn conflict(reason: impl Into<String>) -> Self {
         CommandError::Conflict { reason: reason.into() }
     }
+}
 
-    pub fn code(&self) -> Code {
+impl ServiceError for CommandError {
+    fn error_code(&self) -> ErrorCode {
         match self {
-            CommandError::Invalid { .. } => Code::InvalidArgument,
-            CommandError::NotFound { .. } => Code::NotFound,
-            CommandError::AlreadyExists { .. } => Code::AlreadyExists,
-            CommandError::Conflict { .. } => Code::FailedPrecondition,
+            CommandError::Invalid { .. } => ErrorCode::BadRequest,
+            CommandError::NotFound { .. } => ErrorCode::NotFound,
+            CommandError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            CommandError::Conflict { .. } => ErrorCode::Conflict,
         }
     }
 }
 
 impl From<CommandError> for Status {
     fn from(e: CommandError) -> Status {
-        Status::new(e.code(), e.to_string())
+        e.to_status()
     }
 }
 

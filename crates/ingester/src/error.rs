@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+pub use mira_proto::error::{ErrorCode, ServiceError};
+
 /// Why a WAL operation failed. Clonable so one failed group write can fail
 /// every append in it.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -26,7 +28,8 @@ impl WalError {
     }
 }
 
-/// Why an export was not accepted. One mapping to HTTP and gRPC.
+/// Why an export was not accepted; its status comes from the one mapping
+/// ([`ServiceError`]).
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
     /// The request is malformed; names the problem. 400 / INVALID_ARGUMENT.
@@ -47,23 +50,14 @@ pub enum IngestError {
     Unavailable(String),
 }
 
-impl IngestError {
-    pub fn http_status(&self) -> u16 {
+impl ServiceError for IngestError {
+    fn error_code(&self) -> ErrorCode {
         match self {
-            IngestError::Invalid(_) => 400,
-            IngestError::Overloaded { .. } => 429,
-            IngestError::TooLarge { .. } => 413,
-            IngestError::Timeout(_) => 408,
-            IngestError::Unavailable(_) => 503,
-        }
-    }
-
-    pub fn grpc_code(&self) -> tonic::Code {
-        match self {
-            IngestError::Invalid(_) => tonic::Code::InvalidArgument,
-            IngestError::Overloaded { .. } | IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
-            IngestError::Timeout(_) => tonic::Code::DeadlineExceeded,
-            IngestError::Unavailable(_) => tonic::Code::Unavailable,
+            IngestError::Invalid(_) => ErrorCode::BadRequest,
+            IngestError::Overloaded { .. } => ErrorCode::Overloaded,
+            IngestError::TooLarge { .. } => ErrorCode::TooLarge,
+            IngestError::Timeout(_) => ErrorCode::Timeout,
+            IngestError::Unavailable(_) => ErrorCode::Unavailable,
         }
     }
 }

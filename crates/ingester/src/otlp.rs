@@ -30,7 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::body::{BodyError, decode_body, parse_encoding};
-use crate::error::IngestError;
+use crate::error::{IngestError, ServiceError};
 use crate::pipeline::Pipeline;
 
 /// The tenant header (Loki/Mimir/Tempo convention).
@@ -223,20 +223,20 @@ enum Format {
 }
 
 fn http_error(e: &IngestError, format: Format) -> Response {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = StatusCode::from_u16(e.error_code().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let message = e.to_string();
     // OTLP/HTTP: the body is a google.rpc.Status in the request's format.
     let mut response = match format {
         Format::Json => (
             status,
             [(header::CONTENT_TYPE, "application/json")],
-            serde_json::json!({ "code": e.grpc_code() as i32, "message": message }).to_string(),
+            serde_json::json!({ "code": e.error_code().grpc_code() as i32, "message": message }).to_string(),
         )
             .into_response(),
         Format::Protobuf => {
             let mut buf = Vec::new();
             // google.rpc.Status { int32 code = 1; string message = 2; }
-            prost::encoding::int32::encode(1, &(e.grpc_code() as i32), &mut buf);
+            prost::encoding::int32::encode(1, &(e.error_code().grpc_code() as i32), &mut buf);
             prost::encoding::string::encode(2, &message, &mut buf);
             (status, [(header::CONTENT_TYPE, "application/x-protobuf")], buf).into_response()
         }
@@ -339,7 +339,7 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
             }
         }
         Err(e) => {
-            if e.http_status() >= 500 {
+            if e.error_code().http_status() >= 500 {
                 tracing::warn!(target: "mira::ingester", error = %e, "export failed");
             }
             http_error(&e, format)
@@ -448,7 +448,7 @@ impl tonic::server::UnaryService<Bytes> for Export {
 
 /// The gRPC status for `e`; overload carries a RetryInfo-style hint.
 pub fn grpc_status(e: &IngestError) -> tonic::Status {
-    let mut status = tonic::Status::new(e.grpc_code(), e.to_string());
+    let mut status = tonic::Status::new(e.error_code().grpc_code(), e.to_string());
     if matches!(e, IngestError::Overloaded { .. }) {
         // google.rpc.RetryInfo { Duration retry_delay = 1 } in the details,
         // which the Collector's exporter honours.
@@ -460,10 +460,10 @@ pub fn grpc_status(e: &IngestError) -> tonic::Status {
         prost::encoding::string::encode(1, &"type.googleapis.com/google.rpc.RetryInfo".to_owned(), &mut any);
         prost::encoding::bytes::encode(2, &retry_info, &mut any);
         let mut details = Vec::new();
-        prost::encoding::int32::encode(1, &(e.grpc_code() as i32), &mut details);
+        prost::encoding::int32::encode(1, &(e.error_code().grpc_code() as i32), &mut details);
         prost::encoding::string::encode(2, &e.to_string(), &mut details);
         prost::encoding::bytes::encode(3, &any, &mut details);
-        status = tonic::Status::with_details(e.grpc_code(), e.to_string(), Bytes::from(details));
+        status = tonic::Status::with_details(e.error_code().grpc_code(), e.to_string(), Bytes::from(details));
     }
     status
 }

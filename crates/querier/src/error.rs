@@ -1,8 +1,10 @@
-//! Query errors and the HTTP status each maps to.
+//! Query errors; their statuses come from the one mapping
+//! (`mira_proto::error`).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mira_core::block::BlockError;
+pub use mira_proto::error::{ErrorCode, ServiceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -26,17 +28,19 @@ pub enum QueryError {
     Internal(String),
 }
 
-impl QueryError {
-    pub fn status(&self) -> StatusCode {
+impl ServiceError for QueryError {
+    fn error_code(&self) -> ErrorCode {
         match self {
-            QueryError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            QueryError::NotFound(_) => StatusCode::NOT_FOUND,
-            QueryError::TooBig(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            QueryError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            QueryError::Corrupt(_) | QueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            QueryError::BadRequest(_) => ErrorCode::BadRequest,
+            QueryError::NotFound(_) => ErrorCode::NotFound,
+            QueryError::TooBig(_) => ErrorCode::TooBig,
+            QueryError::Unavailable(_) => ErrorCode::Unavailable,
+            QueryError::Corrupt(_) | QueryError::Internal(_) => ErrorCode::Internal,
         }
     }
+}
 
+impl QueryError {
     /// A short machine-readable kind for the JSON body.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -70,12 +74,16 @@ impl From<mira_core::scan::ScanError> for QueryError {
 }
 
 impl IntoResponse for QueryError {
+    /// The status from the one mapping; a 500 says its kind
+    /// (`corrupt_block`, `internal`) and logs its detail instead of
+    /// sending it.
     fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.error_code().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::json!({
             "status": "error",
             "errorType": self.kind(),
-            "error": self.to_string(),
+            "error": self.public_message(),
         });
-        (self.status(), axum::Json(body)).into_response()
+        (status, axum::Json(body)).into_response()
     }
 }

@@ -2,6 +2,7 @@ use mira_core::block::path::block_path;
 use mira_core::ids::{BlockId, Signal, TenantId};
 
 use super::*;
+use crate::error::{ErrorCode, ServiceError};
 use crate::model::{Level, PolicyKind};
 
 const HOUR: i64 = 3_600_000_000_000;
@@ -92,7 +93,7 @@ fn watermarks_only_advance() {
             watermark: Some(wm(9)),
         })
         .expect_err("regression");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(err.error_code(), ErrorCode::Conflict);
     assert!(s.block(2).is_none());
     // The retry of the first publish is accepted and changes nothing.
     let again = s
@@ -124,7 +125,7 @@ fn replace_is_atomic_and_only_one_of_two_racing_replaces_wins() {
     };
     s.apply(&a).expect("first wins");
     let err = s.apply(&b).expect_err("second loses");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(err.error_code(), ErrorCode::Conflict);
     assert!(s.block(11).is_none());
     assert_eq!(s.block(4).expect("4").state, BlockState::Live);
     assert_eq!(ids(&s, "t", 0, 10, &[StateKind::Live]), vec![4, 10]);
@@ -143,7 +144,7 @@ fn replace_of_unknown_blocks_is_not_found() {
             lease: None,
         })
         .expect_err("unknown");
-    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert_eq!(err.error_code(), ErrorCode::NotFound);
     assert_eq!(s.block_count(), 0);
 }
 
@@ -153,8 +154,10 @@ fn lifecycle_tombstone_purge_offload_restore() {
     s.apply(&publish(vec![block(1, "t", 0, 1), block(2, "t", 0, 1)]))
         .expect("seed");
     assert_eq!(
-        s.apply(&Command::Purge { ids: vec![1] }).expect_err("live").code(),
-        tonic::Code::FailedPrecondition
+        s.apply(&Command::Purge { ids: vec![1] })
+            .expect_err("live")
+            .error_code(),
+        ErrorCode::Conflict
     );
     s.apply(&Command::Tombstone {
         ids: vec![1],
@@ -195,8 +198,8 @@ fn leases_use_the_command_time() {
     let l = s.apply(&acquire("a", 0)).expect("a").lease.expect("lease");
     assert_eq!(l.expires_at_ns, 1_000_000_000);
     assert_eq!(
-        s.apply(&acquire("b", 999_999_999)).expect_err("held").code(),
-        tonic::Code::FailedPrecondition
+        s.apply(&acquire("b", 999_999_999)).expect_err("held").error_code(),
+        ErrorCode::Conflict
     );
     // Expired at the command's time: b takes it.
     assert_eq!(
@@ -259,17 +262,17 @@ fn policies_are_validated() {
         })
     };
     assert_eq!(
-        s.apply(&set("[1]")).expect_err("not object").code(),
-        tonic::Code::InvalidArgument
+        s.apply(&set("[1]")).expect_err("not object").error_code(),
+        ErrorCode::BadRequest
     );
     assert_eq!(
-        s.apply(&set("{")).expect_err("bad json").code(),
-        tonic::Code::InvalidArgument
+        s.apply(&set("{")).expect_err("bad json").error_code(),
+        ErrorCode::BadRequest
     );
     let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(crate::model::MAX_POLICY_BYTES));
     assert_eq!(
-        s.apply(&set(&huge)).expect_err("huge").code(),
-        tonic::Code::InvalidArgument
+        s.apply(&set(&huge)).expect_err("huge").error_code(),
+        ErrorCode::BadRequest
     );
     s.apply(&set(r#"{"days": 7}"#)).expect("ok");
     assert_eq!(s.policies(None).len(), 1);
@@ -301,11 +304,11 @@ fn retried_purges_succeed_and_purged_ids_stay_dead() {
     assert_eq!(
         s.apply(&Command::Purge { ids: vec![2] })
             .expect_err("never known")
-            .code(),
-        tonic::Code::NotFound
+            .error_code(),
+        ErrorCode::NotFound
     );
     let err = s.apply(&publish(vec![block(1, "t", 0, 1)])).expect_err("resurrect");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(err.error_code(), ErrorCode::Conflict);
     assert!(s.block(1).is_none());
     // The memory survives a snapshot.
     let back = State::from_image(s.to_image());
@@ -351,7 +354,7 @@ fn bad_blocks_are_rejected_with_the_field_named() {
     cases.push((b, "partition_start_ns"));
     for (b, field) in cases {
         let err = s.apply(&publish(vec![b])).expect_err(field);
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field}");
+        assert_eq!(err.error_code(), ErrorCode::BadRequest, "{field}");
         assert!(err.to_string().contains(field), "{err} should name {field}");
     }
     assert_eq!(s.block_count(), 0);
@@ -526,7 +529,7 @@ fn staged_blocks_are_unlisted_until_the_commit_and_a_fence_drops_them() {
     .expect("fence");
     assert!(s.staged(10).is_none());
     let err = s.apply(&fenced(2, vec![], 50, Some(10))).expect_err("dropped stage");
-    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert_eq!(err.error_code(), ErrorCode::NotFound);
     assert!(s.block(5).is_none());
     assert_eq!(s.epoch("i"), 2);
 }
@@ -566,8 +569,8 @@ fn a_retried_commit_without_a_watermark_is_recognised() {
         txn: Some(5),
     };
     assert_eq!(
-        s.apply(&other).expect_err("unknown stage").code(),
-        tonic::Code::NotFound
+        s.apply(&other).expect_err("unknown stage").error_code(),
+        ErrorCode::NotFound
     );
     assert!(s.block(3).is_none());
 }
