@@ -316,10 +316,21 @@ impl State {
         }
         let mut fresh = Vec::new();
         for b in blocks {
-            if self.purged_set.contains(&b.id) || self.blocks.contains_key(&b.id) {
-                return Err(CommandError::AlreadyExists {
-                    id: b.block_id().to_string(),
-                });
+            match self.blocks.get(&b.id) {
+                // Published already: a publish retried after its commit's
+                // answer was lost stages again what is live; nothing to do.
+                Some(o) if o.same_publish(b) => continue,
+                Some(_) => {
+                    return Err(CommandError::AlreadyExists {
+                        id: b.block_id().to_string(),
+                    });
+                }
+                None if self.purged_set.contains(&b.id) => {
+                    return Err(CommandError::AlreadyExists {
+                        id: b.block_id().to_string(),
+                    });
+                }
+                None => {}
             }
             match current.blocks.iter().find(|o| o.id == b.id) {
                 Some(o) if o.same_publish(b) => {}

@@ -7,7 +7,7 @@
 //! says which.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::metrics::{Metrics, ReasonLabels};
@@ -20,7 +20,8 @@ pub struct Health {
     /// time of the last renewal that succeeded plus its ttl.
     lease_until: Mutex<Option<Instant>>,
     fenced: AtomicBool,
-    quarantined: AtomicBool,
+    /// Generations quarantined and not (yet) published.
+    quarantined: AtomicUsize,
     catalog_ok: AtomicBool,
 }
 
@@ -30,7 +31,7 @@ impl Health {
             wal,
             lease_until: Mutex::new(None),
             fenced: AtomicBool::new(false),
-            quarantined: AtomicBool::new(false),
+            quarantined: AtomicUsize::new(0),
             catalog_ok: AtomicBool::new(true),
         }
     }
@@ -43,7 +44,7 @@ impl Health {
                     .to_owned(),
             );
         }
-        if self.quarantined.load(Ordering::Relaxed) {
+        if self.quarantined.load(Ordering::Relaxed) > 0 {
             return Some(
                 "a sealed generation could not be published and was quarantined; see the log and the quarantine directory"
                     .to_owned(),
@@ -90,8 +91,16 @@ impl Health {
         self.fenced.load(Ordering::Relaxed)
     }
 
+    /// One more generation quarantined (`true`), or one of them published
+    /// after all (`false`).
     pub fn set_quarantined(&self, on: bool) {
-        self.quarantined.store(on, Ordering::Relaxed);
+        if on {
+            self.quarantined.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .quarantined
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
     }
 
     /// Sets the `mira_ingester_refusing_writes` gauges.
@@ -105,7 +114,7 @@ impl Health {
             ("wal", !self.wal.healthy()),
             ("lease", !lease_ok),
             ("fenced", self.fenced.load(Ordering::Relaxed)),
-            ("quarantine", self.quarantined.load(Ordering::Relaxed)),
+            ("quarantine", self.quarantined.load(Ordering::Relaxed) > 0),
         ] {
             metrics
                 .refusing

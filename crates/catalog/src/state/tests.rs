@@ -574,3 +574,42 @@ fn a_retried_commit_without_a_watermark_is_recognised() {
     );
     assert!(s.block(3).is_none());
 }
+
+#[test]
+fn a_whole_chunked_publish_retried_after_a_lost_commit_answer_changes_nothing() {
+    // The ingester retries the whole publish (stages, then commit) when
+    // the commit's answer is lost: staging what is live already is a no-op
+    // and the commit is recognised, instead of a refusal that would
+    // quarantine a published generation.
+    let mut s = State::new();
+    s.apply(&Command::Fence {
+        ingester_id: "i".into(),
+    })
+    .expect("fence");
+    let stage = Command::Stage {
+        ingester_id: "i".into(),
+        epoch: 1,
+        txn: 7,
+        blocks: vec![block(1, "t", 0, 1), block(2, "t", 0, 1)],
+    };
+    let commit = fenced(1, vec![block(3, "u", 0, 1)], 9, Some(7));
+    s.apply(&stage).expect("stage");
+    assert_eq!(s.apply(&commit).expect("commit").changes.len(), 4);
+    assert!(s.apply(&stage).expect("stage again").changes.is_empty());
+    assert!(s.staged(7).is_none(), "nothing staged twice");
+    assert!(s.apply(&commit).expect("commit again").changes.is_empty());
+    assert_eq!(ids(&s, "t", 0, 10, &[StateKind::Live]), vec![1, 2]);
+    // A different block under a live id is still refused.
+    let mut other = block(1, "t", 0, 1);
+    other.rows = 1234;
+    let clash = Command::Stage {
+        ingester_id: "i".into(),
+        epoch: 1,
+        txn: 8,
+        blocks: vec![other],
+    };
+    assert_eq!(
+        s.apply(&clash).expect_err("clash").error_code(),
+        ErrorCode::AlreadyExists
+    );
+}
