@@ -576,19 +576,30 @@ async fn an_ingester_without_a_lease_refuses_writes_until_it_has_one_again() {
     wait_ready(&p.http).await;
     assert_eq!(export(&p.http, "default", 0, 1).await.0, 200);
     p.kill_catalog();
-    wait_not_ready(&p.http, "the ingester to notice its lease lapsing").await;
+    wait_not_ready(&p.http, "the ingester to notice the catalog gone").await;
+    // Until the lease runs out exports may still be acknowledged (and so
+    // must be published); from then on they are refused.
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(vec![0]));
+    let next = std::sync::atomic::AtomicU64::new(1000);
     let (status, text) = wait_for("a refused export", Duration::from_secs(60), || async {
-        let r = export(&p.http, "default", 1, 1).await;
-        (r.0 != 200).then_some(r)
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = export(&p.http, "default", n, 1).await;
+        if r.0 == 200 {
+            acked.lock().expect("lock").push(n);
+            return None;
+        }
+        Some(r)
     })
     .await;
+    let mut acked = acked.lock().expect("lock").clone();
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("lease"), "{text}");
     p.start_catalog();
     wait_ready(&p.http).await;
     assert_eq!(export(&p.http, "default", 2, 1).await.0, 200);
+    acked.push(2);
     p.stop_ingester();
-    assert_published_exactly(&p, "default", [0, 2]).await;
+    assert_published_exactly(&p, "default", acked).await;
 }
 
 /// Item 8: a querier answering while an ingester that holds open rows is
