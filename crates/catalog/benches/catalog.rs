@@ -10,7 +10,6 @@
 //! short run).
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +20,7 @@ use mira_catalog::state_machine::encode_image;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
 use mira_core::block::path::block_path;
 use mira_core::ids::{BlockId, Signal, TenantId};
+use mira_testkit::net::free_port;
 
 const HOUR: i64 = 3_600_000_000_000;
 const DAY: i64 = 24 * HOUR;
@@ -156,13 +156,6 @@ fn bench_snapshot() {
             load.as_secs_f64() * 1e3
         );
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
 }
 
 /// Durable single-entry commits per second on the same disk: the floor a

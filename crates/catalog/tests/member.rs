@@ -1,7 +1,7 @@
 //! A single-member catalog over real sockets: hostile requests, restart
 //! from disk, watch resets, `/metrics` and `/ready`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -10,17 +10,12 @@ use mira_catalog::proto::catalog_client::CatalogClient as Grpc;
 use mira_catalog::proto::raft_client::RaftClient;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
 use mira_core::ids::BlockId;
+use mira_testkit::net::free_addr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic::transport::Channel;
 
 const BASE: i64 = 1_796_169_600_000_000_000;
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-}
 
 fn block(seq: i64) -> pb::Block {
     mira_catalog::testing::block("t", BASE + seq * 1_000_000, 10)

@@ -15,6 +15,7 @@ use mira_ingester::shard::SealPolicy;
 use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
 use mira_querier::server::QuerierServer;
 use mira_querier::{Querier, QuerierConfig};
+use mira_testkit::net::free_addr;
 use mira_testkit::store::TestStore;
 use object_store::{ObjectStore, ObjectStoreExt};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -31,12 +32,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// (the ingester refuses times far from its clock).
 fn t0() -> u64 {
     mira_testkit::recent_base_time()
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
 }
 
 fn log_export(n: u64) -> Vec<u8> {

@@ -12,6 +12,7 @@
 //!   point) with its full resource and scope context, so two requests can be compared "equal modulo
 //!   resource/scope grouping order".
 //! - [`store`]: an in-memory object store that records GET ranges and can stall writes.
+//! - [`net`]: free loopback ports and waiting on a condition with a deadline.
 //!
 //! And [`recent_base_time`], the clock-relative base of test record times.
 //!
@@ -23,6 +24,7 @@
 pub mod arb;
 pub mod corpus;
 pub mod flatten;
+pub mod net;
 pub mod store;
 
 /// A time ten minutes before this process first asked, in Unix ns: record

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,18 +13,13 @@ use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
 use mira_ingester::otlp::ReceiverConfig;
 use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
+pub use mira_testkit::net::free_addr;
 use mira_testkit::store::TestStore;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-}
 
 /// An export of one log record with `body`, at a time derived from `n`.
 pub fn log_export(n: u64, body: String) -> Vec<u8> {

@@ -3,25 +3,18 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, ClientConfig};
+pub use mira_testkit::net::{free_port, wait_for};
 
 pub const HOUR: i64 = 3_600_000_000_000;
 /// 2026-12-02T00:00:00Z.
 pub const BASE: i64 = 1_796_169_600_000_000_000;
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 pub struct Member {
     pub id: u64,
@@ -222,23 +215,6 @@ impl Drop for Cluster {
         for i in 0..self.members.len() {
             self.kill(i);
         }
-    }
-}
-
-/// Polls `check` until it yields a value or `limit` passes (then panics
-/// naming `what`).
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
