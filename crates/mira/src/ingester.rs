@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use mira_catalog::{CatalogClient, ClientConfig};
+use mira_catalog::CatalogClient;
 use mira_core::convert::Limits;
 use mira_ingester::otlp::ReceiverConfig;
 use mira_ingester::shard::SealPolicy;
 use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
+
+use crate::flags::{StoreFlags, catalog_client};
 
 /// Flags of `mira ingester`.
 #[derive(Debug, Args)]
@@ -35,37 +37,6 @@ pub struct IngesterArgs {
     pub store: StoreFlags,
     #[command(flatten)]
     pub ingest: IngestFlags,
-}
-
-/// Where data lives: the local data directory and the object store.
-#[derive(Debug, Args)]
-pub struct StoreFlags {
-    /// Object store URL (file:///abs/dir, memory://, s3://bucket, gs://bucket, az://container); default: file://<data-dir>/objects.
-    #[arg(long, env = "MIRA_OBJECT_STORE")]
-    pub object_store: Option<String>,
-    /// Object store option key=value (object_store's config keys, e.g. aws_endpoint=http://127.0.0.1:5000); repeatable.
-    #[arg(
-        long = "object-store-option",
-        env = "MIRA_OBJECT_STORE_OPTIONS",
-        value_delimiter = ','
-    )]
-    pub object_store_options: Vec<String>,
-    /// Local data directory: the WAL, the query cache and (by default) the file object store.
-    #[arg(long, env = "MIRA_DATA_DIR", default_value = "./data")]
-    pub data_dir: PathBuf,
-}
-
-impl StoreFlags {
-    /// The absolute data directory and the opened object store.
-    pub fn open(&self) -> anyhow::Result<(PathBuf, Arc<dyn object_store::ObjectStore>)> {
-        let data_dir = std::path::absolute(&self.data_dir)?;
-        let url = match &self.object_store {
-            Some(u) => u.clone(),
-            None => format!("file://{}", data_dir.join("objects").display()),
-        };
-        let store = mira_core::store::from_url(&url, &options(&self.object_store_options)?)?;
-        Ok((data_dir, store.store))
-    }
 }
 
 /// How the write path behaves (shared by `mira ingester` and `mira serve`).
@@ -141,17 +112,6 @@ pub struct IngestFlags {
 /// `--wal`: the mode names, with clap's list of possible values.
 fn parse_wal_mode(s: &str) -> Result<WalMode, String> {
     s.parse()
-}
-
-fn options(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    raw.iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.split_once('=')
-                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                .ok_or_else(|| anyhow::anyhow!("object-store-option {s:?} is not key=value"))
-        })
-        .collect()
 }
 
 /// Where the ingester listens and who it is.
@@ -235,18 +195,6 @@ pub async fn start(
     let node = IngesterNode::start(config, catalog, store).await?;
     tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");
     Ok(node)
-}
-
-/// A catalog client for comma-separated member addresses.
-pub fn catalog_client(members: &str) -> Arc<CatalogClient> {
-    Arc::new(CatalogClient::new(
-        members
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        ClientConfig::default(),
-    ))
 }
 
 pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@
 
 mod block_dump;
 mod catalog;
+mod flags;
 mod ingester;
 mod loadgen;
 mod querier;

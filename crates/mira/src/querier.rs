@@ -11,7 +11,7 @@ use mira_catalog::CatalogClient;
 use mira_querier::server::{MetricsSource, QuerierServer, ReadySource};
 use mira_querier::{Querier, QuerierConfig};
 
-use crate::ingester::{StoreFlags, catalog_client};
+use crate::flags::{StoreFlags, catalog_client};
 
 /// Flags of `mira querier`.
 #[derive(Debug, Args)]

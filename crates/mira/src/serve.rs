@@ -11,7 +11,8 @@ use clap::Args;
 use mira_catalog::{CatalogNode, NodeConfig};
 use mira_querier::server::{MetricsSource, ReadySource};
 
-use crate::ingester::{Identity, IngestFlags, StoreFlags, catalog_client};
+use crate::flags::{StoreFlags, catalog_client};
+use crate::ingester::{Identity, IngestFlags};
 use crate::querier::QueryFlags;
 
 /// Flags of `mira serve`.
