@@ -211,7 +211,7 @@ impl IngesterNode {
         };
         let replayed = recover(
             &dest,
-            &wal_dir,
+            &wal,
             config.pipeline.limits,
             config.wal_skip_corrupt,
             &marks,

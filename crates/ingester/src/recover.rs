@@ -10,7 +10,6 @@
 //! were acknowledged with, whatever this process is configured with.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 use bytes::Bytes;
 use mira_core::convert::Limits;
@@ -26,7 +25,8 @@ use crate::wal::Wal;
 pub struct Replayed {
     /// Frames above their watermark, rebuilt and published.
     pub frames: u64,
-    /// Frames at or below their watermark (already published).
+    /// Frames at or below their watermark (already published) in the
+    /// segments read (segments wholly published are not read again).
     pub skipped: u64,
     /// Generations published by the recovery.
     pub generations: u64,
@@ -74,10 +74,10 @@ impl Pending {
     }
 }
 
-/// Publishes every frame in `dir` above `watermarks`; returns what it did.
+/// Publishes every frame of `wal` above `watermarks`; returns what it did.
 pub async fn recover(
     dest: &Destination,
-    dir: &Path,
+    wal: &Wal,
     current: Limits,
     skip_corrupt: bool,
     watermarks: &HashMap<u16, u64>,
@@ -86,7 +86,7 @@ pub async fn recover(
     let mut out = Replayed::default();
     let mut pending: BTreeMap<u16, Pending> = BTreeMap::new();
     let watermark = |shard: u16| watermarks.get(&shard).copied().unwrap_or(0);
-    for path in Wal::segment_paths(dir)? {
+    for path in wal.unpublished_segments(watermark) {
         // Generations sealed while reading this segment, in order.
         let mut ready: Vec<Sealed> = Vec::new();
         let stats = Wal::replay_segment(&path, current, skip_corrupt, &watermark, &mut |f, limits| {

@@ -29,7 +29,7 @@ use std::time::Duration;
 use mira_catalog::CatalogClient;
 use mira_catalog::proto as pb;
 use mira_core::block::path::block_path;
-use mira_core::ids::{BlockId, Signal};
+use mira_core::ids::BlockId;
 use mira_core::retry::Backoff;
 use mira_core::tables::write_hot;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -74,14 +74,6 @@ fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
-fn signal_pb(s: Signal) -> pb::Signal {
-    match s {
-        Signal::Logs => pb::Signal::Logs,
-        Signal::Traces => pb::Signal::Traces,
-        Signal::Metrics => pb::Signal::Metrics,
-    }
 }
 
 /// Why a generation was not published.
@@ -174,7 +166,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
         blocks.push(pb::Block {
             id: id.to_string(),
             tenant: tenant.to_string(),
-            signal: signal_pb(g.signal) as i32,
+            signal: mira_catalog::model::signal_to_pb(g.signal.code()) as i32,
             min_time_ns: i64::try_from(tables.min_time).unwrap_or(i64::MAX),
             max_time_ns: i64::try_from(tables.max_time).unwrap_or(i64::MAX),
             rows: tables.rows as u64,

@@ -572,6 +572,21 @@ impl Wal {
         Ok(doomed.len())
     }
 
+    /// The segments holding a frame above its shard's watermark, oldest
+    /// first: what a recovery must read. (Opening the WAL already read every
+    /// segment once and noted each shard's highest sequence in it, so the
+    /// published ones are not read again.)
+    pub fn unpublished_segments(&self, watermark: impl Fn(u16) -> u64) -> Vec<PathBuf> {
+        self.segments
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_first
+            .values()
+            .filter(|(_, shards)| shards.iter().any(|(shard, max)| *max > watermark(*shard)))
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments

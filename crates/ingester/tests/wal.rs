@@ -34,6 +34,19 @@ fn only_segment(dir: &std::path::Path) -> std::path::PathBuf {
     segs[0].clone()
 }
 
+/// A page-cache WAL holding ten 32-byte frames in one segment: its
+/// directory, config, segment path and bytes.
+async fn ten_frames() -> (tempfile::TempDir, WalConfig, std::path::PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = WalConfig::new(dir.path().to_path_buf(), WalMode::PageCache);
+    let (wal, _, _) = Wal::open(&config).expect("open");
+    fill(&wal, 10).await;
+    drop(wal);
+    let seg = only_segment(dir.path());
+    let bytes = std::fs::read(&seg).expect("read");
+    (dir, config, seg, bytes)
+}
+
 async fn fill(wal: &Wal, n: u64) -> Vec<u64> {
     let mut tasks = Vec::new();
     for i in 0..n {
@@ -93,14 +106,8 @@ async fn acknowledged_frames_replay_in_order_in_both_modes() {
 
 #[tokio::test]
 async fn a_torn_tail_is_cut_and_later_frames_are_kept() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = WalConfig::new(dir.path().to_path_buf(), WalMode::PageCache);
-    let (wal, _, _) = Wal::open(&config).expect("open");
-    fill(&wal, 10).await;
-    drop(wal);
+    let (dir, config, seg, mut bytes) = ten_frames().await;
     // Simulate a crash mid-write: half a frame at the end of the segment.
-    let seg = only_segment(dir.path());
-    let mut bytes = std::fs::read(&seg).expect("read");
     let len = bytes.len();
     // Each frame here is 32 bytes; 20 is part of one.
     let head = bytes[..20].to_vec();
@@ -193,13 +200,7 @@ async fn off_mode_writes_nothing() {
 
 #[tokio::test]
 async fn a_corrupt_frame_inside_a_segment_stops_the_open_naming_segment_and_offset() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = WalConfig::new(dir.path().to_path_buf(), WalMode::PageCache);
-    let (wal, _, _) = Wal::open(&config).expect("open");
-    fill(&wal, 10).await;
-    drop(wal);
-    let seg = only_segment(dir.path());
-    let mut bytes = std::fs::read(&seg).expect("read");
+    let (dir, config, seg, mut bytes) = ten_frames().await;
     // Flip a payload byte of the fourth frame (32 bytes each): its CRC fails
     // while six good frames follow it.
     bytes[3 * 32 + 30] ^= 0xff;
