@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use mira_core::retry::Backoff;
+use mira_common::retry::Backoff;
 use mira_proto::catalog as pb;
 use mira_proto::catalog::catalog_client::CatalogClient as Grpc;
 use pb::write_request::Command;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use mira_core::retry::Backoff;
+use mira_common::retry::Backoff;
 use tokio::sync::watch;
 
 use crate::client::CatalogClient;

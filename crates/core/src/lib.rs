@@ -2,8 +2,7 @@
 //! signals as Arrow tables), the conversion both ways between OTLP and
 //! Arrow, the block format (one immutable object per block: Arrow IPC or
 //! Parquet sections, a CRC-checked manifest), the pruning sidecars, and
-//! query evaluation over one block, and the retry backoff every role uses
-//! ([`retry`]). It depends on no role crate.
+//! query evaluation over one block. It depends on no role crate.
 
 pub mod attrs;
 pub mod block;
@@ -12,7 +11,6 @@ pub mod convert;
 pub mod dict;
 pub mod error;
 pub mod ids;
-pub mod retry;
 pub mod scan;
 pub mod schema;
 pub mod sidecar;

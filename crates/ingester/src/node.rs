@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::routing::get;
 use mira_catalog::{CatalogClient, proto as pb};
-use mira_core::retry::Backoff;
+use mira_common::retry::Backoff;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

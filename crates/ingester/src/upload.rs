@@ -30,7 +30,7 @@ use mira_catalog::CatalogClient;
 use mira_catalog::proto as pb;
 use mira_core::block::path::block_path;
 use mira_core::ids::BlockId;
-use mira_core::retry::Backoff;
+use mira_common::retry::Backoff;
 use mira_core::tables::write_hot;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{mpsc, watch};
