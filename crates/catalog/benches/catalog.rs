@@ -199,7 +199,11 @@ async fn bench_publish() {
         );
         config.node_id = i;
         config.peers = peers.clone();
-        nodes.push(CatalogNode::start(config).await.expect("start"));
+        nodes.push(
+            CatalogNode::start(config, &mira_common::Process::default())
+                .await
+                .expect("start"),
+        );
     }
     for n in &nodes {
         n.wait_for_leader(Duration::from_secs(30)).await.expect("leader");
@@ -245,9 +249,12 @@ async fn bench_publish() {
 async fn bench_list_grpc() {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let node = CatalogNode::start(NodeConfig::single(addr, dir.path().to_path_buf()))
-        .await
-        .expect("start");
+    let node = CatalogNode::start(
+        NodeConfig::single(addr, dir.path().to_path_buf()),
+        &mira_common::Process::default(),
+    )
+    .await
+    .expect("start");
     node.wait_for_leader(Duration::from_secs(30)).await.expect("leader");
     let client = CatalogClient::new(vec![addr.to_string()], ClientConfig::default());
     let n = 100_000u64;

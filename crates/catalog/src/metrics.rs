@@ -1,4 +1,5 @@
-//! Prometheus metrics of a catalog member, served on `/metrics`.
+//! Prometheus metrics of a catalog member (under `mira_catalog_` in the
+//! process's registry, served on `/metrics`).
 
 use std::time::Duration;
 
@@ -27,7 +28,6 @@ fn command_histogram() -> Histogram {
 /// each scrape.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
     term: Gauge,
     leader: Gauge,
     is_leader: Gauge,
@@ -59,41 +59,29 @@ fn gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::default();
-        let term = gauge(&mut registry, "mira_catalog_raft_term", "Current Raft term");
-        let leader = gauge(
-            &mut registry,
-            "mira_catalog_raft_leader_id",
-            "Leader node id, -1 when none",
-        );
-        let is_leader = gauge(&mut registry, "mira_catalog_raft_is_leader", "1 on the leader");
+    /// Registers every metric in `registry` (the role's sub-registry,
+    /// `mira_catalog_`).
+    pub fn new(registry: &mut Registry) -> Metrics {
+        let term = gauge(registry, "raft_term", "Current Raft term");
+        let leader = gauge(registry, "raft_leader_id", "Leader node id, -1 when none");
+        let is_leader = gauge(registry, "raft_is_leader", "1 on the leader");
         let applied = gauge(
-            &mut registry,
-            "mira_catalog_raft_applied_index",
+            registry,
+            "raft_applied_index",
             "Last applied log index (catalog version)",
         );
-        let last_log = gauge(&mut registry, "mira_catalog_raft_last_log_index", "Last log index");
-        let log_entries = gauge(
-            &mut registry,
-            "mira_catalog_raft_log_entries",
-            "Entries kept in the log (not yet purged)",
-        );
-        let snapshot = gauge(
-            &mut registry,
-            "mira_catalog_raft_snapshot_index",
-            "Log index of the last snapshot",
-        );
+        let last_log = gauge(registry, "raft_last_log_index", "Last log index");
+        let log_entries = gauge(registry, "raft_log_entries", "Entries kept in the log (not yet purged)");
+        let snapshot = gauge(registry, "raft_snapshot_index", "Log index of the last snapshot");
         let blocks = Family::<StateLabels, Gauge>::default();
-        registry.register("mira_catalog_blocks", "Blocks in the catalog by state", blocks.clone());
+        registry.register("blocks", "Blocks in the catalog by state", blocks.clone());
         let commands = Family::<CommandLabels, Histogram, fn() -> Histogram>::new_with_constructor(command_histogram);
         registry.register(
-            "mira_catalog_command_duration_seconds",
+            "command_duration_seconds",
             "Time from receiving a write to its answer, by command and outcome",
             commands.clone(),
         );
         Metrics {
-            registry,
             term,
             leader,
             is_leader,
@@ -115,8 +103,8 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Sets the gauges from `r` and renders the text exposition format.
-    pub fn render(&self, r: &Reading) -> String {
+    /// Sets the gauges from `r` (before each scrape).
+    pub fn set(&self, r: &Reading) {
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.term.set(i(r.term));
         self.leader.set(r.leader.map_or(-1, i));
@@ -128,16 +116,5 @@ impl Metrics {
         for (state, n) in r.blocks {
             self.blocks.get_or_create(&StateLabels { state }).set(i(n));
         }
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }

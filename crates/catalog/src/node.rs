@@ -1,5 +1,5 @@
 //! A catalog member: opens its stores, starts openraft, serves gRPC (Raft +
-//! client API) and HTTP (`/metrics`, `/ready`) on one port, and bootstraps
+//! client API) and the process's probes (`/metrics`, `/ready`, `/live`) on one port, and bootstraps
 //! the cluster from the static peer list.
 
 use std::collections::BTreeMap;
@@ -8,10 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State as AxState;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use mira_common::Process;
 use mira_proto::catalog::catalog_server::CatalogServer;
 use mira_proto::catalog::raft_server::RaftServer;
 use openraft::{BasicNode, Config, SnapshotPolicy};
@@ -121,7 +118,6 @@ pub struct CatalogNode {
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
     bootstrap: JoinHandle<()>,
-    http: HttpState,
 }
 
 impl std::fmt::Debug for CatalogNode {
@@ -140,19 +136,13 @@ struct HttpState {
     log: LogStore,
 }
 
-async fn metrics_handler(AxState(s): AxState<HttpState>) -> impl IntoResponse {
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        render_metrics(s).await,
-    )
-}
-
-async fn render_metrics(s: HttpState) -> String {
+/// Sets the gauges read from Raft and the state (before each scrape).
+async fn refresh_metrics(s: HttpState) {
     let m = s.raft.metrics().borrow().clone();
     let blocks = s.catalog.read(|state, _| state.counts()).map(|(k, n)| (k.as_str(), n));
     let log = s.log.clone();
     let log_entries = tokio::task::spawn_blocking(move || log.len()).await.unwrap_or(0);
-    let reading = Reading {
+    s.metrics.set(&Reading {
         term: m.current_term,
         leader: m.current_leader,
         is_leader: m.current_leader == Some(m.id),
@@ -161,22 +151,14 @@ async fn render_metrics(s: HttpState) -> String {
         log_entries,
         snapshot: m.snapshot.map_or(0, |l| l.index),
         blocks,
-    };
-    s.metrics.render(&reading)
-}
-
-async fn ready_handler(AxState(s): AxState<HttpState>) -> impl IntoResponse {
-    match s.raft.metrics().borrow().current_leader {
-        Some(l) => (StatusCode::OK, format!("ready: leader is member {l}\n")),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader\n".to_owned()),
-    }
+    });
 }
 
 impl CatalogNode {
     /// Opens the stores, starts Raft and the server; returns once listening.
     /// Bootstrapping (member with the lowest id initializing an empty
     /// cluster) continues in the background.
-    pub async fn start(config: NodeConfig) -> Result<CatalogNode, Error> {
+    pub async fn start(config: NodeConfig, process: &Process) -> Result<CatalogNode, Error> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Storage {
             path: config.data_dir.display().to_string(),
@@ -208,11 +190,12 @@ impl CatalogNode {
         .await
         .map_err(|e| Error::Raft(e.to_string()))?;
 
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(process.telemetry.register("catalog", Metrics::new));
         let catalog_svc = CatalogService {
             raft: raft.clone(),
             catalog: catalog.clone(),
             metrics: metrics.clone(),
+            clock: process.clock.clone(),
             node_id: config.node_id,
             cluster_id: config.cluster_id.clone(),
             resets: Arc::new(tokio::sync::Semaphore::new(crate::service::MAX_CONCURRENT_RESETS)),
@@ -238,10 +221,21 @@ impl CatalogNode {
             metrics,
             log,
         };
-        let http = axum::Router::new()
-            .route("/metrics", get(metrics_handler))
-            .route("/ready", get(ready_handler))
-            .with_state(http_state.clone());
+        {
+            let s = http_state.clone();
+            process
+                .telemetry
+                .on_scrape(move || Box::pin(refresh_metrics(s.clone())));
+            let raft = raft.clone();
+            process.telemetry.readiness("catalog", move || {
+                raft.metrics()
+                    .borrow()
+                    .current_leader
+                    .map(|_| ())
+                    .ok_or_else(|| "no catalog leader is known".to_owned())
+            });
+        }
+        let http = process.telemetry.router();
         let app = grpc.merge(http);
 
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -279,15 +273,7 @@ impl CatalogNode {
             stop: Some(stop_tx),
             server: Some(server),
             bootstrap,
-            http: http_state,
         })
-    }
-
-    /// Renders this member's `/metrics` text (for a process that serves
-    /// several roles on one port).
-    pub fn metrics_renderer(&self) -> impl Fn() -> futures::future::BoxFuture<'static, String> + Send + Sync + 'static {
-        let s = self.http.clone();
-        move || Box::pin(render_metrics(s.clone()))
     }
 
     /// True while this member knows a leader (its `/ready`).

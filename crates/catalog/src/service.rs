@@ -64,18 +64,14 @@ fn read_status(e: RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>) -> S
     }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 /// The client API.
 #[derive(Clone)]
 pub struct CatalogService {
     pub(crate) raft: Raft,
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Decides which leases are live when a caller sends no time.
+    pub(crate) clock: mira_common::clock::Clock,
     pub(crate) node_id: NodeId,
     pub(crate) cluster_id: String,
     /// Full-state resets built at once (each copies the whole state).
@@ -189,7 +185,11 @@ impl pb::catalog_server::Catalog for CatalogService {
         let req = request.into_inner();
         check_time("now_ns", req.now_ns)?;
         self.consistent(req.linearizable).await?;
-        let now = if req.now_ns == 0 { now_ns() } else { req.now_ns };
+        let now = if req.now_ns == 0 {
+            self.clock.now_ns()
+        } else {
+            req.now_ns
+        };
         let (ingesters, version) = self.catalog.read(|s, v| {
             let listed = if req.include_expired {
                 s.registered_ingesters()

@@ -102,9 +102,12 @@ async fn log_and_snapshot_of_the_2026_12_03_release_read_back_exactly() {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port");
-    let node = CatalogNode::start(NodeConfig::single(addr, dir.path().to_path_buf()))
-        .await
-        .expect("start on the old files");
+    let node = CatalogNode::start(
+        NodeConfig::single(addr, dir.path().to_path_buf()),
+        &mira_common::Process::default(),
+    )
+    .await
+    .expect("start on the old files");
     node.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
     let c = CatalogClient::new(vec![addr.to_string()], ClientConfig::default());
     let got = dump(&c).await;

@@ -25,7 +25,9 @@ async fn start(dir: &std::path::Path, addr: SocketAddr, snapshot_every: u64) -> 
     let mut config = NodeConfig::single(addr, dir.to_path_buf());
     config.snapshot_every = snapshot_every;
     config.keep_logs = 10;
-    let node = CatalogNode::start(config).await.expect("start");
+    let node = CatalogNode::start(config, &mira_common::Process::default())
+        .await
+        .expect("start");
     node.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
     node
 }

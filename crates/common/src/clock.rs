@@ -175,21 +175,21 @@ mod tests {
         assert_eq!(parse_offset(""), Ok(Duration::ZERO));
         assert_eq!(parse_offset("36h"), Ok(Duration::from_secs(36 * 3600)));
         assert_eq!(parse_offset("3d 2h"), Ok(Duration::from_secs(3 * 86_400 + 7_200)));
-        assert!(parse_offset("soon").unwrap_err().contains("soon"));
+        assert!(parse_offset("soon").expect_err("must be refused").contains("soon"));
     }
 
     #[cfg(feature = "fault-hooks")]
     #[test]
     fn the_offset_file_moves_the_clock_at_the_next_reading() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("test setup");
         let file = dir.path().join("clock");
         let clock = Clock(Arc::new(OffsetFile(file.clone())));
         // No file: the system clock.
         let before = SystemTime::now();
         assert!(clock.now() >= before && clock.now() < before + Duration::from_secs(3600));
-        std::fs::write(&file, "30d").unwrap();
+        std::fs::write(&file, "30d").expect("test setup");
         assert!(clock.now() >= before + Duration::from_secs(30 * 86_400));
-        std::fs::write(&file, "").unwrap();
+        std::fs::write(&file, "").expect("test setup");
         assert!(clock.now() < before + Duration::from_secs(3600));
     }
 }

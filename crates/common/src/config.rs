@@ -165,7 +165,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-            if n != 0 && n % (1u64 << shift) == 0 {
+            if n != 0 && n.is_multiple_of(1u64 << shift) {
                 return write!(f, "{}{unit}", n >> shift);
             }
         }
@@ -205,11 +205,11 @@ mod tests {
         assert_eq!("250ms".parse::<Duration>(), Ok(Duration::from_millis(250)));
         assert_eq!("168h".parse::<Duration>(), Ok(Duration::from_secs(168 * 3600)));
         for d in ["30s", "5m", "250ms", "7days", "1h 30m"] {
-            let v: Duration = d.parse().unwrap();
+            let v: Duration = d.parse().expect("test setup");
             assert_eq!(v.to_string().parse::<Duration>(), Ok(v), "{d}");
         }
         assert_eq!(Duration::default().to_string(), "0s");
-        let e = "300".parse::<Duration>().unwrap_err();
+        let e = "300".parse::<Duration>().expect_err("must be refused");
         assert!(e.contains("\"300\"") && e.contains("30s"), "{e}");
         assert!("-5s".parse::<Duration>().is_err());
     }
@@ -227,7 +227,7 @@ mod tests {
         }
         assert_eq!(ByteSize::mib(64).to_string(), "64MiB");
         for bad in ["-1", "lots", "12 parsecs", ""] {
-            let e = bad.parse::<ByteSize>().unwrap_err();
+            let e = bad.parse::<ByteSize>().expect_err("must be refused");
             assert!(e.contains("64MiB"), "{bad}: {e}");
         }
     }
@@ -235,12 +235,14 @@ mod tests {
     #[test]
     fn checks_name_the_field_and_reject() {
         assert_eq!(positive("seal_age", 1u64), Ok(()));
-        let e = positive("seal_age", 0u64).unwrap_err();
+        let e = positive("seal_age", 0u64).expect_err("must be refused");
         assert_eq!(e.field, "seal_age");
         assert_eq!(e.to_string(), "invalid seal_age: 0 must be above zero");
         assert!(in_range("shards", 3usize, 1, 256).is_ok());
         assert_eq!(
-            in_range("shards", 300usize, 1, 256).unwrap_err().to_string(),
+            in_range("shards", 300usize, 1, 256)
+                .expect_err("must be refused")
+                .to_string(),
             "invalid shards: 300 is outside 1..=256"
         );
     }
@@ -254,21 +256,21 @@ mod tests {
 
     #[test]
     fn toml_round_trips_and_refuses_unknown_keys() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("test setup");
         let p = dir.path().join("mira.toml");
         let v = Sample {
             seal_age: Duration::from_secs(300),
             seal_size: ByteSize::mib(32),
         };
-        std::fs::write(&p, to_toml(&v)).unwrap();
+        std::fs::write(&p, to_toml(&v)).expect("test setup");
         assert_eq!(read_toml::<Sample>(&p), Ok(v));
-        std::fs::write(&p, "seal_age = \"5m\"\nseal_size = 1024\nseal_sise = 1\n").unwrap();
-        let e = read_toml::<Sample>(&p).unwrap_err();
+        std::fs::write(&p, "seal_age = \"5m\"\nseal_size = 1024\nseal_sise = 1\n").expect("test setup");
+        let e = read_toml::<Sample>(&p).expect_err("must be refused");
         assert!(e.reason.contains("seal_sise"), "{e}");
-        std::fs::write(&p, "seal_age = \"soon\"\nseal_size = 1024\n").unwrap();
-        let e = read_toml::<Sample>(&p).unwrap_err();
+        std::fs::write(&p, "seal_age = \"soon\"\nseal_size = 1024\n").expect("test setup");
+        let e = read_toml::<Sample>(&p).expect_err("must be refused");
         assert!(e.reason.contains("soon"), "{e}");
-        let e = read_toml::<Sample>(&dir.path().join("missing.toml")).unwrap_err();
+        let e = read_toml::<Sample>(&dir.path().join("missing.toml")).expect_err("must be refused");
         assert!(e.field.contains("missing.toml"), "{e}");
     }
 }

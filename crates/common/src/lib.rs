@@ -20,3 +20,31 @@ pub mod retry;
 pub mod telemetry;
 
 pub use mira_proto::error;
+
+use std::sync::Arc;
+
+/// What one process gives every role it runs: one clock and one
+/// telemetry (registry and probes). `mira serve` passes the same
+/// `Process` to all its roles, so its ports answer for all of them.
+#[derive(Clone, Debug)]
+pub struct Process {
+    pub clock: clock::Clock,
+    pub telemetry: Arc<telemetry::Telemetry>,
+}
+
+impl Process {
+    pub fn new(clock: clock::Clock) -> Process {
+        Process {
+            clock,
+            telemetry: telemetry::Telemetry::new(),
+        }
+    }
+}
+
+impl Default for Process {
+    /// The system clock and an empty telemetry (tests running a role in
+    /// process).
+    fn default() -> Self {
+        Process::new(clock::Clock::system())
+    }
+}

@@ -106,7 +106,10 @@ impl Telemetry {
                     let t = metrics.clone();
                     async move {
                         (
-                            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
                             t.render().await,
                         )
                     }
@@ -119,7 +122,9 @@ impl Telemetry {
                     async move {
                         match t.ready() {
                             Ok(()) => (StatusCode::OK, "ready\n".to_owned()).into_response(),
-                            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
+                            Err(why) => {
+                                (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response()
+                            }
                         }
                     }
                 }),
@@ -141,12 +146,18 @@ mod tests {
     async fn get_text(router: &axum::Router, path: &str) -> (u16, String) {
         let res = router
             .clone()
-            .oneshot(axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap())
+            .oneshot(
+                axum::http::Request::get(path)
+                    .body(axum::body::Body::empty())
+                    .expect("test setup"),
+            )
             .await
-            .unwrap();
+            .expect("test setup");
         let status = res.status().as_u16();
-        let body = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
-        (status, String::from_utf8(body.to_vec()).unwrap())
+        let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .expect("test setup");
+        (status, String::from_utf8(body.to_vec()).expect("test setup"))
     }
 
     #[tokio::test]
@@ -189,7 +200,11 @@ mod tests {
         {
             let ok = ingester_ok.clone();
             t.readiness("ingester", move || {
-                if ok.load(Ordering::Relaxed) { Ok(()) } else { Err("lease lapsed".into()) }
+                if ok.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("lease lapsed".into())
+                }
             });
         }
         let router: axum::Router = t.router();

@@ -8,7 +8,9 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use mira_common::clock::Clock;
 
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::wal::Wal;
@@ -16,9 +18,10 @@ use crate::wal::Wal;
 #[derive(Debug)]
 pub struct Health {
     wal: Wal,
-    /// Until when the catalog holds our lease, by our own clock: the send
-    /// time of the last renewal that succeeded plus its ttl.
-    lease_until: Mutex<Option<Instant>>,
+    /// Until when the catalog holds our lease, by our own clock (ns): the
+    /// send time of the last renewal that succeeded plus its ttl.
+    lease_until: Mutex<Option<i64>>,
+    clock: Clock,
     fenced: AtomicBool,
     /// Generations quarantined and not (yet) published.
     quarantined: AtomicUsize,
@@ -26,9 +29,10 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn new(wal: Wal) -> Health {
+    pub fn new(wal: Wal, clock: Clock) -> Health {
         Health {
             wal,
+            clock,
             lease_until: Mutex::new(None),
             fenced: AtomicBool::new(false),
             quarantined: AtomicUsize::new(0),
@@ -54,7 +58,7 @@ impl Health {
             .lease_until
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if lease.is_none_or(|until| Instant::now() >= until) {
+        if lease.is_none_or(|until| self.clock.now_ns() >= until) {
             return Some("the ingester's lease in the catalog could not be renewed".to_owned());
         }
         None
@@ -65,16 +69,30 @@ impl Health {
     /// answered 503 while the disk stays full, and the first that is
     /// written makes the WAL healthy again.)
     pub fn ready(&self) -> bool {
-        self.refusal().is_none() && self.wal.healthy() && self.catalog_ok.load(Ordering::Relaxed)
+        self.readiness().is_ok()
     }
 
-    /// A lease renewal sent at `sent` with `ttl` succeeded.
-    pub fn lease_renewed(&self, sent: Instant, ttl: Duration) {
+    /// [`Health::ready`] with the reason when not (the `/ready` answer).
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = self.refusal() {
+            return Err(why);
+        }
+        if !self.wal.healthy() {
+            return Err("the WAL cannot be written (disk full or failing)".to_owned());
+        }
+        if !self.catalog_ok.load(Ordering::Relaxed) {
+            return Err("the catalog does not answer".to_owned());
+        }
+        Ok(())
+    }
+
+    /// A lease renewal sent at `sent_ns` (by the clock) with `ttl` succeeded.
+    pub fn lease_renewed(&self, sent_ns: i64, ttl: Duration) {
         let mut l = self
             .lease_until
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let until = sent + ttl;
+        let until = sent_ns.saturating_add(i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX));
         *l = Some(l.map_or(until, |old| old.max(until)));
         self.catalog_ok.store(true, Ordering::Relaxed);
     }
@@ -109,7 +127,7 @@ impl Health {
             .lease_until
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some_and(|u| Instant::now() < u);
+            .is_some_and(|u| self.clock.now_ns() < u);
         for (reason, on) in [
             ("wal", !self.wal.healthy()),
             ("lease", !lease_ok),

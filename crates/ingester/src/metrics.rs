@@ -1,7 +1,7 @@
 //! The ingester's probes (seed 002): per-export timings for admission
 //! wait, decode + append and the WAL group write / fsync, a runtime-lag
 //! tick, and counters of what was accepted and published. Served on
-//! `/metrics`; the same timings go to debug logs under the
+//! `/metrics` (the process's one registry, under `mira_ingester_`); the same timings go to debug logs under the
 //! `mira::ingester::probe` target.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -27,10 +27,9 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.000_01, 2.5, 16))
 }
 
-/// Every metric of one ingester.
+/// Every metric of one ingester (registered under `mira_ingester_`).
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
     pub admission_wait: Family<SignalLabels, Histogram, fn() -> Histogram>,
     pub append: Family<SignalLabels, Histogram, fn() -> Histogram>,
     pub wal_write: Histogram,
@@ -64,93 +63,89 @@ pub struct ReasonLabels {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::default();
+    /// Registers every metric in `registry` (the role's sub-registry).
+    pub fn new(registry: &mut Registry) -> Metrics {
         let admission_wait = Family::<SignalLabels, Histogram, fn() -> Histogram>::new_with_constructor(seconds);
         registry.register(
-            "mira_ingester_admission_wait_seconds",
+            "admission_wait_seconds",
             "Time an export waited for room in a shard",
             admission_wait.clone(),
         );
         let append = Family::<SignalLabels, Histogram, fn() -> Histogram>::new_with_constructor(seconds);
         registry.register(
-            "mira_ingester_decode_append_seconds",
+            "decode_append_seconds",
             "Time to decode an export into its shard's open block",
             append.clone(),
         );
         let wal_write = seconds();
-        registry.register(
-            "mira_ingester_wal_write_seconds",
-            "WAL group write(2) time",
-            wal_write.clone(),
-        );
+        registry.register("wal_write_seconds", "WAL group write(2) time", wal_write.clone());
         let wal_fsync = seconds();
         registry.register(
-            "mira_ingester_wal_fsync_seconds",
+            "wal_fsync_seconds",
             "WAL group fdatasync time (fsync mode)",
             wal_fsync.clone(),
         );
         let wal_group_frames = Histogram::new(exponential_buckets(1.0, 2.0, 11));
         registry.register(
-            "mira_ingester_wal_group_frames",
+            "wal_group_frames",
             "Frames per WAL group write",
             wal_group_frames.clone(),
         );
         let runtime_lag = seconds();
         registry.register(
-            "mira_ingester_runtime_lag_seconds",
+            "runtime_lag_seconds",
             "Lateness of a 10 ms tick on the runtime (time workers were busy or parked)",
             runtime_lag.clone(),
         );
         let requests = Family::<OutcomeLabels, Counter>::default();
-        registry.register("mira_ingester_requests", "Export requests by outcome", requests.clone());
+        registry.register("requests", "Export requests by outcome", requests.clone());
         let records = Family::<SignalLabels, Counter>::default();
-        registry.register("mira_ingester_records", "Records accepted", records.clone());
+        registry.register("records", "Records accepted", records.clone());
         let limited = Family::<OutcomeLabels, Counter>::default();
         registry.register(
-            "mira_ingester_limited",
+            "limited",
             "Data points rejected, attributes dropped and values truncated by the attribute limits",
             limited.clone(),
         );
         let blocks_published = Family::<SignalLabels, Counter>::default();
         registry.register(
-            "mira_ingester_blocks_published",
+            "blocks_published",
             "Blocks published to the catalog",
             blocks_published.clone(),
         );
         let bytes_uploaded = Counter::default();
         registry.register(
-            "mira_ingester_uploaded_bytes",
+            "uploaded_bytes",
             "Block bytes written to the object store",
             bytes_uploaded.clone(),
         );
         let inflight = Gauge::default();
         registry.register(
-            "mira_ingester_inflight_requests",
+            "inflight_requests",
             "Export requests holding an in-flight slot (being read, decoded or awaiting their ack)",
             inflight.clone(),
         );
         let publish_failures = Family::<ReasonLabels, Counter>::default();
         registry.register(
-            "mira_ingester_publish_failures",
+            "publish_failures",
             "Failed publish attempts by reason (unavailable: retried; rejected: quarantined and retried; fenced: stopped)",
             publish_failures.clone(),
         );
         let quarantined = Counter::default();
         registry.register(
-            "mira_ingester_quarantined_generations",
+            "quarantined_generations",
             "Sealed generations the catalog refused or that could not be encoded, written whole to the quarantine directory (their WAL frames are kept)",
             quarantined.clone(),
         );
         let refusing = Family::<ReasonLabels, Gauge>::default();
         registry.register(
-            "mira_ingester_refusing_writes",
+            "refusing_writes",
             "1 while exports are refused with 503, by reason (wal, lease, fenced, quarantine)",
             refusing.clone(),
         );
         let out_of_window = Family::<OutcomeLabels, Counter>::default();
         registry.register(
-            "mira_ingester_out_of_window",
+            "out_of_window",
             "Records refused for a timestamp older than --max-past or newer than --max-future (outcome: too_old, too_new)",
             out_of_window.clone(),
         );
@@ -160,7 +155,6 @@ impl Metrics {
             refusing,
             out_of_window,
             inflight,
-            registry,
             admission_wait,
             append,
             wal_write,
@@ -173,19 +167,5 @@ impl Metrics {
             blocks_published,
             bytes_uploaded,
         }
-    }
-
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }

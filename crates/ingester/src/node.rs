@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use axum::routing::get;
 use mira_catalog::{CatalogClient, proto as pb};
+use mira_common::Process;
+use mira_common::clock::Clock;
 use mira_common::retry::Backoff;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -62,6 +62,7 @@ pub struct IngesterNode {
     pub replayed: Replayed,
     metrics: Arc<crate::metrics::Metrics>,
     health: Arc<Health>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for IngesterNode {
@@ -73,18 +74,12 @@ impl std::fmt::Debug for IngesterNode {
     }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
 /// One lease heartbeat; on success the lease counts from when it was sent.
-async fn heartbeat(catalog: &CatalogClient, config: &IngesterConfig, health: &Health) -> bool {
+async fn heartbeat(catalog: &CatalogClient, config: &IngesterConfig, health: &Health, clock: &Clock) -> bool {
     let ttl_ms = i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-    let sent = std::time::Instant::now();
+    let sent = clock.now_ns();
     match catalog
-        .heartbeat(&config.ingester_id, &config.advertise, now_ns(), ttl_ms)
+        .heartbeat(&config.ingester_id, &config.advertise, sent, ttl_ms)
         .await
     {
         Ok(_) => {
@@ -100,9 +95,9 @@ async fn heartbeat(catalog: &CatalogClient, config: &IngesterConfig, health: &He
 }
 
 /// The first lease heartbeat, retried until the catalog takes it.
-async fn register(catalog: &CatalogClient, config: &IngesterConfig, health: &Health) {
+async fn register(catalog: &CatalogClient, config: &IngesterConfig, health: &Health, clock: &Clock) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-    while !heartbeat(catalog, config, health).await {
+    while !heartbeat(catalog, config, health, clock).await {
         tokio::time::sleep(backoff.next_delay()).await;
     }
 }
@@ -169,6 +164,7 @@ impl IngesterNode {
     /// Starts the ingester; returns once it accepts traffic.
     pub async fn start(
         mut config: IngesterConfig,
+        process: &Process,
         catalog: Arc<CatalogClient>,
         store: Arc<dyn object_store::ObjectStore>,
     ) -> Result<IngesterNode, crate::error::StartError> {
@@ -187,8 +183,13 @@ impl IngesterNode {
         // Sequences continue above everything the catalog holds for this
         // id, even when the WAL was swept empty or the volume is new.
         wal.raise_floor(marks.values().copied().max().unwrap_or(0));
-        let metrics = Arc::new(crate::metrics::Metrics::new());
-        let health = Arc::new(Health::new(wal.clone()));
+        let clock = process.clock.clone();
+        let metrics = Arc::new(process.telemetry.register("ingester", crate::metrics::Metrics::new));
+        let health = Arc::new(Health::new(wal.clone(), clock.clone()));
+        {
+            let health = health.clone();
+            process.telemetry.readiness("ingester", move || health.readiness());
+        }
         {
             let m = metrics.clone();
             wal.on_group(move |g| {
@@ -208,6 +209,7 @@ impl IngesterNode {
             chunk_blocks: config.publish_chunk_blocks,
             quarantine_dir: config.data_dir.join("quarantine"),
             health: health.clone(),
+            clock: clock.clone(),
         };
         let replayed = recover(
             &dest,
@@ -234,34 +236,7 @@ impl IngesterNode {
         let http_addr = http_listener
             .local_addr()
             .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
-        let ready2 = health.clone();
-        let m = metrics.clone();
-        let http = http_router(receivers.clone())
-            .route(
-                "/metrics",
-                get(move || {
-                    let m = m.clone();
-                    async move {
-                        (
-                            [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                            m.render(),
-                        )
-                    }
-                }),
-            )
-            .route(
-                "/ready",
-                get(move || {
-                    let ready = ready2.clone();
-                    async move {
-                        if ready.ready() {
-                            (StatusCode::OK, "ready\n")
-                        } else {
-                            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-                        }
-                    }
-                }),
-            );
+        let http = http_router(receivers.clone()).merge(process.telemetry.router());
         let recent = tonic::service::Routes::new(mira_proto::ingester::recent_server::RecentServer::new(
             crate::recent::RecentService::new(pipeline.clone()),
         ))
@@ -275,7 +250,7 @@ impl IngesterNode {
         }
         // Registered before the first export is taken: a querier that asks
         // the catalog for live ingesters after an ack finds this one.
-        register(&catalog, &config, &health).await;
+        register(&catalog, &config, &health, &clock).await;
         let (s1, h1) = serve(grpc_listener, grpc_router(receivers).merge(recent)).await;
         let (s2, h2) = serve(http_listener, http).await;
 
@@ -299,9 +274,10 @@ impl IngesterNode {
             let config = config.clone();
             let health = health.clone();
             let metrics = metrics.clone();
+            let clock = clock.clone();
             tokio::spawn(async move {
                 loop {
-                    let ok = heartbeat(&catalog, &config, &health).await;
+                    let ok = heartbeat(&catalog, &config, &health, &clock).await;
                     health.export(&metrics);
                     tokio::time::sleep(if ok {
                         config.lease_ttl / 3
@@ -352,6 +328,7 @@ impl IngesterNode {
             replayed,
             metrics,
             health,
+            clock,
         })
     }
 
@@ -398,7 +375,7 @@ impl IngesterNode {
         }
         let _ = self
             .catalog
-            .heartbeat(&self.config.ingester_id, &self.config.advertise, now_ns(), 0)
+            .heartbeat(&self.config.ingester_id, &self.config.advertise, self.clock.now_ns(), 0)
             .await;
     }
 }

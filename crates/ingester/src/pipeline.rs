@@ -114,6 +114,7 @@ impl Pipeline {
                     policy: config.seal,
                     limits: config.limits,
                     window: (config.max_past, config.max_future),
+                    clock: dest.clock.clone(),
                     sealed: sealed_tx,
                     published: published_rx,
                 };

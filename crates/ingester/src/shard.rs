@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use mira_common::clock::Clock;
 use mira_core::convert::{Appended, Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet};
 use mira_core::ids::{BlockId, Signal, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
@@ -188,29 +189,27 @@ struct Generation {
     /// (sequence, tenant, request) of each logged export, to rebuild the
     /// builders without the frames the WAL failed to write.
     logged: Vec<(u64, TenantId, Bytes)>,
-    started: Instant,
+    /// When the generation took its first export (by the clock).
+    started_ns: i64,
     hour: u64,
 }
 
-/// The accepted time window at this moment.
-fn window_now((past, future): (Duration, Duration)) -> mira_core::convert::TimeWindow {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+/// The accepted time window at `now`.
+fn window_at(clock: &Clock, (past, future): (Duration, Duration)) -> mira_core::convert::TimeWindow {
+    let now = u64::try_from(clock.now_ns()).unwrap_or(0);
     mira_core::convert::TimeWindow {
         min_ns: now.saturating_sub(u64::try_from(past.as_nanos()).unwrap_or(u64::MAX)),
         max_ns: now.saturating_add(u64::try_from(future.as_nanos()).unwrap_or(u64::MAX)),
     }
 }
 
-fn current_hour() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 3600)
+fn hour_of(ns: i64) -> u64 {
+    u64::try_from(ns / 3_600_000_000_000).unwrap_or(0)
 }
 
 impl Generation {
-    fn new(number: u64) -> Generation {
+    fn new(number: u64, clock: &Clock) -> Generation {
+        let now = clock.now_ns();
         Generation {
             number,
             builders: HashMap::new(),
@@ -219,8 +218,8 @@ impl Generation {
             accepted: 0,
             acks: Acks::new(),
             logged: Vec::new(),
-            started: Instant::now(),
-            hour: current_hour(),
+            started_ns: now,
+            hour: hour_of(now),
         }
     }
 
@@ -247,6 +246,8 @@ pub struct Shard {
     pub limits: Limits,
     /// Accepted times: (before now, after now).
     pub window: (Duration, Duration),
+    /// Decides the seal age, the hour boundary and the time window.
+    pub clock: Clock,
     pub sealed: mpsc::Sender<Sealed>,
     pub published: watch::Receiver<Progress>,
 }
@@ -263,7 +264,7 @@ impl std::fmt::Debug for Shard {
 impl Shard {
     /// Runs until `work` closes, then seals what is open.
     pub async fn run(self, mut work: mpsc::Receiver<Work>) {
-        let mut generation = Generation::new(1);
+        let mut generation = Generation::new(1, &self.clock);
         let tick_every = (self.policy.max_age / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -278,7 +279,8 @@ impl Shard {
                 }
                 _ = tick.tick() => {
                     if generation.accepted > 0
-                        && (generation.started.elapsed() >= self.policy.max_age || generation.hour != current_hour())
+                        && (self.clock.since_ns(generation.started_ns) >= self.policy.max_age
+                            || generation.hour != hour_of(self.clock.now_ns()))
                     {
                         self.seal(&mut generation).await;
                     }
@@ -301,7 +303,7 @@ impl Shard {
             .or_insert_with(|| AnyBuilder::new(self.signal));
         let t = Instant::now();
         let limits = Limits {
-            window: Some(window_now(self.window)),
+            window: Some(window_at(&self.clock, self.window)),
             ..self.limits
         };
         let appended = b.append(&payload, &limits);
@@ -396,8 +398,8 @@ impl Shard {
 
     async fn seal(&self, g: &mut Generation) {
         if g.accepted == 0 {
-            g.started = Instant::now();
-            g.hour = current_hour();
+            g.started_ns = self.clock.now_ns();
+            g.hour = hour_of(g.started_ns);
             return;
         }
         // Every frame of the generation written or failed first: a failed
@@ -406,7 +408,7 @@ impl Shard {
         if !failed.is_empty() || g.logged.iter().any(|(seq, _, _)| *seq == 0) {
             self.drop_unlogged(g, &failed);
         }
-        let next = Generation::new(g.number + 1);
+        let next = Generation::new(g.number + 1, &self.clock);
         let old = std::mem::replace(g, next);
         let mut blocks = Vec::new();
         let mut finished = Vec::new();

@@ -28,9 +28,10 @@ use std::time::Duration;
 
 use mira_catalog::CatalogClient;
 use mira_catalog::proto as pb;
+use mira_common::clock::Clock;
+use mira_common::retry::Backoff;
 use mira_core::block::path::block_path;
 use mira_core::ids::BlockId;
-use mira_common::retry::Backoff;
 use mira_core::tables::write_hot;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::{mpsc, watch};
@@ -55,6 +56,8 @@ pub struct Destination {
     /// Where unpublishable generations are written.
     pub quarantine_dir: PathBuf,
     pub health: Arc<Health>,
+    /// Stamps blocks' creation time; the shards' seal age and window.
+    pub clock: Clock,
 }
 
 impl std::fmt::Debug for Destination {
@@ -69,12 +72,6 @@ impl std::fmt::Debug for Destination {
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Retry period of a publish the catalog refused.
 const REFUSED_RETRY: Duration = Duration::from_secs(30);
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
 
 /// Why a generation was not published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +170,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
             bytes: bytes.len() as u64,
             level: pb::Level::Hot as i32,
             object_key: path.to_string(),
-            created_at_ns: now_ns(),
+            created_at_ns: dest.clock.now_ns(),
             ..Default::default()
         });
         #[cfg(feature = "fault-hooks")]

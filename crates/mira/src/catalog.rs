@@ -61,7 +61,7 @@ impl CatalogArgs {
 
 /// Runs a member until SIGINT/SIGTERM.
 pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
-    let node = CatalogNode::start(args.node_config()?).await?;
+    let node = CatalogNode::start(args.node_config()?, &crate::process()?).await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::catalog", "stopping");
     node.shutdown().await;
@@ -153,9 +153,7 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
         }
         AdminCommand::Snapshot => println!("snapshot at log index {}", client.trigger_snapshot().await?),
         AdminCommand::ForgetIngester { id } => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            let now = crate::process()?.clock.now_ns();
             // A heartbeat with ttl 0 is the deregistration a clean
             // shutdown sends.
             client.heartbeat(&id, "forgotten-by-admin", now, 0).await?;

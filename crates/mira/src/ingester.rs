@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use mira_catalog::CatalogClient;
+use mira_common::Process;
 use mira_core::convert::Limits;
 use mira_ingester::otlp::ReceiverConfig;
 use mira_ingester::shard::SealPolicy;
@@ -127,6 +128,7 @@ pub struct Identity {
 pub async fn start(
     id: Identity,
     flags: &IngestFlags,
+    process: &Process,
     data_dir: PathBuf,
     store: Arc<dyn object_store::ObjectStore>,
     catalog: Arc<CatalogClient>,
@@ -192,7 +194,7 @@ pub async fn start(
         publish_chunk_blocks: flags.publish_chunk_blocks,
         wal_skip_corrupt: flags.wal_skip_corrupt,
     };
-    let node = IngesterNode::start(config, catalog, store).await?;
+    let node = IngesterNode::start(config, process, catalog, store).await?;
     tracing::info!(target: "mira::ingester", grpc = %node.grpc_addr(), http = %node.http_addr(), replayed = node.replayed.frames, "ingester ready");
     Ok(node)
 }
@@ -205,7 +207,15 @@ pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
         http_listen: args.http_listen,
         advertise: args.advertise.clone(),
     };
-    let node = start(id, &args.ingest, data_dir, store, catalog_client(&args.catalog)).await?;
+    let node = start(
+        id,
+        &args.ingest,
+        &crate::process()?,
+        data_dir,
+        store,
+        catalog_client(&args.catalog),
+    )
+    .await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::ingester", "stopping: sealing and publishing open blocks");
     node.shutdown().await;

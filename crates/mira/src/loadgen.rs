@@ -91,10 +91,10 @@ fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
         .collect()
 }
 
+/// Record timestamps: the process clock (what the ingester's time window
+/// is measured against).
 fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    u64::try_from(mira_common::clock::Clock::system().now_ns()).unwrap_or(0)
 }
 
 fn marker_value(n: u64) -> Option<AnyValue> {

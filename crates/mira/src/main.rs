@@ -54,6 +54,12 @@ fn version_text() -> String {
     )
 }
 
+/// The process's clock (the system's, or the test clock file's in a
+/// fault-hooks build) and its one telemetry.
+pub(crate) fn process() -> anyhow::Result<mira_common::Process> {
+    Ok(mira_common::Process::new(mira_common::clock::Clock::from_env()?))
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {

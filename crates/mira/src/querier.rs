@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::Args;
 use mira_catalog::CatalogClient;
-use mira_querier::server::{MetricsSource, QuerierServer, ReadySource};
+use mira_common::Process;
+use mira_querier::server::QuerierServer;
 use mira_querier::{Querier, QuerierConfig};
 
 use crate::flags::{StoreFlags, catalog_client};
@@ -82,13 +83,12 @@ impl QueryFlags {
 pub async fn start(
     listen: SocketAddr,
     config: QuerierConfig,
+    process: &Process,
     store: Arc<dyn object_store::ObjectStore>,
     catalog: Arc<CatalogClient>,
-    extra_metrics: Vec<MetricsSource>,
-    extra_ready: Vec<ReadySource>,
 ) -> anyhow::Result<QuerierServer> {
     let querier = Querier::new(config, store, catalog)?;
-    let server = QuerierServer::start(querier, listen, extra_metrics, extra_ready).await?;
+    let server = QuerierServer::start(querier, listen, process).await?;
     tracing::info!(target: "mira::querier", addr = %server.addr(), "querier ready");
     Ok(server)
 }
@@ -99,10 +99,9 @@ pub async fn run(args: QuerierArgs) -> anyhow::Result<()> {
     let server = start(
         args.listen,
         config,
+        &crate::process()?,
         store,
         catalog_client(&args.catalog),
-        Vec::new(),
-        Vec::new(),
     )
     .await?;
     crate::shutdown_signal().await;

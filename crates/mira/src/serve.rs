@@ -5,11 +5,9 @@
 //! accepting, seal and publish open blocks), then the catalog.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use clap::Args;
 use mira_catalog::{CatalogNode, NodeConfig};
-use mira_querier::server::{MetricsSource, ReadySource};
 
 use crate::flags::{StoreFlags, catalog_client};
 use crate::ingester::{Identity, IngestFlags};
@@ -41,7 +39,12 @@ pub struct ServeArgs {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (data_dir, store) = args.store.open()?;
     let query_config = args.query.config(&data_dir)?;
-    let catalog = CatalogNode::start(NodeConfig::single(args.catalog_listen, data_dir.join("catalog"))).await?;
+    let process = crate::process()?;
+    let catalog = CatalogNode::start(
+        NodeConfig::single(args.catalog_listen, data_dir.join("catalog")),
+        &process,
+    )
+    .await?;
     let catalog_addr = catalog.local_addr();
     catalog.wait_for_leader(std::time::Duration::from_secs(30)).await?;
     let client = catalog_client(&catalog_addr.to_string());
@@ -53,23 +56,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             advertise: None,
         },
         &args.ingest,
+        &process,
         data_dir.clone(),
         store.clone(),
         client.clone(),
     )
     .await?;
-    let ingester_metrics = ingester.metrics();
-    let catalog_metrics = catalog.metrics_renderer();
-    let metrics: Vec<MetricsSource> = vec![
-        Arc::new(move || {
-            let text = ingester_metrics.render();
-            Box::pin(async move { text })
-        }),
-        Arc::new(catalog_metrics),
-    ];
-    let ingester_health = ingester.health();
-    let ready: Vec<ReadySource> = vec![Arc::new(move || ingester_health.ready())];
-    let server = crate::querier::start(args.listen, query_config, store, client, metrics, ready).await?;
+    let server = crate::querier::start(args.listen, query_config, &process, store, client).await?;
     tracing::info!(
         target: "mira::serve",
         query = %server.addr(),

@@ -153,9 +153,12 @@ struct Stack {
 
 async fn stack(dir: &Path, seal: SealPolicy) -> Stack {
     let catalog_addr = free_addr();
-    let catalog = CatalogNode::start(NodeConfig::single(catalog_addr, dir.join("catalog")))
-        .await
-        .expect("catalog");
+    let catalog = CatalogNode::start(
+        NodeConfig::single(catalog_addr, dir.join("catalog")),
+        &mira_common::Process::default(),
+    )
+    .await
+    .expect("catalog");
     catalog.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
     let client = Arc::new(CatalogClient::new(
         vec![catalog_addr.to_string()],
@@ -185,7 +188,7 @@ async fn stack(dir: &Path, seal: SealPolicy) -> Stack {
         publish_chunk_blocks: mira_catalog::model::MAX_BLOCKS_PER_COMMAND,
         wal_skip_corrupt: false,
     };
-    let ingester = IngesterNode::start(config, client.clone(), store.clone())
+    let ingester = IngesterNode::start(config, &mira_common::Process::default(), client.clone(), store.clone())
         .await
         .expect("ingester");
     Stack {
@@ -218,7 +221,7 @@ async fn querier_with(s: &Stack, cache_dir: &Path, recent_timeout: Duration) -> 
     config.threads = 2;
     config.recent_timeout = recent_timeout;
     let q = Querier::new(config, s.store.clone(), s.client.clone()).expect("querier");
-    QuerierServer::start(q, free_addr(), Vec::new(), Vec::new())
+    QuerierServer::start(q, free_addr(), &mira_common::Process::default())
         .await
         .expect("server")
 }

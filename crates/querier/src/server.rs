@@ -1,7 +1,7 @@
-//! The querier's HTTP server: the API routes, `/metrics` (query counts and
-//! durations by endpoint, cache counters) and `/ready` (the catalog copy is
-//! complete). `mira serve` adds the other roles' metrics and readiness to
-//! the same port.
+//! The querier's HTTP server: the API routes, its metrics (query counts and
+//! durations by endpoint, cache counters) in the process's registry, its
+//! readiness (the catalog copy is complete), and the process's probe
+//! router (`/metrics`, `/ready`, `/live`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,24 +9,20 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::StatusCode;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use axum::response::Response;
+use mira_common::Process;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::Querier;
-
-/// Metrics text of another role (`mira serve`).
-pub type MetricsSource = Arc<dyn Fn() -> futures::future::BoxFuture<'static, String> + Send + Sync>;
-/// Readiness of another role (`mira serve`).
-pub type ReadySource = Arc<dyn Fn() -> bool + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueryLabels {
@@ -36,7 +32,6 @@ struct QueryLabels {
 
 #[derive(Debug)]
 struct Metrics {
-    registry: Registry,
     queries: Family<QueryLabels, Counter>,
     duration: Family<QueryLabels, Histogram, fn() -> Histogram>,
 }
@@ -46,92 +41,56 @@ fn seconds() -> Histogram {
 }
 
 impl Metrics {
-    fn new() -> Metrics {
-        let mut registry = Registry::default();
+    /// Registers the querier's metrics (`mira_querier_`), the block cache's
+    /// counters read at each scrape among them.
+    fn new(registry: &mut Registry, querier: Arc<Querier>) -> Metrics {
         let queries = Family::<QueryLabels, Counter>::default();
-        registry.register(
-            "mira_querier_requests",
-            "Query API requests by endpoint and status",
-            queries.clone(),
-        );
+        registry.register("requests", "Query API requests by endpoint and status", queries.clone());
         let duration = Family::<QueryLabels, Histogram, fn() -> Histogram>::new_with_constructor(seconds);
         registry.register(
-            "mira_querier_request_duration_seconds",
+            "request_duration_seconds",
             "Query API request duration by endpoint and status",
             duration.clone(),
         );
-        Metrics {
-            registry,
-            queries,
-            duration,
+        registry.register_collector(Box::new(CacheCollector(querier)));
+        Metrics { queries, duration }
+    }
+}
+
+/// The block cache's counters, read when scraped.
+#[derive(Debug)]
+struct CacheCollector(Arc<Querier>);
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let cache = self.0.cache();
+        let c = &cache.counters;
+        for (name, help, v) in [
+            ("cache_hits", "Sections read from the disk cache", &c.hits),
+            ("cache_misses", "Sections fetched from the object store", &c.misses),
+            ("cache_evictions", "Cache files evicted for room", &c.evictions),
+            (
+                "cache_corrupt",
+                "Cache files that failed verification and were fetched again",
+                &c.corrupt_evictions,
+            ),
+        ] {
+            let counter = ConstCounter::new(v.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
         }
+        let bytes = ConstGauge::new(i64::try_from(cache.bytes()).unwrap_or(i64::MAX));
+        bytes.encode(encoder.encode_descriptor(
+            "cache_bytes",
+            "Bytes held by the disk cache",
+            None,
+            bytes.metric_type(),
+        )?)
     }
 }
 
 #[derive(Clone)]
 struct AppState {
-    querier: Arc<Querier>,
     metrics: Arc<Metrics>,
-    extra_metrics: Vec<MetricsSource>,
-    extra_ready: Vec<ReadySource>,
-}
-
-fn strip_eof(text: &str) -> impl Iterator<Item = &str> {
-    text.lines().filter(|l| *l != "# EOF")
-}
-
-async fn metrics(State(s): State<AppState>) -> Response {
-    let mut out = String::new();
-    if prometheus_client::encoding::text::encode(&mut out, &s.metrics.registry).is_err() {
-        out.clear();
-    }
-    let mut text: Vec<String> = strip_eof(&out).map(str::to_owned).collect();
-    let c = &s.querier.cache().counters;
-    for (name, help, v) in [
-        (
-            "mira_querier_cache_hits_total",
-            "Sections read from the disk cache",
-            c.hits.load(Ordering::Relaxed),
-        ),
-        (
-            "mira_querier_cache_misses_total",
-            "Sections fetched from the object store",
-            c.misses.load(Ordering::Relaxed),
-        ),
-        (
-            "mira_querier_cache_evictions_total",
-            "Cache files evicted for room",
-            c.evictions.load(Ordering::Relaxed),
-        ),
-        (
-            "mira_querier_cache_corrupt_total",
-            "Cache files that failed verification and were fetched again",
-            c.corrupt_evictions.load(Ordering::Relaxed),
-        ),
-    ] {
-        text.push(format!("# HELP {name} {help}.\n# TYPE {name} counter\n{name} {v}"));
-    }
-    text.push(format!(
-        "# HELP mira_querier_cache_bytes Bytes held by the disk cache.\n# TYPE mira_querier_cache_bytes gauge\nmira_querier_cache_bytes {}",
-        s.querier.cache().bytes()
-    ));
-    for extra in &s.extra_metrics {
-        text.extend(strip_eof(&extra().await).map(str::to_owned));
-    }
-    text.push("# EOF".to_owned());
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text.join("\n") + "\n",
-    )
-        .into_response()
-}
-
-async fn ready(State(s): State<AppState>) -> Response {
-    if s.querier.ready() && s.extra_ready.iter().all(|r| r()) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
-    }
 }
 
 async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Response {
@@ -162,29 +121,31 @@ pub struct QuerierServer {
 }
 
 impl QuerierServer {
-    /// Binds `listen` and serves the API, `/metrics` and `/ready`.
-    pub async fn start(
-        querier: Arc<Querier>,
-        listen: SocketAddr,
-        extra_metrics: Vec<MetricsSource>,
-        extra_ready: Vec<ReadySource>,
-    ) -> std::io::Result<QuerierServer> {
+    /// Binds `listen` and serves the API and the process's probes
+    /// (`/metrics`, `/ready`, `/live`).
+    pub async fn start(querier: Arc<Querier>, listen: SocketAddr, process: &Process) -> std::io::Result<QuerierServer> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let state = AppState {
-            querier: querier.clone(),
-            metrics: Arc::new(Metrics::new()),
-            extra_metrics,
-            extra_ready,
+            metrics: Arc::new(
+                process
+                    .telemetry
+                    .register("querier", |r| Metrics::new(r, querier.clone())),
+            ),
         };
+        {
+            let q = querier.clone();
+            process.telemetry.readiness("querier", move || {
+                if q.ready() {
+                    Ok(())
+                } else {
+                    Err("the catalog copy is not complete yet".to_owned())
+                }
+            });
+        }
         let app = crate::api::router(querier)
-            .route_layer(axum::middleware::from_fn_with_state(state.clone(), observe))
-            .merge(
-                axum::Router::new()
-                    .route("/metrics", get(metrics))
-                    .route("/ready", get(ready))
-                    .with_state(state),
-            );
+            .route_layer(axum::middleware::from_fn_with_state(state, observe))
+            .merge(process.telemetry.router());
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {

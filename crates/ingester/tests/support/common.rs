@@ -86,9 +86,12 @@ pub struct Running {
 
 pub async fn start(dir: &Path, pipeline: PipelineConfig, multipart_above: usize, store: Arc<TestStore>) -> Running {
     let catalog_addr = free_addr();
-    let catalog = CatalogNode::start(NodeConfig::single(catalog_addr, dir.join("catalog")))
-        .await
-        .expect("catalog");
+    let catalog = CatalogNode::start(
+        NodeConfig::single(catalog_addr, dir.join("catalog")),
+        &mira_common::Process::default(),
+    )
+    .await
+    .expect("catalog");
     catalog.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
     let client = Arc::new(CatalogClient::new(
         vec![catalog_addr.to_string()],
@@ -108,7 +111,7 @@ pub async fn start(dir: &Path, pipeline: PipelineConfig, multipart_above: usize,
         publish_chunk_blocks: mira_catalog::model::MAX_BLOCKS_PER_COMMAND,
         wal_skip_corrupt: false,
     };
-    let node = IngesterNode::start(config, client.clone(), store)
+    let node = IngesterNode::start(config, &mira_common::Process::default(), client.clone(), store)
         .await
         .expect("ingester");
     Running { catalog, client, node }
