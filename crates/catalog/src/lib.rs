@@ -4,8 +4,9 @@
 //! commands with their validation ([`model`]), the durable Raft log in redb
 //! ([`log_store`]), the snapshot-backed state machine ([`state_machine`]),
 //! the tonic transport between members ([`network`]), the gRPC services
-//! ([`service`]), a running member ([`node`]), the client every other
-//! role uses ([`client`]) and a watch-maintained local copy ([`mirror`]).
+//! ([`service`]), a running member ([`node`]) and what an operator
+//! configures for it ([`settings`]), the client every other role uses
+//! ([`client`]) and a watch-maintained local copy ([`mirror`]).
 
 // openraft's StorageError and RPCError are large by design; the storage
 // and network traits return them, so our helpers do too.
@@ -20,6 +21,7 @@ pub mod model;
 pub mod network;
 pub mod node;
 pub mod service;
+pub mod settings;
 pub mod state;
 pub mod state_machine;
 #[doc(hidden)]
@@ -31,3 +33,4 @@ pub use error::{ClientError, CommandError, Error};
 pub use mira_proto::catalog as proto;
 pub use mirror::{Mirror, MirrorState};
 pub use node::{CatalogNode, NodeConfig, parse_peers};
+pub use settings::Settings;

@@ -97,11 +97,34 @@ impl FromStr for Duration {
 }
 
 impl fmt::Display for Duration {
+    /// Days down to nanoseconds, largest first (`31d`, `1m 30s`, `250ms`):
+    /// no months or years, whose length is a convention.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_zero() {
             return f.write_str("0s");
         }
-        write!(f, "{}", humantime::format_duration(self.0))
+        let secs = self.0.as_secs();
+        let nanos = u64::from(self.0.subsec_nanos());
+        let parts = [
+            (secs / 86_400, "d"),
+            (secs / 3_600 % 24, "h"),
+            (secs / 60 % 60, "m"),
+            (secs % 60, "s"),
+            (nanos / 1_000_000, "ms"),
+            (nanos / 1_000 % 1_000, "us"),
+            (nanos % 1_000, "ns"),
+        ];
+        let mut first = true;
+        for (n, unit) in parts {
+            if n > 0 {
+                if !first {
+                    f.write_str(" ")?;
+                }
+                write!(f, "{n}{unit}")?;
+                first = false;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -209,6 +232,9 @@ mod tests {
             assert_eq!(v.to_string().parse::<Duration>(), Ok(v), "{d}");
         }
         assert_eq!(Duration::default().to_string(), "0s");
+        assert_eq!(Duration::from_secs(744 * 3600).to_string(), "31d");
+        assert_eq!(Duration::from_secs(90).to_string(), "1m 30s");
+        assert_eq!(Duration::from_millis(1_500).to_string(), "1s 500ms");
         let e = "300".parse::<Duration>().expect_err("must be refused");
         assert!(e.contains("\"300\"") && e.contains("30s"), "{e}");
         assert!("-5s".parse::<Duration>().is_err());

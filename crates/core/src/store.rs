@@ -32,6 +32,16 @@ pub struct Store {
 
 /// Builds the store `url` names. `file://` directories are created.
 pub fn from_url(url: &str, options: &[(String, String)]) -> Result<Store, StoreError> {
+    open_url(url, options, true)
+}
+
+/// Checks that `url` and `options` make a store, without creating
+/// anything or connecting (what `--check-config` runs).
+pub fn check_url(url: &str, options: &[(String, String)]) -> Result<(), StoreError> {
+    open_url(url, options, false).map(|_| ())
+}
+
+fn open_url(url: &str, options: &[(String, String)], create: bool) -> Result<Store, StoreError> {
     let bad = |reason: String| StoreError::Url {
         url: url.chars().take(256).collect(),
         reason,
@@ -41,6 +51,12 @@ pub fn from_url(url: &str, options: &[(String, String)]) -> Result<Store, StoreE
         let dir = parsed
             .to_file_path()
             .map_err(|()| bad("not an absolute file path".to_owned()))?;
+        if !create {
+            return Ok(Store {
+                store: Arc::new(object_store::memory::InMemory::new()),
+                prefix: Path::default(),
+            });
+        }
         std::fs::create_dir_all(&dir).map_err(|e| bad(format!("create {}: {e}", dir.display())))?;
         let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|source| StoreError::Build {
             url: url.to_owned(),

@@ -6,7 +6,9 @@
 //! WAL ([`recover`]), whether writes may be acknowledged ([`health`]), the
 //! admission pipeline in front of the shards ([`pipeline`]), the
 //! recent-data service for queriers ([`recent`]), its metrics
-//! ([`metrics`]), errors ([`error`]) and the running node ([`node`]).
+//! ([`metrics`]), errors ([`error`]), what an operator configures
+//! ([`settings`]: validated, then built into an [`IngesterConfig`]) and the
+//! running node ([`node`]).
 
 pub mod body;
 pub mod error;
@@ -17,6 +19,7 @@ pub mod otlp;
 pub mod pipeline;
 pub mod recent;
 pub mod recover;
+pub mod settings;
 pub mod shard;
 pub mod upload;
 pub mod wal;
@@ -24,4 +27,5 @@ pub mod wal;
 pub use error::{IngestError, StartError, WalError};
 pub use node::{IngesterConfig, IngesterNode};
 pub use pipeline::{Pipeline, PipelineConfig};
+pub use settings::Settings;
 pub use wal::{Wal, WalConfig, WalMode};

@@ -2,66 +2,101 @@
 //! membership changes, snapshots against a running cluster).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig, parse_peers, proto};
+use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, Settings, parse_peers, proto};
+use mira_common::config::{ConfigError, Duration};
 
-/// Flags of `mira catalog`.
+use crate::flags::{ConfigFlags, DataDirFlag, Effective, StoreSettings, set_given};
+
+/// Flags of `mira catalog`; defaults are [`Settings::default`]'s.
 #[derive(Debug, Args)]
 pub struct CatalogArgs {
-    /// This member's id; must appear in --peers.
-    #[arg(long, env = "MIRA_NODE_ID", default_value_t = 0)]
-    pub node_id: u64,
-    /// Address to listen on for gRPC (Raft and client API) and HTTP (/metrics, /ready).
-    #[arg(long, env = "MIRA_LISTEN", default_value = "0.0.0.0:7400")]
-    pub listen: SocketAddr,
-    /// Every member as id=host:port, comma separated (this one included).
-    #[arg(long, env = "MIRA_PEERS", default_value = "0=127.0.0.1:7400")]
-    pub peers: String,
-    /// Directory of the Raft log (redb) and the state snapshot.
-    #[arg(long, env = "MIRA_DATA_DIR", default_value = "./data/catalog")]
-    pub data_dir: PathBuf,
-    /// Members refuse Raft traffic carrying another cluster id.
-    #[arg(long, env = "MIRA_CLUSTER_ID", default_value = "mira")]
-    pub cluster_id: String,
-    /// Build a snapshot after this many log entries.
-    #[arg(long, env = "MIRA_CATALOG_SNAPSHOT_EVERY", default_value_t = 10_000)]
-    pub snapshot_every: u64,
-    /// Log entries kept behind a snapshot for followers that lag.
-    #[arg(long, env = "MIRA_CATALOG_KEEP_LOGS", default_value_t = 1_000)]
-    pub keep_logs: u64,
-    /// Leader heartbeat interval, milliseconds.
-    #[arg(long, env = "MIRA_CATALOG_HEARTBEAT_MS", default_value_t = 100)]
-    pub heartbeat_ms: u64,
-    /// Election timeout range, milliseconds (min; max is twice min).
-    #[arg(long, env = "MIRA_CATALOG_ELECTION_MS", default_value_t = 400)]
-    pub election_ms: u64,
+    /// This member's id; must appear in --peers [default: 0].
+    #[arg(long, env = "MIRA_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// Address to listen on for gRPC (Raft and client API) and HTTP (/metrics, /ready, /live) [default: 0.0.0.0:7400].
+    #[arg(long, env = "MIRA_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Every member as id=host:port, comma separated (this one included) [default: 0=127.0.0.1:7400].
+    #[arg(long, env = "MIRA_PEERS")]
+    pub peers: Option<String>,
+    /// Members refuse Raft traffic carrying another cluster id [default: mira].
+    #[arg(long, env = "MIRA_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
+    /// Build a snapshot after this many log entries [default: 10000].
+    #[arg(long, env = "MIRA_CATALOG_SNAPSHOT_EVERY")]
+    pub snapshot_every: Option<u64>,
+    /// Log entries kept behind a snapshot for followers that lag [default: 1000].
+    #[arg(long, env = "MIRA_CATALOG_KEEP_LOGS")]
+    pub keep_logs: Option<u64>,
+    /// Leader heartbeat interval [default: 100ms].
+    #[arg(long, env = "MIRA_CATALOG_HEARTBEAT")]
+    pub heartbeat: Option<Duration>,
+    /// Election timeout (the random range's upper end is twice it) [default: 400ms].
+    #[arg(long, env = "MIRA_CATALOG_ELECTION_TIMEOUT")]
+    pub election_timeout: Option<Duration>,
+    /// Earlier releases' --heartbeat in ms (hidden; one release).
+    #[arg(long, env = "MIRA_CATALOG_HEARTBEAT_MS", hide = true, conflicts_with = "heartbeat")]
+    pub heartbeat_ms: Option<u64>,
+    /// Earlier releases' --election-timeout in ms (hidden; one release).
+    #[arg(
+        long,
+        env = "MIRA_CATALOG_ELECTION_MS",
+        hide = true,
+        conflicts_with = "election_timeout"
+    )]
+    pub election_ms: Option<u64>,
+    #[command(flatten)]
+    pub data: DataDirFlag,
+    #[command(flatten)]
+    pub config: ConfigFlags,
 }
 
 impl CatalogArgs {
-    pub fn node_config(&self) -> anyhow::Result<NodeConfig> {
-        let config = NodeConfig {
-            node_id: self.node_id,
-            listen: self.listen,
-            peers: parse_peers(&self.peers)?,
-            data_dir: self.data_dir.clone(),
-            cluster_id: self.cluster_id.clone(),
-            snapshot_every: self.snapshot_every,
-            keep_logs: self.keep_logs,
-            heartbeat_ms: self.heartbeat_ms,
-            election_timeout_ms: (self.election_ms, self.election_ms.saturating_mul(2)),
-        };
-        config.validate()?;
-        Ok(config)
+    /// The effective data directory and catalog settings, validated.
+    pub fn settings(&self) -> Result<(StoreSettings, Settings), ConfigError> {
+        let file = self.config.load()?;
+        let (mut store, mut s) = (file.store, file.catalog);
+        self.data.apply(&mut store);
+        set_given!(
+            self,
+            s,
+            node_id,
+            listen,
+            peers,
+            cluster_id,
+            snapshot_every,
+            keep_logs,
+            heartbeat,
+            election_timeout
+        );
+        if let Some(ms) = self.heartbeat_ms {
+            s.heartbeat = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.election_ms {
+            s.election_timeout = Duration::from_millis(ms);
+        }
+        s.validate()?;
+        Ok((store, s))
     }
 }
 
 /// Runs a member until SIGINT/SIGTERM.
 pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
-    let node = CatalogNode::start(args.node_config()?, &crate::process()?).await?;
+    let (store, settings) = args.settings()?;
+    if args.config.check_config {
+        Effective {
+            store: Some(&store),
+            catalog: Some(&settings),
+            ..Effective::default()
+        }
+        .print();
+        return Ok(());
+    }
+    let data_dir = std::path::absolute(&store.data_dir)?;
+    let node = CatalogNode::start(settings.build(&data_dir)?, &crate::process()?).await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::catalog", "stopping");
     node.shutdown().await;
@@ -114,8 +149,8 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
     let client = CatalogClient::new(
         endpoints,
         ClientConfig {
-            timeout: Duration::from_secs(60),
-            attempt_timeout: Duration::from_secs(30),
+            timeout: std::time::Duration::from_secs(60),
+            attempt_timeout: std::time::Duration::from_secs(30),
             ..ClientConfig::default()
         },
     );

@@ -2,80 +2,117 @@
 //! the live ingesters.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 use mira_catalog::CatalogClient;
 use mira_common::Process;
+use mira_common::config::{ByteSize, ConfigError, Duration};
 use mira_querier::server::QuerierServer;
+use mira_querier::settings::Settings;
 use mira_querier::{Querier, QuerierConfig};
 
-use crate::flags::{StoreFlags, catalog_client};
+use crate::flags::{ConfigFlags, Effective, StoreFlags, StoreSettings, catalog_client, set_given};
 
 /// Flags of `mira querier`.
 #[derive(Debug, Args)]
 pub struct QuerierArgs {
-    /// Query API listen address (also /metrics and /ready).
-    #[arg(long, env = "MIRA_QUERY_LISTEN", default_value = "0.0.0.0:3100")]
-    pub listen: SocketAddr,
-    /// Catalog members, comma separated host:port.
-    #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400")]
-    pub catalog: String,
+    /// Catalog members, comma separated host:port [default: 127.0.0.1:7400].
+    #[arg(long, env = "MIRA_CATALOG")]
+    pub catalog: Option<String>,
     #[command(flatten)]
     pub store: StoreFlags,
     #[command(flatten)]
     pub query: QueryFlags,
+    #[command(flatten)]
+    pub config: ConfigFlags,
 }
 
-/// How queries run (shared by `mira querier` and `mira serve`).
+/// How queries run (shared by `mira querier` and `mira serve`); defaults
+/// are [`Settings::default`]'s.
 #[derive(Debug, Args)]
 pub struct QueryFlags {
-    /// Block cache directory; default: <data-dir>/cache.
+    /// Query API listen address, also /metrics, /ready and /live [default: 0.0.0.0:3100].
+    #[arg(long, env = "MIRA_QUERY_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Block cache directory [default: <data-dir>/cache].
     #[arg(long, env = "MIRA_CACHE_DIR")]
-    pub cache_dir: Option<PathBuf>,
-    /// Most bytes the block cache holds on disk.
-    #[arg(long, env = "MIRA_CACHE_SIZE", default_value_t = 10 << 30)]
-    pub cache_size: u64,
-    /// Most concurrent range GETs to the object store.
-    #[arg(long, env = "MIRA_MAX_FETCHES", default_value_t = 32)]
-    pub max_fetches: usize,
-    /// Threads scanning blocks (default: the number of cores).
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Most the block cache holds on disk (a size, or bytes) [default: 10GiB].
+    #[arg(long, env = "MIRA_CACHE_SIZE")]
+    pub cache_size: Option<ByteSize>,
+    /// Most concurrent range GETs to the object store [default: 32].
+    #[arg(long, env = "MIRA_MAX_FETCHES")]
+    pub max_fetches: Option<usize>,
+    /// Threads scanning blocks [default: the number of cores].
     #[arg(long, env = "MIRA_QUERY_THREADS")]
     pub query_threads: Option<usize>,
-    /// Most blocks one query may read after pruning by time (then 422).
-    #[arg(long, env = "MIRA_MAX_QUERY_BLOCKS", default_value_t = 20_000)]
-    pub max_query_blocks: usize,
-    /// Longest time range one query may cover, hours (then 422).
-    #[arg(long, env = "MIRA_MAX_QUERY_RANGE_H", default_value_t = 744)]
-    pub max_query_range_h: u64,
-    /// Largest `limit` a query may ask for (then 422).
-    #[arg(long, env = "MIRA_MAX_QUERY_LIMIT", default_value_t = 10_000)]
-    pub max_query_limit: usize,
+    /// Most blocks one query may read after pruning by time (then 422) [default: 20000].
+    #[arg(long, env = "MIRA_MAX_QUERY_BLOCKS")]
+    pub max_query_blocks: Option<usize>,
+    /// Longest time range one query may cover (then 422) [default: 744h].
+    #[arg(long, env = "MIRA_MAX_QUERY_RANGE")]
+    pub max_query_range: Option<Duration>,
+    /// Largest `limit` a query may ask for (then 422) [default: 10000].
+    #[arg(long, env = "MIRA_MAX_QUERY_LIMIT")]
+    pub max_query_limit: Option<usize>,
     /// How long an ingester may take to return its recent data before the
-    /// answer is marked partial, ms.
-    #[arg(long, env = "MIRA_RECENT_TIMEOUT_MS", default_value_t = 2_000)]
-    pub recent_timeout_ms: u64,
+    /// answer is marked partial [default: 2s].
+    #[arg(long, env = "MIRA_RECENT_TIMEOUT")]
+    pub recent_timeout: Option<Duration>,
+    /// Earlier releases' --max-query-range in hours (hidden; one release).
+    #[arg(
+        long,
+        env = "MIRA_MAX_QUERY_RANGE_H",
+        hide = true,
+        conflicts_with = "max_query_range"
+    )]
+    pub max_query_range_h: Option<u64>,
+    /// Earlier releases' --recent-timeout in ms (hidden; one release).
+    #[arg(long, env = "MIRA_RECENT_TIMEOUT_MS", hide = true, conflicts_with = "recent_timeout")]
+    pub recent_timeout_ms: Option<u64>,
 }
 
 impl QueryFlags {
-    pub fn config(&self, data_dir: &Path) -> anyhow::Result<QuerierConfig> {
-        anyhow::ensure!(self.max_fetches > 0, "max-fetches must be positive");
-        anyhow::ensure!(self.max_query_limit > 0, "max-query-limit must be positive");
-        anyhow::ensure!(self.max_query_range_h > 0, "max-query-range-h must be positive");
-        let mut c = QuerierConfig::new(self.cache_dir.clone().unwrap_or_else(|| data_dir.join("cache")));
-        c.cache_bytes = self.cache_size;
-        c.max_fetches = self.max_fetches;
-        if let Some(t) = self.query_threads {
-            anyhow::ensure!(t > 0, "query-threads must be positive");
-            c.threads = t;
+    /// Overrides `s` with every flag (or variable) given.
+    pub fn apply(&self, s: &mut Settings) {
+        set_given!(
+            self,
+            s,
+            listen,
+            cache_size,
+            max_fetches,
+            max_query_blocks,
+            max_query_range,
+            max_query_limit,
+            recent_timeout,
+        );
+        if self.cache_dir.is_some() {
+            s.cache_dir.clone_from(&self.cache_dir);
         }
-        c.max_blocks = self.max_query_blocks;
-        c.max_range = Duration::from_secs(self.max_query_range_h.saturating_mul(3600));
-        c.max_limit = self.max_query_limit;
-        c.recent_timeout = Duration::from_millis(self.recent_timeout_ms.max(1));
-        Ok(c)
+        if self.query_threads.is_some() {
+            s.query_threads = self.query_threads;
+        }
+        if let Some(h) = self.max_query_range_h {
+            s.max_query_range = Duration::from_secs(h.saturating_mul(3600));
+        }
+        if let Some(ms) = self.recent_timeout_ms {
+            s.recent_timeout = Duration::from_millis(ms);
+        }
+    }
+}
+
+impl QuerierArgs {
+    /// The effective store and querier settings, validated.
+    pub fn settings(&self) -> Result<(StoreSettings, Settings), ConfigError> {
+        let file = self.config.load()?;
+        let (mut store, mut s) = (file.store, file.querier);
+        self.store.apply(&mut store)?;
+        set_given!(self, s, catalog);
+        self.query.apply(&mut s);
+        store.validate()?;
+        s.validate()?;
+        Ok((store, s))
     }
 }
 
@@ -94,14 +131,25 @@ pub async fn start(
 }
 
 pub async fn run(args: QuerierArgs) -> anyhow::Result<()> {
-    let (data_dir, store) = args.store.open()?;
-    let config = args.query.config(&data_dir)?;
+    let (store_settings, settings) = args.settings()?;
+    if args.config.check_config {
+        Effective {
+            store: Some(&store_settings),
+            querier: Some(&settings),
+            ..Effective::default()
+        }
+        .print();
+        return Ok(());
+    }
+    let process = crate::process()?;
+    let (data_dir, store) = store_settings.open()?;
+    let config = settings.build(&data_dir)?;
     let server = start(
-        args.listen,
+        settings.listen,
         config,
-        &crate::process()?,
+        &process,
         store,
-        catalog_client(&args.catalog),
+        catalog_client(&settings.catalog),
     )
     .await?;
     crate::shutdown_signal().await;

@@ -1,68 +1,84 @@
 //! `mira serve`: every role in one process on embedded defaults: a
 //! single-member catalog, an ingester (OTLP on 4317/4318) and a querier
-//! (API on 3100, also the one `/metrics` and `/ready` of the process).
-//! Ctrl-C stops in order: the query API, then the ingester (stop
-//! accepting, seal and publish open blocks), then the catalog.
+//! (API on 3100). Every HTTP port answers `/metrics`, `/ready` and `/live`
+//! for the whole process. Ctrl-C stops in order: the query API, then the
+//! ingester (stop accepting, seal and publish open blocks), then the
+//! catalog.
 
 use std::net::SocketAddr;
 
 use clap::Args;
 use mira_catalog::{CatalogNode, NodeConfig};
+use mira_common::config::ConfigError;
 
-use crate::flags::{StoreFlags, catalog_client};
-use crate::ingester::{Identity, IngestFlags};
+use crate::flags::{ConfigFlags, Effective, FileConfig, StoreFlags, catalog_client};
+use crate::ingester::IngestFlags;
 use crate::querier::QueryFlags;
 
 /// Flags of `mira serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Query API listen address (also /metrics and /ready for the whole process).
-    #[arg(long, env = "MIRA_QUERY_LISTEN", default_value = "0.0.0.0:3100")]
-    pub listen: SocketAddr,
-    /// OTLP/gRPC listen address.
-    #[arg(long, env = "MIRA_GRPC_LISTEN", default_value = "0.0.0.0:4317")]
-    pub grpc_listen: SocketAddr,
-    /// OTLP/HTTP listen address.
-    #[arg(long, env = "MIRA_HTTP_LISTEN", default_value = "0.0.0.0:4318")]
-    pub http_listen: SocketAddr,
-    /// Listen address of the embedded catalog member (local traffic only).
-    #[arg(long, env = "MIRA_CATALOG_LISTEN", default_value = "127.0.0.1:7400")]
-    pub catalog_listen: SocketAddr,
+    /// Listen address of the embedded catalog member (local traffic only) [default: 127.0.0.1:7400].
+    #[arg(long, env = "MIRA_CATALOG_LISTEN")]
+    pub catalog_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub store: StoreFlags,
     #[command(flatten)]
     pub ingest: IngestFlags,
     #[command(flatten)]
     pub query: QueryFlags,
+    #[command(flatten)]
+    pub config: ConfigFlags,
+}
+
+impl ServeArgs {
+    /// The effective settings of every role, validated. The ingester is
+    /// always `serve` and both roles use the embedded catalog.
+    pub fn settings(&self) -> Result<FileConfig, ConfigError> {
+        let mut c = self.config.load()?;
+        self.store.apply(&mut c.store)?;
+        if let Some(l) = self.catalog_listen {
+            c.serve.catalog_listen = l;
+        }
+        self.ingest.apply(&mut c.ingester);
+        self.query.apply(&mut c.querier);
+        c.ingester.id = "serve".to_owned();
+        c.ingester.catalog = c.serve.catalog_listen.to_string();
+        c.querier.catalog.clone_from(&c.ingester.catalog);
+        c.store.validate()?;
+        c.ingester.validate()?;
+        c.querier.validate()?;
+        Ok(c)
+    }
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let (data_dir, store) = args.store.open()?;
-    let query_config = args.query.config(&data_dir)?;
+    let c = args.settings()?;
+    if args.config.check_config {
+        Effective {
+            store: Some(&c.store),
+            ingester: Some(&c.ingester),
+            querier: Some(&c.querier),
+            serve: Some(&c.serve),
+            ..Effective::default()
+        }
+        .print();
+        return Ok(());
+    }
     let process = crate::process()?;
+    let (data_dir, store) = c.store.open()?;
+    let query_config = c.querier.build(&data_dir)?;
     let catalog = CatalogNode::start(
-        NodeConfig::single(args.catalog_listen, data_dir.join("catalog")),
+        NodeConfig::single(c.serve.catalog_listen, mira_catalog::settings::catalog_dir(&data_dir)),
         &process,
     )
     .await?;
     let catalog_addr = catalog.local_addr();
     catalog.wait_for_leader(std::time::Duration::from_secs(30)).await?;
     let client = catalog_client(&catalog_addr.to_string());
-    let ingester = crate::ingester::start(
-        Identity {
-            ingester_id: "serve".into(),
-            grpc_listen: args.grpc_listen,
-            http_listen: args.http_listen,
-            advertise: None,
-        },
-        &args.ingest,
-        &process,
-        data_dir.clone(),
-        store.clone(),
-        client.clone(),
-    )
-    .await?;
-    let server = crate::querier::start(args.listen, query_config, &process, store, client).await?;
+    let ingester =
+        crate::ingester::start(&c.ingester, &process, data_dir.clone(), store.clone(), client.clone()).await?;
+    let server = crate::querier::start(c.querier.listen, query_config, &process, store, client).await?;
     tracing::info!(
         target: "mira::serve",
         query = %server.addr(),

@@ -18,6 +18,7 @@ pub mod promql;
 pub mod recent;
 pub mod selector;
 pub mod server;
+pub mod settings;
 pub mod stats;
 pub mod traces;
 

@@ -1,0 +1,125 @@
+//! What an operator configures for a querier ([`Settings`]): the
+//! `[querier]` table of the TOML file, the `mira querier` flags and their
+//! `MIRA_*` variables. [`Settings::validate`] names the bad field and
+//! rejects (never clamps); [`Settings::build`] makes the
+//! [`QuerierConfig`] the querier runs with.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use mira_common::config::{ByteSize, ConfigError, Duration, positive};
+use serde::{Deserialize, Serialize};
+
+use crate::QuerierConfig;
+
+/// A querier's settings (see the module doc; defaults in `Default`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Query API listen address (also the probes).
+    pub listen: SocketAddr,
+    /// Catalog members, comma separated host:port.
+    pub catalog: String,
+    /// Block cache directory; default: `<data_dir>/cache`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes the block cache holds on disk.
+    pub cache_size: ByteSize,
+    /// Most concurrent range GETs to the object store.
+    pub max_fetches: usize,
+    /// Threads scanning blocks; default: the number of cores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_threads: Option<usize>,
+    /// Most blocks one query may read after pruning by time (then 422).
+    pub max_query_blocks: usize,
+    /// Longest time range one query may cover (then 422).
+    pub max_query_range: Duration,
+    /// Largest `limit` a query may ask for (then 422).
+    pub max_query_limit: usize,
+    /// How long an ingester may take to return its recent data before the
+    /// answer is marked partial.
+    pub recent_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: SocketAddr::from(([0, 0, 0, 0], 3100)),
+            catalog: "127.0.0.1:7400".to_owned(),
+            cache_dir: None,
+            cache_size: ByteSize::gib(10),
+            max_fetches: 32,
+            query_threads: None,
+            max_query_blocks: 20_000,
+            max_query_range: Duration::from_secs(744 * 3600),
+            max_query_limit: 10_000,
+            recent_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Settings {
+    /// Checks every field; the first bad one is named.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.catalog.split(',').all(|s| s.trim().is_empty()) {
+            return Err(ConfigError::new("querier.catalog", "no catalog member given"));
+        }
+        positive("querier.max_fetches", self.max_fetches)?;
+        if let Some(t) = self.query_threads {
+            positive("querier.query_threads", t)?;
+        }
+        positive("querier.max_query_blocks", self.max_query_blocks)?;
+        positive("querier.max_query_range", self.max_query_range)?;
+        positive("querier.max_query_limit", self.max_query_limit)?;
+        positive("querier.recent_timeout", self.recent_timeout)?;
+        Ok(())
+    }
+
+    /// The querier's configuration (validated first).
+    pub fn build(&self, data_dir: &Path) -> Result<QuerierConfig, ConfigError> {
+        self.validate()?;
+        let mut c = QuerierConfig::new(self.cache_dir.clone().unwrap_or_else(|| data_dir.join("cache")));
+        c.cache_bytes = self.cache_size.bytes();
+        c.max_fetches = self.max_fetches;
+        if let Some(t) = self.query_threads {
+            c.threads = t;
+        }
+        c.max_blocks = self.max_query_blocks;
+        c.max_range = self.max_query_range.get();
+        c.max_limit = self.max_query_limit;
+        c.recent_timeout = self.recent_timeout.get();
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_build_what_the_flags_used_to() {
+        let c = Settings::default().build(Path::new("/data")).expect("defaults");
+        assert_eq!(c.cache_dir, PathBuf::from("/data/cache"));
+        assert_eq!(c.cache_bytes, 10 << 30);
+        assert_eq!(c.max_range, std::time::Duration::from_secs(744 * 3600));
+        assert_eq!(c.recent_timeout, std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn zero_is_rejected_naming_the_field_not_clamped() {
+        for (field, change) in [
+            (
+                "querier.recent_timeout",
+                (|s: &mut Settings| s.recent_timeout = Duration::default()) as fn(&mut Settings),
+            ),
+            ("querier.max_query_range", |s| s.max_query_range = Duration::default()),
+            ("querier.max_fetches", |s| s.max_fetches = 0),
+            ("querier.query_threads", |s| s.query_threads = Some(0)),
+            ("querier.max_query_limit", |s| s.max_query_limit = 0),
+        ] {
+            let mut s = Settings::default();
+            change(&mut s);
+            assert_eq!(s.build(Path::new("/d")).expect_err(field).field, field);
+        }
+    }
+}
