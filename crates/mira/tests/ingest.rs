@@ -16,9 +16,9 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use procs::{INGESTER, Procs, published_bodies, published_tables, request};
 use prost::Message;
 
-/// [`mira_testkit::EPOCH_NS`] + `n`, as OTLP/JSON writes a time.
+/// `recent_base_time() + n`, as OTLP/JSON writes a time.
 fn at(n: u64) -> String {
-    (mira_testkit::EPOCH_NS as u64 + n).to_string()
+    (mira_testkit::recent_base_time() + n).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
