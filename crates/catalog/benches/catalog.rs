@@ -20,11 +20,11 @@ use mira_catalog::state_machine::encode_image;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
 use mira_core::block::path::block_path;
 use mira_core::ids::{BlockId, Signal, TenantId};
+use mira_testkit::EPOCH_NS;
 use mira_testkit::net::free_port;
 
 const HOUR: i64 = 3_600_000_000_000;
 const DAY: i64 = 24 * HOUR;
-const BASE: i64 = 1_796_169_600_000_000_000;
 
 fn quick() -> bool {
     std::env::var_os("MIRA_BENCH_QUICK").is_some()
@@ -69,7 +69,7 @@ fn state_with(n: u64) -> State {
     let step = 30 * DAY / n as i64;
     let mut batch = Vec::new();
     for i in 0..n {
-        batch.push(record(i, "acme", BASE + i as i64 * step));
+        batch.push(record(i, "acme", EPOCH_NS + i as i64 * step));
         if batch.len() == 10_000 {
             s.apply(&Command::Publish {
                 blocks: std::mem::take(&mut batch),
@@ -95,7 +95,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn bench_list() {
     let s = state_with(100_000);
-    let day_start = BASE + 10 * DAY;
+    let day_start = EPOCH_NS + 10 * DAY;
     let day_end = day_start + DAY - 1;
     let image = s.to_image();
     let runs = if quick() { 20 } else { 200 };
@@ -178,7 +178,7 @@ fn redb_commit_rate(dir: &std::path::Path) -> f64 {
 }
 
 fn pb_block(seq: u64) -> pb::Block {
-    mira_catalog::testing::block("acme", BASE + seq as i64 * 1_000_000, 1)
+    mira_catalog::testing::block("acme", EPOCH_NS + seq as i64 * 1_000_000, 1)
 }
 
 async fn bench_publish() {
@@ -265,7 +265,7 @@ async fn bench_list_grpc() {
             .collect();
         client.publish(blocks, None).await.expect("publish");
     }
-    let day_start = BASE + 10 * DAY;
+    let day_start = EPOCH_NS + 10 * DAY;
     let runs = if quick() { 20 } else { 100 };
     let mut times = Vec::new();
     let mut found = 0;

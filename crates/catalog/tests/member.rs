@@ -10,15 +10,14 @@ use mira_catalog::proto::catalog_client::CatalogClient as Grpc;
 use mira_catalog::proto::raft_client::RaftClient;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
 use mira_core::ids::BlockId;
+use mira_testkit::EPOCH_NS;
+use mira_testkit::http;
 use mira_testkit::net::free_addr;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic::transport::Channel;
 
-const BASE: i64 = 1_796_169_600_000_000_000;
-
 fn block(seq: i64) -> pb::Block {
-    mira_catalog::testing::block("t", BASE + seq * 1_000_000, 10)
+    mira_catalog::testing::block("t", EPOCH_NS + seq * 1_000_000, 10)
 }
 
 async fn start(dir: &std::path::Path, addr: SocketAddr, snapshot_every: u64) -> CatalogNode {
@@ -88,7 +87,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
     c.write(pb::write_request::Command::AcquireLease(pb::AcquireLease {
         key: "k".into(),
         holder: "h".into(),
-        now_ns: BASE,
+        now_ns: EPOCH_NS,
         ttl_ms: 60_000,
     }))
     .await
@@ -190,7 +189,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             "unknown tombstone",
             write(C::Tombstone(pb::Tombstone {
                 ids: vec![BlockId::new().to_string()],
-                now_ns: BASE,
+                now_ns: EPOCH_NS,
             })),
             Code::NotFound,
             "not found",
@@ -216,7 +215,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             write(C::Replace(pb::Replace {
                 add: vec![block(9)],
                 tombstone: vec![BlockId::new().to_string()],
-                now_ns: BASE,
+                now_ns: EPOCH_NS,
                 ..Default::default()
             })),
             Code::NotFound,
@@ -246,7 +245,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             write(C::AcquireLease(pb::AcquireLease {
                 key: "x".into(),
                 holder: "h".into(),
-                now_ns: BASE,
+                now_ns: EPOCH_NS,
                 ttl_ms: -1,
             })),
             Code::InvalidArgument,
@@ -257,7 +256,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             write(C::AcquireLease(pb::AcquireLease {
                 key: "k".into(),
                 holder: "other".into(),
-                now_ns: BASE,
+                now_ns: EPOCH_NS,
                 ttl_ms: 1_000,
             })),
             Code::FailedPrecondition,
@@ -268,7 +267,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             write(C::AcquireLease(pb::AcquireLease {
                 key: "k".repeat(100_000),
                 holder: "h".into(),
-                now_ns: BASE,
+                now_ns: EPOCH_NS,
                 ttl_ms: 1_000,
             })),
             Code::InvalidArgument,
@@ -477,25 +476,15 @@ async fn restart_from_disk_and_watch_reset() {
     node.shutdown().await;
 }
 
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .expect("send");
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("read");
-    out
-}
-
 #[tokio::test]
 async fn metrics_and_ready_on_the_same_port() {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = free_addr();
     let node = start(dir.path(), addr, 10_000).await;
     client(addr).publish(vec![block(1)], None).await.expect("publish");
-    let ready = http_get(addr, "/ready").await;
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
-    let m = http_get(addr, "/metrics").await;
+    let ready = http::get(addr, "/ready").await.expect("/ready");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    let m = http::get(addr, "/metrics").await.expect("/metrics").text();
     for name in [
         "mira_catalog_raft_term 1",
         "mira_catalog_raft_leader_id 0",

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{block_bodies, log_export, post, published_logs, start, status};
+use common::{block_bodies, post_log, published_logs, start, status};
 use mira_ingester::PipelineConfig;
 use mira_ingester::shard::SealPolicy;
 use mira_testkit::store::TestStore;
@@ -40,14 +40,7 @@ async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
 
     // Far more exports than the stalled pipeline can hold.
     let mut pending: Vec<_> = (0..30u64)
-        .map(|n| {
-            tokio::spawn(async move {
-                (
-                    n,
-                    post(http, &log_export(n, format!("bp-{n} {}", "x".repeat(4000)))).await,
-                )
-            })
-        })
+        .map(|n| tokio::spawn(async move { (n, post_log(http, n, format!("bp-{n} {}", "x".repeat(4000))).await) }))
         .collect();
     // Wait until the refusals have come back (those that parked past the
     // admission wait), then let the store recover.
@@ -60,11 +53,8 @@ async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
                 let (n, response) = t.await.expect("task");
                 if status(&response) == 429 {
                     refused += 1;
-                    let retry = response
-                        .lines()
-                        .find(|l| l.to_ascii_lowercase().starts_with("retry-after:"))
-                        .map(|l| l[12..].trim().to_owned());
-                    assert_eq!(retry.as_deref(), Some("1"), "429 carries Retry-After");
+                    let retry = response.as_ref().and_then(|r| r.header("retry-after"));
+                    assert_eq!(retry, Some("1"), "429 carries Retry-After");
                 }
                 done.push((n, status(&response)));
             } else {

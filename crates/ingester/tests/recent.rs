@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{block_bodies, log_export, post, published_logs, start, status};
+use common::{block_bodies, post_log, published_logs, start, status};
 use mira_catalog::proto as pb;
 use mira_ingester::PipelineConfig;
 use mira_ingester::shard::SealPolicy;
@@ -139,7 +139,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
         let acked = acked.clone();
         tokio::spawn(async move {
             for n in 0..600u64 {
-                if status(&post(http, &log_export(n, format!("r-{n}"))).await) == 200 {
+                if status(&post_log(http, n, format!("r-{n}")).await) == 200 {
                     acked.lock().expect("lock").insert(n);
                 }
             }
@@ -205,7 +205,7 @@ async fn catalog_plus_recent_data_has_every_acknowledged_row_once_across_seals()
     // reply's copy.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     store.set_writable(false);
-    assert_eq!(status(&post(http, &log_export(9_999, "r-9999".into())).await), 200);
+    assert_eq!(status(&post_log(http, 9_999, "r-9999".into()).await), 200);
     let pending = loop {
         let reply = recent.query(every_log()).await.expect("recent").into_inner();
         let blocks: Vec<(String, Vec<u64>)> = reply
@@ -278,7 +278,7 @@ async fn recent_requests_past_the_slots_are_refused_as_resource_exhausted() {
             tokio::spawn(async move {
                 for n in 0..1_000u64 {
                     let n = w * 1_000 + n;
-                    assert_eq!(status(&post(http, &log_export(n, format!("r-{n}"))).await), 200);
+                    assert_eq!(status(&post_log(http, n, format!("r-{n}")).await), 200);
                 }
             })
         })

@@ -2,24 +2,56 @@
 //! leader kills under load, restart from disk through a snapshot, racing
 //! replaces and watch across a leader change.
 
-#[path = "support/cluster.rs"]
-mod cluster;
+#[path = "support/procs.rs"]
+mod procs;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cluster::{Cluster, block, wait_for};
 use futures::StreamExt;
 use mira_catalog::proto as pb;
+use mira_testkit::EPOCH_NS;
+use mira_testkit::net::wait_for;
+use procs::{Procs, Role};
 
 const TENANT: &str = "acme";
 
+/// The flags of every member: snapshots and log purges as given, fast
+/// heartbeats and elections.
+fn member_flags(snapshot_every: u64, keep_logs: u64) -> Vec<String> {
+    [
+        "--snapshot-every",
+        &snapshot_every.to_string(),
+        "--keep-logs",
+        &keep_logs.to_string(),
+        "--heartbeat-ms",
+        "50",
+        "--election-ms",
+        "300",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// A cluster of `n` catalog members (all of the harness's processes).
+fn cluster(n: usize, snapshot_every: u64, keep_logs: u64) -> Procs {
+    let flags = member_flags(snapshot_every, keep_logs);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Procs::catalogs(n, &flags, &[("MIRA_LOG", "info,openraft=warn")])
+}
+
+/// A publishable block of tenant `tenant` with a fresh id, `seq` seconds
+/// after [`EPOCH_NS`].
+fn block(tenant: &str, seq: i64) -> pb::Block {
+    mira_catalog::testing::block(tenant, EPOCH_NS + seq * 1_000_000_000, 500_000_000)
+}
+
 /// Waits until every running member serves exactly `expected` blocks and
 /// returns their listings.
-async fn converged(c: &Cluster, expected: usize) -> Vec<Vec<pb::Block>> {
-    let n = c.members.len();
+async fn converged(c: &Procs, expected: usize) -> Vec<Vec<pb::Block>> {
+    let n = c.iter().count();
     wait_for("all members to converge", Duration::from_secs(60), || async {
         let mut all = Vec::new();
         for i in 0..n {
@@ -36,7 +68,7 @@ async fn converged(c: &Cluster, expected: usize) -> Vec<Vec<pb::Block>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_survive_two_leader_kills() {
-    let mut c = Cluster::new(3, 2_000, 500);
+    let mut c = cluster(3, 2_000, 500);
     c.leader().await;
     let client = c.client();
     const CLIENTS: usize = 4;
@@ -138,7 +170,7 @@ async fn publishes_survive_two_leader_kills() {
 async fn a_member_restarted_from_disk_catches_up_through_a_snapshot() {
     // Snapshot often and keep few entries behind it, so the stopped member
     // falls behind the purged log.
-    let mut c = Cluster::new(3, 300, 50);
+    let mut c = cluster(3, 300, 50);
     let leader = c.leader().await;
     let follower = (leader + 1) % 3;
     let client = c.client();
@@ -179,7 +211,7 @@ async fn a_member_restarted_from_disk_catches_up_through_a_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_replaces_one_wins() {
-    let c = Cluster::new(3, 10_000, 1_000);
+    let c = cluster(3, 10_000, 1_000);
     c.leader().await;
     let a = c.client();
     let b = c.client();
@@ -200,7 +232,7 @@ async fn racing_replaces_one_wins() {
         let replace = |add: pb::Block, old: &[String]| pb::Replace {
             add: vec![add],
             tombstone: old.to_vec(),
-            now_ns: cluster::BASE,
+            now_ns: EPOCH_NS,
             ..Default::default()
         };
         let ra = replace(merged_a.clone(), &ids[0..6]);
@@ -247,7 +279,7 @@ async fn racing_replaces_one_wins() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_delivers_every_change_in_order_across_a_leader_change() {
-    let mut c = Cluster::new(3, 10_000, 1_000);
+    let mut c = cluster(3, 10_000, 1_000);
     c.leader().await;
     let client = c.client();
     let watcher = c.client();
@@ -321,16 +353,16 @@ async fn watch_delivers_every_change_in_order_across_a_leader_change() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_added_and_removed_through_raft() {
-    let mut c = Cluster::new(3, 10_000, 1_000);
+    let mut c = cluster(3, 10_000, 1_000);
     c.leader().await;
     let client = c.client();
     for i in 0..50 {
         client.publish(vec![block(TENANT, i)], None).await.expect("publish");
     }
-    let new = c.add_member();
+    let new = c.add(Role::Catalog, &[]);
+    (c[new].flags, c[new].env) = (c[0].flags.clone(), c[0].env.clone());
     c.start(new);
     let all: Vec<pb::Member> = c
-        .members
         .iter()
         .map(|m| pb::Member {
             id: m.id,

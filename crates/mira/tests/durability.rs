@@ -7,21 +7,21 @@
 //! other limits) and compares the exact acknowledged set with what the
 //! published objects hold.
 
-#[path = "support/cluster.rs"]
-mod cluster;
 #[path = "support/procs.rs"]
 mod procs;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use cluster::{free_port, wait_for};
 use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, ClientConfig};
+use mira_testkit::http::{self, wait_ready};
+use mira_testkit::net::wait_for;
+use mira_testkit::recent_base_time;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use procs::{
-    Procs, base_time, http, published_blocks, published_bodies, published_bodies_of, published_tables, request,
-    wait_ready,
+    INGESTER, Procs, Role, child_exit, published_blocks, published_bodies, published_bodies_of, published_tables,
+    request, terminate,
 };
 
 const PB: (&str, &str) = ("Content-Type", "application/x-protobuf");
@@ -29,16 +29,10 @@ const PB: (&str, &str) = ("Content-Type", "application/x-protobuf");
 /// Sends `rec-{first}..` (`n` records) for `tenant`; returns the status and
 /// the answer's text.
 async fn export(addr: &str, tenant: &str, first: u64, n: u64) -> (u16, String) {
-    let (status, body) = http(
-        addr,
-        "POST",
-        "/v1/logs",
-        &[PB, ("X-Scope-OrgID", tenant)],
-        &request(first, n),
-    )
-    .await
-    .expect("the ingester answers");
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let answer = http::post(addr, "/v1/logs", &[PB, ("X-Scope-OrgID", tenant)], request(first, n))
+        .await
+        .expect("the ingester answers");
+    (answer.status, answer.text())
 }
 
 /// Asserts the published `rec-*` bodies of `tenant` are exactly `want`,
@@ -60,29 +54,12 @@ async fn assert_published_exactly(p: &Procs, tenant: &str, want: impl IntoIterat
     );
 }
 
-async fn status_of(addr: &str, path: &str) -> Option<(u16, String)> {
-    http(addr, "GET", path, &[], b"")
-        .await
-        .map(|(s, b)| (s, String::from_utf8_lossy(&b).into_owned()))
-}
-
 /// Waits until `/ready` answers something other than 200.
 async fn wait_not_ready(addr: &str, what: &str) {
     wait_for(what, Duration::from_secs(60), || async {
-        status_of(addr, "/ready").await.filter(|(s, _)| *s != 200).map(|_| ())
+        http::get(addr, "/ready").await.filter(|r| r.status != 200).map(|_| ())
     })
     .await;
-}
-
-fn child_exit(c: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(s) = c.try_wait().expect("wait") {
-            return s;
-        }
-        assert!(std::time::Instant::now() < deadline, "{what} did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Item 1: a WAL volume lost under the same ingester id (or a WAL the sweep
@@ -91,20 +68,20 @@ fn child_exit(c: &mut std::process::Child, what: &str) -> std::process::ExitStat
 /// the last export was acknowledged and then dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_wal_volume_under_the_same_id_continues_above_the_watermarks() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     for i in 0..10 {
-        assert_eq!(export(&p.http, "default", i * 5, 5).await.0, 200);
+        assert_eq!(export(p.http(), "default", i * 5, 5).await.0, 200);
     }
     p.stop_ingester();
-    std::fs::remove_dir_all(p.root.path().join("ingester/wal")).expect("lose the WAL volume");
+    std::fs::remove_dir_all(p[INGESTER].dir.join("wal")).expect("lose the WAL volume");
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "default", 1000, 5).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "default", 1000, 5).await.0, 200);
     p.stop_ingester();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     assert_published_exactly(&p, "default", (0..50).chain(1000..1005)).await;
     assert!(
@@ -118,20 +95,20 @@ async fn a_new_wal_volume_under_the_same_id_continues_above_the_watermarks() {
 /// twice after the second restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_another_shard_count_publishes_every_record_once() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--shards", "4", "--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     for i in 0..200 {
-        assert_eq!(export(&p.http, "default", i, 1).await.0, 200);
+        assert_eq!(export(p.http(), "default", i, 1).await.0, 200);
     }
     p.kill_ingester();
     p.start_ingester(&["--shards", "1", "--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     assert_published_exactly(&p, "default", 0..200).await;
     p.start_ingester(&["--shards", "2", "--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "default", 500, 1).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "default", 500, 1).await.0, 200);
     p.stop_ingester();
     assert_published_exactly(&p, "default", (0..200).chain([500])).await;
 }
@@ -140,31 +117,25 @@ async fn a_restart_with_another_shard_count_publishes_every_record_once() {
 /// the frames the crashed process acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_off_after_a_crash_still_replays_the_acknowledged_frames() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     for i in 0..20 {
-        assert_eq!(export(&p.http, "default", i * 3, 3).await.0, 200);
+        assert_eq!(export(p.http(), "default", i * 3, 3).await.0, 200);
     }
     p.kill_ingester();
     p.start_ingester(&["--seal-age-s", "1", "--wal", "off"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     // In off mode an export is answered once its generation is published;
     // one with no records still is (at the generation's seal age).
     let empty = opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest::default();
     let answered = tokio::time::timeout(
         Duration::from_secs(60),
-        http(
-            &p.http,
-            "POST",
-            "/v1/logs",
-            &[PB],
-            &prost::Message::encode_to_vec(&empty),
-        ),
+        http::post(p.http(), "/v1/logs", &[PB], prost::Message::encode_to_vec(&empty)),
     )
     .await
     .expect("an empty export in off mode is answered");
-    assert_eq!(answered.map(|(s, _)| s), Some(200));
+    assert_eq!(answered.map(|r| r.status), Some(200));
     p.stop_ingester();
     assert_published_exactly(&p, "default", 0..60).await;
 }
@@ -174,15 +145,15 @@ async fn wal_off_after_a_crash_still_replays_the_acknowledged_frames() {
 /// (not one held in memory), each record once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_seals_as_it_reads_the_wal() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--shards", "1", "--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     for i in 0..40 {
-        assert_eq!(export_big(&p.http, i).await.0, 200);
+        assert_eq!(export_big(p.http(), i).await.0, 200);
     }
     p.kill_ingester();
     p.start_ingester(&["--shards", "1", "--seal-age-s", "3600", "--seal-bytes", "65536"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let blocks = published_blocks(&p, "default", pb::Signal::Logs).await;
     assert!(
         blocks.len() >= 4,
@@ -204,9 +175,9 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
     use prost::Message;
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--seal-age-s", "3600", "--max-attributes", "8"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let mut req = ExportLogsServiceRequest::decode(request(0, 1).as_slice()).expect("decode");
     req.resource_logs[0].scope_logs[0].log_records[0].attributes = (0..12)
         .map(|i| KeyValue {
@@ -217,13 +188,13 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
             ..Default::default()
         })
         .collect();
-    let (status, _) = http(&p.http, "POST", "/v1/logs", &[PB], &req.encode_to_vec())
+    let answer = http::post(p.http(), "/v1/logs", &[PB], req.encode_to_vec())
         .await
         .expect("answer");
-    assert_eq!(status, 200);
+    assert_eq!(answer.status, 200);
     p.kill_ingester();
     p.start_ingester(&["--seal-age-s", "3600", "--max-attributes", "2"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     let tables = published_tables(&p, pb::Signal::Logs).await;
     assert_eq!(tables.len(), 1);
@@ -245,21 +216,18 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
 #[cfg(feature = "fault-hooks")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     let flags = ["--shards", "1", "--seal-age-s", "3600"];
     let hook = [("MIRA_FAULT_REFUSE_TENANT", "bad")];
     p.start_ingester_env(&flags, &hook);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "good", 0, 3).await.0, 200);
-    assert_eq!(export(&p.http, "bad", 10, 1).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "good", 0, 3).await.0, 200);
+    assert_eq!(export(p.http(), "bad", 10, 1).await.0, 200);
     // Seal now: SIGTERM seals and publishes; the publish is refused.
-    let pid = p.ingester.as_ref().expect("ingester").id();
-    let mut child = p.ingester.take().expect("ingester");
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
+    let mut child = p.take(INGESTER);
+    terminate(&child);
     // The quarantine is written before anything else happens.
-    let qdir = p.root.path().join("ingester/quarantine");
+    let qdir = p[INGESTER].dir.join("quarantine");
     let entry = wait_for("a quarantined generation", Duration::from_secs(60), || {
         let qdir = qdir.clone();
         async move {
@@ -285,7 +253,7 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
     let _ = child.wait();
     // Nothing of it was published and no watermark moved past its frames.
     assert!(published_bodies_of(&p, "good").await.is_empty());
-    let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
+    let client = CatalogClient::new(vec![p.catalog_addr().to_owned()], ClientConfig::default());
     let marks = client
         .get_watermarks(pb::GetWatermarksRequest {
             ingester_id: "ingester-0".into(),
@@ -302,7 +270,7 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
     // generation still refused, quarantines it again and stops with an
     // error naming the quarantine instead of serving without those rows.
     p.start_ingester_env(&flags, &hook);
-    let mut child = p.ingester.take().expect("ingester");
+    let mut child = p.take(INGESTER);
     let exit = child_exit(&mut child, "the restarted ingester");
     assert!(!exit.success());
     assert!(p.logs().contains("cannot be published"), "{}", p.logs());
@@ -310,7 +278,7 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
     assert!(published_bodies_of(&p, "good").await.is_empty());
     // Once the cause is gone, the same frames publish, each once.
     p.start_ingester(&flags);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     assert_published_exactly(&p, "good", 0..3).await;
     assert_published_exactly(&p, "bad", [10]).await;
@@ -323,19 +291,19 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
 #[cfg(feature = "fault-hooks")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_off_answers_a_refused_generation_with_an_error() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     let flags = ["--shards", "1", "--seal-age-s", "1", "--wal", "off"];
     p.start_ingester_env(&flags, &[("MIRA_FAULT_REFUSE_TENANT", "bad")]);
-    wait_ready(&p.http).await;
-    let (status, text) = export(&p.http, "bad", 0, 2).await;
+    wait_ready(p.http()).await;
+    let (status, text) = export(p.http(), "bad", 0, 2).await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("cannot publish"), "{text}");
-    wait_not_ready(&p.http, "/ready to report the quarantine").await;
+    wait_not_ready(p.http(), "/ready to report the quarantine").await;
     p.stop_ingester();
     // The client retries against a fixed ingester: stored once.
     p.start_ingester(&flags);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "bad", 0, 2).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "bad", 0, 2).await.0, 200);
     p.stop_ingester();
     assert_published_exactly(&p, "bad", [0, 1]).await;
 }
@@ -349,30 +317,28 @@ async fn wal_off_answers_a_refused_generation_with_an_error() {
 async fn hostile_timestamps_are_refused_and_never_poison_other_tenants() {
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use prost::Message;
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     let flags = ["--shards", "1", "--seal-age-s", "3600"];
     p.start_ingester(&flags);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "neighbour", 0, 2).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "neighbour", 0, 2).await.0, 200);
     let mut req = ExportLogsServiceRequest::decode(request(10, 5).as_slice()).expect("decode");
-    let now = base_time() + 600_000_000_000;
+    let now = recent_base_time() + 600_000_000_000;
     let records = &mut req.resource_logs[0].scope_logs[0].log_records;
     records[0].time_unix_nano = 1 << 63;
     records[1].time_unix_nano = u64::MAX;
     records[2].time_unix_nano = 1;
     records[3].time_unix_nano = now + 3_600_000_000_000;
-    let (status, body) = http(
-        &p.http,
-        "POST",
+    let answer = http::post(
+        p.http(),
         "/v1/logs",
         &[PB, ("X-Scope-OrgID", "hostile")],
-        &req.encode_to_vec(),
+        req.encode_to_vec(),
     )
     .await
     .expect("answer");
-    let text = String::from_utf8_lossy(&body).into_owned();
-    assert_eq!(status, 200, "{text}");
-    let partial = ExportLogsServiceResponse::decode(body.as_slice()).expect("response");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let partial = ExportLogsServiceResponse::decode(answer.body.as_slice()).expect("response");
     let ps = partial.partial_success.expect("a partial success");
     assert_eq!(ps.rejected_log_records, 4, "{ps:?}");
     assert!(
@@ -380,7 +346,7 @@ async fn hostile_timestamps_are_refused_and_never_poison_other_tenants() {
         "{}",
         ps.error_message
     );
-    let (_, metrics) = status_of(&p.http, "/metrics").await.expect("metrics");
+    let metrics = http::get(p.http(), "/metrics").await.expect("metrics").text();
     assert!(
         metrics.contains("mira_ingester_out_of_window_total{signal=\"logs\",outcome=\"too_new\"} 3"),
         "{metrics}"
@@ -388,7 +354,7 @@ async fn hostile_timestamps_are_refused_and_never_poison_other_tenants() {
     // kill -9: the replay rebuilds the accepted record only.
     p.kill_ingester();
     p.start_ingester(&flags);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     assert_published_exactly(&p, "neighbour", [0, 1]).await;
     assert_published_exactly(&p, "hostile", [14]).await;
@@ -401,8 +367,8 @@ async fn hostile_timestamps_are_refused_and_never_poison_other_tenants() {
 /// every retry added a copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledged() {
-    let mut p = Procs::new();
-    let wal = p.root.path().join("ingester/wal");
+    let mut p = Procs::with_ingester();
+    let wal = p[INGESTER].dir.join("wal");
     std::fs::create_dir_all(&wal).expect("wal dir");
     let mount = Tmpfs::mount(&wal, 1 << 20);
     // Most of the filesystem taken by a file we can delete later.
@@ -415,7 +381,7 @@ async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledg
         fill(96 << 10);
     }
     p.start_ingester(&["--shards", "1", "--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let mut acked = Vec::new();
     let mut refused = Vec::new();
     // 8 KiB records: the WAL fills after a few exports.
@@ -424,7 +390,7 @@ async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledg
             // No tmpfs here: the fault hook fails writes as a full disk does.
             std::fs::write(wal.join("FAIL_WRITES"), b"").expect("hook");
         }
-        let (status, text) = export_big(&p.http, i).await;
+        let (status, text) = export_big(p.http(), i).await;
         match status {
             200 => acked.push(i),
             503 => {
@@ -444,17 +410,17 @@ async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledg
         !acked.is_empty() && refused.len() == 3,
         "acked {acked:?} refused {refused:?}"
     );
-    wait_not_ready(&p.http, "/ready to report the WAL failure").await;
+    wait_not_ready(p.http(), "/ready to report the WAL failure").await;
     // Space is back: the next write succeeds and the client's retries of
     // the refused exports are acknowledged.
     let _ = std::fs::remove_file(&filler);
     let _ = std::fs::remove_file(wal.join("FAIL_WRITES"));
     for i in refused.clone() {
-        let (status, text) = export_big(&p.http, i).await;
+        let (status, text) = export_big(p.http(), i).await;
         assert_eq!(status, 200, "retry of {i}: {text}");
         acked.push(i);
     }
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     let counts = published_bodies(&p).await;
     let want: Vec<String> = acked.iter().map(|i| format!("big-{i}")).collect();
@@ -482,10 +448,10 @@ async fn export_big(addr: &str, i: u64) -> (u16, String) {
         }),
         ..Default::default()
     }];
-    let (s, b) = http(addr, "POST", "/v1/logs", &[PB], &req.encode_to_vec())
+    let answer = http::post(addr, "/v1/logs", &[PB], req.encode_to_vec())
         .await
         .expect("answer");
-    (s, String::from_utf8_lossy(&b).into_owned())
+    (answer.status, answer.text())
 }
 
 /// A small tmpfs mounted over a directory for the length of a test.
@@ -532,34 +498,32 @@ impl Drop for Tmpfs {
 /// the fix both published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_under_the_same_id_fences_the_first() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--shards", "1"]);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "default", 0, 2).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "default", 0, 2).await.0, 200);
     wait_for("the first export published", Duration::from_secs(60), || async {
         (published_bodies(&p).await.len() == 2).then_some(())
     })
     .await;
-    let (http_b, grpc_b) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let mut b = p.spawn_ingester("ingester-b", &http_b, &grpc_b, &["--shards", "1"], &[]);
+    // A second ingester process: its own ports and data, the same id.
+    let b = p.add(Role::Ingester, &["--shards", "1"]);
+    p.start(b);
+    let http_b = p[b].addr.clone();
     wait_ready(&http_b).await;
     // The old process does not know yet: it takes this export, then its
     // publish is refused as fenced.
-    assert_eq!(export(&p.http, "default", 10, 2).await.0, 200);
-    wait_not_ready(&p.http, "the fenced ingester to stop being ready").await;
-    let (status, text) = export(&p.http, "default", 20, 2).await;
+    assert_eq!(export(p.http(), "default", 10, 2).await.0, 200);
+    wait_not_ready(p.http(), "the fenced ingester to stop being ready").await;
+    let (status, text) = export(p.http(), "default", 20, 2).await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("took over"), "{text}");
     assert!(p.logs().contains("fenced"));
     // The new process publishes.
     assert_eq!(export(&http_b, "default", 30, 2).await.0, 200);
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &b.id().to_string()])
-        .status();
-    child_exit(&mut b, "ingester b");
+    let mut child = p.take(b);
+    terminate(&child);
+    child_exit(&mut child, "ingester b");
     p.kill_ingester();
     // rec-10/11 were acknowledged by the fenced process: they stay in its
     // WAL (published when that volume's id starts again), never by it now.
@@ -571,19 +535,19 @@ async fn a_second_process_under_the_same_id_fences_the_first() {
 /// gone and its lease lapsed (so queriers stopped asking it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ingester_without_a_lease_refuses_writes_until_it_has_one_again() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--lease-ttl-s", "2"]);
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "default", 0, 1).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "default", 0, 1).await.0, 200);
     p.kill_catalog();
-    wait_not_ready(&p.http, "the ingester to notice the catalog gone").await;
+    wait_not_ready(p.http(), "the ingester to notice the catalog gone").await;
     // Until the lease runs out exports may still be acknowledged (and so
     // must be published); from then on they are refused.
     let acked = std::sync::Arc::new(std::sync::Mutex::new(vec![0]));
     let next = std::sync::atomic::AtomicU64::new(1000);
     let (status, text) = wait_for("a refused export", Duration::from_secs(60), || async {
         let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let r = export(&p.http, "default", n, 1).await;
+        let r = export(p.http(), "default", n, 1).await;
         if r.0 == 200 {
             acked.lock().expect("lock").push(n);
             return None;
@@ -595,8 +559,8 @@ async fn an_ingester_without_a_lease_refuses_writes_until_it_has_one_again() {
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("lease"), "{text}");
     p.start_catalog();
-    wait_ready(&p.http).await;
-    assert_eq!(export(&p.http, "default", 2, 1).await.0, 200);
+    wait_ready(p.http()).await;
+    assert_eq!(export(p.http(), "default", 2, 1).await.0, 200);
     acked.push(2);
     p.stop_ingester();
     assert_published_exactly(&p, "default", acked).await;
@@ -608,31 +572,21 @@ async fn an_ingester_without_a_lease_refuses_writes_until_it_has_one_again() {
 /// and the answer was silently short.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--lease-ttl-s", "2", "--seal-age-s", "3600"]);
-    wait_ready(&p.http).await;
-    let query_addr = format!("127.0.0.1:{}", free_port());
-    let log = std::fs::File::create(p.root.path().join("querier.log")).expect("log");
-    let mut querier = std::process::Command::new(procs::bin())
-        .args(["querier", "--listen", &query_addr, "--catalog", &p.catalog_addr])
-        .arg("--object-store")
-        .arg(format!("file://{}", p.objects().display()))
-        .arg("--cache-dir")
-        .arg(p.root.path().join("cache"))
-        .args(["--recent-timeout-ms", "500"])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("querier");
-    assert_eq!(export(&p.http, "default", 0, 3).await.0, 200);
-    let start = base_time() - 60_000_000_000;
-    let end = base_time() + 60_000_000_000;
+    wait_ready(p.http()).await;
+    let querier = p.add(Role::Querier, &["--recent-timeout-ms", "500"]);
+    p.start(querier);
+    let query_addr = p[querier].addr.clone();
+    assert_eq!(export(p.http(), "default", 0, 3).await.0, 200);
+    let start = recent_base_time() - 60_000_000_000;
+    let end = recent_base_time() + 60_000_000_000;
     let path = format!("/api/mira/v1/logs?start={start}&end={end}&limit=100");
     let body = wait_for("the querier to answer", Duration::from_secs(60), || async {
-        status_of(&query_addr, &path)
+        http::get(&query_addr, &path)
             .await
-            .filter(|(s, _)| *s == 200)
-            .map(|(_, b)| b)
+            .filter(|r| r.status == 200)
+            .map(|r| r.text())
     })
     .await;
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
@@ -640,7 +594,7 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     assert_eq!(v["lines"].as_array().map(Vec::len), Some(3), "{body}");
     p.kill_ingester();
     // Wait until the catalog no longer counts the ingester live.
-    let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
+    let client = CatalogClient::new(vec![p.catalog_addr().to_owned()], ClientConfig::default());
     wait_for(
         "the crashed ingester's lease to lapse",
         Duration::from_secs(60),
@@ -657,8 +611,9 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
         },
     )
     .await;
-    let (s, body) = status_of(&query_addr, &path).await.expect("answer");
-    assert_eq!(s, 200, "{body}");
+    let answer = http::get(&query_addr, &path).await.expect("answer");
+    let body = answer.text();
+    assert_eq!(answer.status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["partial"], true, "{body}");
     assert!(body.contains("ingester-0"), "the warning names the ingester: {body}");
@@ -668,18 +623,16 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
         .args([
             "catalog-admin",
             "--catalog",
-            &p.catalog_addr,
+            p.catalog_addr(),
             "forget-ingester",
             "ingester-0",
         ])
         .output()
         .expect("catalog-admin");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (_, body) = status_of(&query_addr, &path).await.expect("answer");
+    let body = http::get(&query_addr, &path).await.expect("answer").text();
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["partial"], false, "{body}");
-    let _ = querier.kill();
-    let _ = querier.wait();
 }
 
 /// Item 4: more tenants in one generation than one catalog command may
@@ -688,19 +641,17 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
 #[cfg(feature = "fault-hooks")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tenants_publish_in_chunks_and_a_crash_between_chunks_duplicates_nothing() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     let flags = ["--shards", "1", "--seal-age-s", "3600", "--publish-chunk-blocks", "3"];
     p.start_ingester_env(&flags, &[("MIRA_FAULT_ABORT_AFTER_STAGE", "1")]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     for t in 0..10u64 {
-        assert_eq!(export(&p.http, &format!("t{t}"), t * 10, 2).await.0, 200);
+        assert_eq!(export(p.http(), &format!("t{t}"), t * 10, 2).await.0, 200);
     }
     // SIGTERM seals the generation: 10 blocks, the first chunk of 3 is
     // staged, then the process dies (the hook aborts, as kill -9 would).
-    let mut child = p.ingester.take().expect("ingester");
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    let mut child = p.take(INGESTER);
+    terminate(&child);
     let exit = child_exit(&mut child, "the ingester");
     assert!(!exit.success(), "the process died between two chunks: {exit:?}");
     for t in 0..10u64 {
@@ -710,7 +661,7 @@ async fn many_tenants_publish_in_chunks_and_a_crash_between_chunks_duplicates_no
         );
     }
     p.start_ingester(&flags);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     p.stop_ingester();
     for t in 0..10u64 {
         assert_published_exactly(&p, &format!("t{t}"), [t * 10, t * 10 + 1]).await;

@@ -2,8 +2,6 @@
 //! acknowledged OTLP export is in the published blocks exactly once, across
 //! a kill -9 and restart, and bad requests get a 4xx naming the problem.
 
-#[path = "support/cluster.rs"]
-mod cluster;
 #[path = "support/procs.rs"]
 mod procs;
 
@@ -11,24 +9,29 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::wait_for;
 use mira_catalog::proto as pb;
+use mira_testkit::http::{self, wait_ready};
+use mira_testkit::net::wait_for;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use procs::{Procs, http, published_bodies, published_tables, request, wait_ready};
+use procs::{INGESTER, Procs, published_bodies, published_tables, request};
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `recent_base_time() + n`, as OTLP/JSON writes a time.
+fn at(n: u64) -> String {
+    (mira_testkit::recent_base_time() + n).to_string()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_record_and_duplicates_none() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     const PER: u64 = 50;
     let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let http_addr = p.http.clone();
+    let http_addr = p.http().to_owned();
     // Four senders run through the kill: exports in flight when the process
     // dies are not acknowledged and may or may not be published (once).
     let senders: Vec<_> = (0..4)
@@ -38,16 +41,11 @@ async fn kill_9_loses_no_acknowledged_record_and_duplicates_none() {
                 while !stop.load(Ordering::Relaxed) {
                     let n = next.fetch_add(1, Ordering::Relaxed);
                     let body = request(n * PER, PER);
-                    match http(
-                        &addr,
-                        "POST",
-                        "/v1/logs",
-                        &[("Content-Type", "application/x-protobuf")],
-                        &body,
-                    )
-                    .await
+                    match http::post(&addr, "/v1/logs", &[("Content-Type", "application/x-protobuf")], body)
+                        .await
+                        .map(|r| r.status)
                     {
-                        Some((200, _)) => acked.lock().expect("lock").push(n),
+                        Some(200) => acked.lock().expect("lock").push(n),
                         Some(_) => {}
                         None => tokio::time::sleep(Duration::from_millis(20)).await,
                     }
@@ -63,7 +61,7 @@ async fn kill_9_loses_no_acknowledged_record_and_duplicates_none() {
     p.kill_ingester();
     let at_kill = acked_len();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     wait_for("300 more acknowledged exports", Duration::from_secs(60), || async {
         (acked_len() >= at_kill + 300).then_some(())
     })
@@ -128,54 +126,14 @@ fn short_trace_id() -> Vec<u8> {
     req.encode_to_vec()
 }
 
-/// POSTs a JSON body declared as `len` bytes of zeros, writing it while
-/// the answer has not come; returns (status, bytes written when it came,
-/// answer text).
-async fn huge_post(addr: &str, len: usize) -> (u16, usize, String) {
-    let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut rd, mut wr) = s.into_split();
-    let head =
-        format!("POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
-    wr.write_all(head.as_bytes()).await.expect("head");
-    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = sent.clone();
-    let writer = tokio::spawn(async move {
-        let chunk = vec![0u8; 1 << 20];
-        let mut n = 0;
-        while n < len {
-            if wr.write_all(&chunk).await.is_err() {
-                break;
-            }
-            n += chunk.len();
-            counter.store(n, std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    // Read until the head and the short body are in.
-    loop {
-        let n = rd.read(&mut buf).await.expect("read");
-        out.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&out);
-        if n == 0 || (text.contains("\r\n\r\n") && text.contains('}')) {
-            break;
-        }
-    }
-    let at = sent.load(std::sync::atomic::Ordering::SeqCst);
-    writer.abort();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, at, text)
-}
-
 /// (name, headers, body, expected status, text the answer must contain)
 type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<u8>, u16, &'a str);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let good = request(0, 10);
     let pb_ct = ("Content-Type", "application/x-protobuf");
     let cases: Vec<Case<'_>> = vec![
@@ -238,13 +196,17 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
         ),
     ];
     for (name, headers, body, status, needle) in cases {
-        let (got, body) = http(&p.http, "POST", "/v1/logs", &headers, &body).await.expect(name);
-        let text = String::from_utf8_lossy(&body);
-        assert_eq!(got, status, "{name}: {text}");
+        let answer = http::post(p.http(), "/v1/logs", &headers, body).await.expect(name);
+        let text = answer.text();
+        assert_eq!(answer.status, status, "{name}: {text}");
         assert!(text.contains(needle), "{name}: {text:?} should mention {needle:?}");
     }
     // A 1 GiB body is refused on its declared length, before it is sent.
-    let (status, sent, answer) = huge_post(&p.http, 1 << 30).await;
+    let len = 1 << 30;
+    let head =
+        format!("POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
+    let (answer, sent) = http::raw_request_with_body(p.http(), &head, len).await;
+    let (status, answer) = (answer.status, answer.text);
     assert_eq!(status, 413, "{answer}");
     assert!(answer.contains("limit"), "{answer}");
     assert!(
@@ -252,23 +214,18 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
         "the answer came before the body was sent ({sent} bytes written)"
     );
     // OTLP/JSON with hex ids and string int64s is accepted.
-    let json = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1796169600000000001","body":{"stringValue":"json-1"},"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174"}]}]}]}"#;
-    let (got, body) = http(
-        &p.http,
-        "POST",
-        "/v1/logs",
-        &[("Content-Type", "application/json")],
-        json.as_bytes(),
-    )
-    .await
-    .expect("json");
-    assert_eq!(got, 200, "{}", String::from_utf8_lossy(&body));
-    let (got, _) = http(&p.http, "POST", "/v1/logs", &[pb_ct], &good).await.expect("good");
-    assert_eq!(got, 200);
+    let json = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"{t1}","body":{"stringValue":"json-1"},"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174"}]}]}]}"#
+        .replace("{t1}", &at(1));
+    let answer = http::post(p.http(), "/v1/logs", &[("Content-Type", "application/json")], json)
+        .await
+        .expect("json");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let answer = http::post(p.http(), "/v1/logs", &[pb_ct], good).await.expect("good");
+    assert_eq!(answer.status, 200);
     // The probes count what happened.
-    let (got, metrics) = http(&p.http, "GET", "/metrics", &[], b"").await.expect("metrics");
-    assert_eq!(got, 200);
-    let metrics = String::from_utf8_lossy(&metrics);
+    let answer = http::get(p.http(), "/metrics").await.expect("metrics");
+    assert_eq!(answer.status, 200);
+    let metrics = answer.text();
     for line in [
         "mira_ingester_requests_total{signal=\"logs\",outcome=\"invalid\"} 3",
         "mira_ingester_requests_total{signal=\"logs\",outcome=\"ok\"} 2",
@@ -296,9 +253,9 @@ async fn bad_exports_get_4xx_naming_the_problem_and_nothing_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_while_loadgen_runs_keeps_every_acknowledged_request_once() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let acked_file = p.root.path().join("acked.txt");
     let loadgen = Command::new(env!("CARGO_BIN_EXE_mira"))
         .args([
@@ -306,7 +263,7 @@ async fn kill_9_while_loadgen_runs_keeps_every_acknowledged_request_once() {
             "--protocol",
             "grpc",
             "--target",
-            &p.grpc,
+            p.grpc(),
             "--conns",
             "4",
             "--batch",
@@ -323,7 +280,7 @@ async fn kill_9_while_loadgen_runs_keeps_every_acknowledged_request_once() {
         .spawn()
         .expect("spawn loadgen");
     // Let it run, kill -9 the ingester mid-stream, bring it back.
-    let wal = p.root.path().join("ingester/wal");
+    let wal = p[INGESTER].dir.join("wal");
     wait_for("WAL frames", Duration::from_secs(30), || async {
         let size: u64 = std::fs::read_dir(&wal)
             .ok()?
@@ -335,7 +292,7 @@ async fn kill_9_while_loadgen_runs_keeps_every_acknowledged_request_once() {
     .await;
     p.kill_ingester();
     p.start_ingester(&[]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let status = tokio::task::spawn_blocking(move || loadgen.wait_with_output())
         .await
         .expect("join")
@@ -371,25 +328,21 @@ async fn attribute_limits_cut_logs_and_reject_metric_points_as_partial_success()
         ExportMetricsServiceRequest, ExportMetricsServiceResponse,
     };
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&["--max-attributes", "3", "--max-attribute-value-bytes", "8"]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     // Five attributes, one value of 20 bytes, one already dropped by the sender.
-    let log = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1796169600000000001",
+    let log = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"{t1}",
         "body":{"stringValue":"limited-1"},"droppedAttributesCount":1,"attributes":[
         {"key":"a","value":{"stringValue":"0123456789abcdefghij"}},{"key":"b","value":{"intValue":"2"}},
         {"key":"c","value":{"boolValue":true}},{"key":"d","value":{"stringValue":"x"}},
-        {"key":"e","value":{"stringValue":"y"}}]}]}]}]}"#;
-    let (status, body) = http(
-        &p.http,
-        "POST",
-        "/v1/logs",
-        &[("Content-Type", "application/json")],
-        log.as_bytes(),
-    )
-    .await
-    .expect("logs");
-    let answer: serde_json::Value = serde_json::from_slice(&body).expect("json answer");
+        {"key":"e","value":{"stringValue":"y"}}]}]}]}]}"#
+        .replace("{t1}", &at(1));
+    let answer = http::post(p.http(), "/v1/logs", &[("Content-Type", "application/json")], log)
+        .await
+        .expect("logs");
+    let status = answer.status;
+    let answer: serde_json::Value = serde_json::from_slice(&answer.body).expect("json answer");
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["partialSuccess"]["rejectedLogRecords"], "0", "{answer}");
     let message = answer["partialSuccess"]["errorMessage"].as_str().expect("message");
@@ -398,24 +351,24 @@ async fn attribute_limits_cut_logs_and_reject_metric_points_as_partial_success()
 
     // Two gauge points; the second has four attributes and is rejected.
     let metrics = r#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"g","gauge":{"dataPoints":[
-        {"timeUnixNano":"1796169600000000001","asDouble":1.5,"attributes":[{"key":"k","value":{"stringValue":"v"}}]},
-        {"timeUnixNano":"1796169600000000002","asDouble":2.5,"attributes":[
+        {"timeUnixNano":"{t1}","asDouble":1.5,"attributes":[{"key":"k","value":{"stringValue":"v"}}]},
+        {"timeUnixNano":"{t2}","asDouble":2.5,"attributes":[
           {"key":"k1","value":{"stringValue":"v"}},{"key":"k2","value":{"stringValue":"v"}},
           {"key":"k3","value":{"stringValue":"v"}},{"key":"k4","value":{"stringValue":"v"}}]}]}}]}]}]}"#;
-    let protobuf = serde_json::from_str::<ExportMetricsServiceRequest>(metrics)
+    let metrics = metrics.replace("{t1}", &at(1)).replace("{t2}", &at(2));
+    let protobuf = serde_json::from_str::<ExportMetricsServiceRequest>(&metrics)
         .expect("metrics json")
         .encode_to_vec();
-    let (status, body) = http(
-        &p.http,
-        "POST",
+    let answer = http::post(
+        p.http(),
         "/v1/metrics",
         &[("Content-Type", "application/x-protobuf")],
-        &protobuf,
+        protobuf,
     )
     .await
     .expect("metrics");
-    assert_eq!(status, 200);
-    let answer = ExportMetricsServiceResponse::decode(body.as_slice()).expect("protobuf answer");
+    assert_eq!(answer.status, 200);
+    let answer = ExportMetricsServiceResponse::decode(answer.body.as_slice()).expect("protobuf answer");
     let partial = answer.partial_success.expect("a partial success");
     assert_eq!(partial.rejected_data_points, 1);
     assert!(
@@ -423,8 +376,7 @@ async fn attribute_limits_cut_logs_and_reject_metric_points_as_partial_success()
         "{}",
         partial.error_message
     );
-    let (_, text) = http(&p.http, "GET", "/metrics", &[], b"").await.expect("/metrics");
-    let text = String::from_utf8_lossy(&text);
+    let text = http::get(p.http(), "/metrics").await.expect("/metrics").text();
     for line in [
         "mira_ingester_limited_total{signal=\"metrics\",outcome=\"rejected_point\"} 1",
         "mira_ingester_limited_total{signal=\"logs\",outcome=\"dropped_attribute\"} 2",
@@ -498,7 +450,7 @@ async fn attribute_limits_cut_logs_and_reject_metric_points_as_partial_success()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_slots_bound_requests_and_a_stalled_body_gets_408() {
-    let mut p = Procs::new();
+    let mut p = Procs::with_ingester();
     p.start_ingester(&[
         "--max-inflight-requests",
         "1",
@@ -507,22 +459,23 @@ async fn in_flight_slots_bound_requests_and_a_stalled_body_gets_408() {
         "--body-timeout-s",
         "2",
     ]);
-    wait_ready(&p.http).await;
+    wait_ready(p.http()).await;
     let json_ct = ("Content-Type", "application/json");
-    let good = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1796169600000000001","body":{"stringValue":"slot-1"}}]}]}]}"#;
+    let good = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"{t1}","body":{"stringValue":"slot-1"}}]}]}]}"#
+        .replace("{t1}", &at(1));
     // A client declares 1000 bytes, sends 11 and stalls: it holds the only slot.
-    let mut stalled = tokio::net::TcpStream::connect(&p.http).await.expect("connect");
-    stalled
-        .write_all(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"resource")
-        .await
-        .expect("write");
+    let stalled = tokio::spawn(http::raw_request(
+        p.http().to_owned(),
+        b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"resource",
+    ));
     let inflight = |n: u32| {
-        let addr = p.http.clone();
+        let addr = p.http().to_owned();
         move || {
             let addr = addr.clone();
             async move {
-                let (_, text) = http(&addr, "GET", "/metrics", &[], b"").await?;
-                String::from_utf8_lossy(&text)
+                http::get(&addr, "/metrics")
+                    .await?
+                    .text()
                     .contains(&format!("mira_ingester_inflight_requests {n}\n"))
                     .then_some(())
             }
@@ -535,23 +488,19 @@ async fn in_flight_slots_bound_requests_and_a_stalled_body_gets_408() {
     )
     .await;
     // Another export waits for the slot, then is told to come back.
-    let (status, body) = http(&p.http, "POST", "/v1/logs", &[json_ct], good.as_bytes())
+    let answer = http::post(p.http(), "/v1/logs", &[json_ct], good.clone())
         .await
         .expect("post");
-    let text = String::from_utf8_lossy(&body);
-    assert_eq!(status, 429, "{text}");
+    let text = answer.text();
+    assert_eq!(answer.status, 429, "{text}");
     assert!(text.contains("in-flight request slots"), "{text}");
     // The staller gets 408 when its body time is up, and frees the slot.
-    let mut answer = Vec::new();
-    stalled.read_to_end(&mut answer).await.expect("read");
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = stalled.await.expect("the stalled client").text;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("did not arrive"), "{answer}");
     wait_for("the slot to be free", Duration::from_secs(30), inflight(0)).await;
-    let (status, _) = http(&p.http, "POST", "/v1/logs", &[json_ct], good.as_bytes())
-        .await
-        .expect("post");
-    assert_eq!(status, 200);
+    let answer = http::post(p.http(), "/v1/logs", &[json_ct], good).await.expect("post");
+    assert_eq!(answer.status, 200);
     p.stop_ingester();
     let bodies = published_bodies(&p).await;
     assert_eq!(bodies.get("slot-1"), Some(&1), "{bodies:?}");

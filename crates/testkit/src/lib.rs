@@ -1,6 +1,6 @@
 //! Test support for Mira: OTLP data to feed the store and a way to compare what comes back.
 //!
-//! The crate owns four things, one module each:
+//! The crate owns these things, one module each:
 //!
 //! - [`corpus`]: a deterministic OTLP generator shaped like a real load generator (logs, traces,
 //!   metrics; low or high cardinality). Same seed, same bytes. Used by tests, benches and the load
@@ -13,19 +13,34 @@
 //!   resource/scope grouping order".
 //! - [`store`]: an in-memory object store that records GET ranges and can stall writes.
 //! - [`net`]: free loopback ports and waiting on a condition with a deadline.
+//! - [`http`]: an HTTP client for the servers under test (`reqwest`), waiting for `/ready`, and a
+//!   raw socket writer for the hostile requests no real client sends.
+//! - [`otlp`]: small hand-written exports whose records the tests name.
 //!
-//! And [`recent_base_time`], the clock-relative base of test record times.
+//! And two times: [`recent_base_time`], the clock-relative base of test record times, and
+//! [`EPOCH_NS`] (with [`EPOCH_S`]), the fixed instant of tests that need a date, not the clock.
 //!
-//! `arb` (and proptest) are behind the `arb` feature, which only test
-//! builds turn on. Only `mira loadgen` uses the crate outside tests and benches (the corpus); the
-//! crate is `publish = false`.
+//! `arb` (and proptest) are behind the `arb` feature and `http` (and reqwest) behind the `http`
+//! feature, which only test builds turn on. Only `mira loadgen` uses the crate outside tests and
+//! benches (the corpus); the crate is `publish = false`.
 
 #[cfg(feature = "arb")]
 pub mod arb;
 pub mod corpus;
 pub mod flatten;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod net;
+pub mod otlp;
 pub mod store;
+
+/// 2026-12-02T00:00:00Z in Unix seconds: the fixed instant of tests whose
+/// times no ingester checks against its clock (catalog blocks and leases,
+/// query ranges).
+pub const EPOCH_S: i64 = 1_796_169_600;
+
+/// [`EPOCH_S`] in Unix nanoseconds.
+pub const EPOCH_NS: i64 = EPOCH_S * 1_000_000_000;
 
 /// A time ten minutes before this process first asked, in Unix ns: record
 /// times for tests that go through an ingester, which refuses times far

@@ -1,5 +1,5 @@
 //! Shared by the ingester's in-process tests: a single-member catalog and
-//! an ingester over a test store, one-record log exports, a raw HTTP POST,
+//! an ingester over a test store, one-record log exports and their POST,
 //! and the log bodies of a block.
 
 #![allow(dead_code)]
@@ -13,59 +13,21 @@ use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
 use mira_ingester::otlp::ReceiverConfig;
 use mira_ingester::{IngesterConfig, IngesterNode, PipelineConfig, WalMode};
+use mira_testkit::http::Response;
 pub use mira_testkit::net::free_addr;
 use mira_testkit::store::TestStore;
-use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
-use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// An export of one log record with `body`, at a time derived from `n`.
-pub fn log_export(n: u64, body: String) -> Vec<u8> {
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            scope_logs: vec![ScopeLogs {
-                log_records: vec![LogRecord {
-                    time_unix_nano: mira_testkit::recent_base_time() + n,
-                    body: Some(AnyValue {
-                        value: Some(any_value::Value::StringValue(body)),
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+/// POSTs an export of one log record with `body`, at
+/// [`mira_testkit::recent_base_time`] + `n`, to `/v1/logs` on `addr`; the
+/// answer, or `None` when none came.
+pub async fn post_log(addr: SocketAddr, n: u64, body: String) -> Option<Response> {
+    let export = mira_testkit::otlp::log_export(&[], [(n, body)]);
+    mira_testkit::http::post(addr, "/v1/logs", &[("Content-Type", "application/x-protobuf")], export).await
 }
 
-/// POSTs one protobuf export to `/v1/logs`; returns the raw response, or
-/// an empty string when the connection failed.
-pub async fn post(addr: SocketAddr, body: &[u8]) -> String {
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return String::new();
-    };
-    let head = format!(
-        "POST /v1/logs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    if s.write_all(head.as_bytes()).await.is_err() || s.write_all(body).await.is_err() {
-        return String::new();
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out
-}
-
-/// The status code of a raw response (0 when there is none).
-pub fn status(response: &str) -> u16 {
-    response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+/// The status of an answer (0 when none came).
+pub fn status(answer: &Option<Response>) -> u16 {
+    answer.as_ref().map_or(0, |r| r.status)
 }
 
 /// The string bodies of a logs block.

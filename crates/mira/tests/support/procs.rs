@@ -1,24 +1,23 @@
-//! One `mira catalog` and one `mira ingester` as real processes on
-//! loopback, with the ingester killed (-9) or stopped (SIGTERM) and started
-//! again with other flags; helpers to send OTLP/HTTP exports and to read
-//! back every published block from the object store itself.
+//! Mira's roles as real processes on loopback: any number of `mira
+//! catalog`, `mira ingester`, `mira querier` and `mira serve` processes of
+//! the binary under test, each with its ports and data directory fixed for
+//! its life, so one killed (-9) or stopped (SIGTERM) starts again on its
+//! data and its peers still find it. Every ingester and querier shares one
+//! file object store and the harness's catalog members. Helpers read back
+//! what was published, from the catalog and the object store itself.
 
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::ops::{Index, IndexMut};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, ClientConfig};
-use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
-use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use crate::cluster::{free_port, wait_for};
+use mira_testkit::net::{free_port, wait_for};
 
 /// The `mira` binary under test: this build's, or `MIRA_TEST_BIN` (to run
 /// the same tests against another build, e.g. an earlier release).
@@ -26,111 +25,353 @@ pub fn bin() -> String {
     std::env::var("MIRA_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mira").to_owned())
 }
 
-/// `--shards 2 --seal-age-s 1` unless `extra` sets them.
-fn defaults(extra: &[&str]) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if !extra.contains(&"--shards") {
-        out.extend(["--shards", "2"]);
-    }
-    if !extra.contains(&"--seal-age-s") {
-        out.extend(["--seal-age-s", "1"]);
-    }
-    out
+/// The subcommand a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Catalog,
+    Ingester,
+    Querier,
+    Serve,
 }
 
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Catalog => "catalog",
+            Role::Ingester => "ingester",
+            Role::Querier => "querier",
+            Role::Serve => "serve",
+        }
+    }
+}
+
+/// One process of the harness (running or not).
+pub struct Proc {
+    pub role: Role,
+    /// `{role}-{k}` for the k-th of its role: its data directory under the
+    /// root and its log files' names.
+    pub name: String,
+    /// Its node id, for a catalog member: k.
+    pub id: u64,
+    pub dir: PathBuf,
+    /// Where its `/ready` and `/metrics` answer: the catalog's gRPC and
+    /// HTTP listener, the ingester's OTLP/HTTP one, the query API of a
+    /// querier or `serve`.
+    pub addr: String,
+    /// OTLP/gRPC (ingester, serve).
+    pub grpc: String,
+    /// OTLP/HTTP (ingester: `addr`; serve).
+    pub http: String,
+    /// The embedded catalog member (serve).
+    pub member: String,
+    /// Flags after the role's own, and environment, of every start.
+    pub flags: Vec<String>,
+    pub env: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+impl Proc {
+    /// The command line: the role's own flags, then `flags`.
+    fn command(&self, catalogs: &str, peers: &str, objects: &str) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg(self.role.name());
+        let (id, dir) = (self.id.to_string(), self.dir.display().to_string());
+        let own: Vec<&str> = match self.role {
+            Role::Catalog => vec![
+                "--node-id",
+                &id,
+                "--listen",
+                &self.addr,
+                "--peers",
+                peers,
+                "--data-dir",
+                &dir,
+            ],
+            Role::Ingester => {
+                let mut own = vec![
+                    "--catalog",
+                    catalogs,
+                    "--http-listen",
+                    &self.addr,
+                    "--grpc-listen",
+                    &self.grpc,
+                    "--data-dir",
+                    &dir,
+                    "--object-store",
+                    objects,
+                ];
+                // Defaults of these tests unless the flags set them.
+                for (flag, value) in [("--shards", "2"), ("--seal-age-s", "1")] {
+                    if !self.flags.iter().any(|f| f == flag) {
+                        own.extend([flag, value]);
+                    }
+                }
+                own
+            }
+            Role::Querier => vec![
+                "--listen",
+                &self.addr,
+                "--catalog",
+                catalogs,
+                "--data-dir",
+                &dir,
+                "--object-store",
+                objects,
+            ],
+            Role::Serve => vec![
+                "--listen",
+                &self.addr,
+                "--grpc-listen",
+                &self.grpc,
+                "--http-listen",
+                &self.http,
+                "--catalog-listen",
+                &self.member,
+                "--data-dir",
+                &dir,
+                "--object-store",
+                objects,
+            ],
+        };
+        cmd.args(own)
+            .args(&self.flags)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+}
+
+/// Processes of any roles under one temporary root.
 pub struct Procs {
     pub root: tempfile::TempDir,
-    pub catalog: Option<Child>,
-    pub ingester: Option<Child>,
-    pub catalog_addr: String,
-    pub http: String,
-    pub grpc: String,
-    pub starts: u32,
+    procs: Vec<Proc>,
+    starts: u32,
 }
 
+impl Index<usize> for Procs {
+    type Output = Proc;
+    fn index(&self, i: usize) -> &Proc {
+        &self.procs[i]
+    }
+}
+
+impl IndexMut<usize> for Procs {
+    fn index_mut(&mut self, i: usize) -> &mut Proc {
+        &mut self.procs[i]
+    }
+}
+
+/// In [`Procs::with_ingester`]: the catalog member and the ingester.
+pub const CATALOG: usize = 0;
+pub const INGESTER: usize = 1;
+
 impl Procs {
+    /// No process yet.
     pub fn new() -> Procs {
-        let root = tempfile::tempdir().expect("tempdir");
-        let catalog_addr = format!("127.0.0.1:{}", free_port());
-        let mut p = Procs {
-            catalog: None,
-            ingester: None,
-            catalog_addr,
-            http: format!("127.0.0.1:{}", free_port()),
-            grpc: format!("127.0.0.1:{}", free_port()),
-            root,
+        Procs {
+            root: tempfile::tempdir().expect("tempdir"),
+            procs: Vec::new(),
             starts: 0,
-        };
-        p.start_catalog();
+        }
+    }
+
+    /// A catalog member ([`CATALOG`], started) and an ingester
+    /// ([`INGESTER`], not started).
+    pub fn with_ingester() -> Procs {
+        let mut p = Procs::new();
+        assert_eq!(p.add(Role::Catalog, &[]), CATALOG);
+        assert_eq!(p.add(Role::Ingester, &[]), INGESTER);
+        p.start(CATALOG);
         p
     }
 
-    /// Starts (or restarts, from its data directory) the catalog member.
-    pub fn start_catalog(&mut self) {
+    /// `n` catalog members started with `flags`.
+    pub fn catalogs(n: usize, flags: &[&str], env: &[(&str, &str)]) -> Procs {
+        let mut p = Procs::new();
+        for _ in 0..n {
+            let i = p.add(Role::Catalog, flags);
+            p[i].env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        }
+        for i in 0..n {
+            p.start(i);
+        }
+        p
+    }
+
+    /// Adds a process of `role` that starts with `flags` (not started);
+    /// a catalog member joins the peer list of members started from now on.
+    pub fn add(&mut self, role: Role, flags: &[&str]) -> usize {
+        let k = self.procs.iter().filter(|p| p.role == role).count();
+        let name = format!("{}-{k}", role.name());
+        let addr = format!("127.0.0.1:{}", free_port());
+        let http = if role == Role::Ingester {
+            addr.clone()
+        } else {
+            format!("127.0.0.1:{}", free_port())
+        };
+        self.procs.push(Proc {
+            role,
+            id: k as u64,
+            dir: self.root.path().join(&name),
+            name,
+            addr,
+            grpc: format!("127.0.0.1:{}", free_port()),
+            http,
+            member: format!("127.0.0.1:{}", free_port()),
+            flags: flags.iter().map(|f| (*f).to_owned()).collect(),
+            env: Vec::new(),
+            child: None,
+        });
+        self.procs.len() - 1
+    }
+
+    /// Starts process `i` (again) with its flags; its stderr goes to
+    /// `{name}.{n}.log` under the root.
+    pub fn start(&mut self, i: usize) {
+        assert!(self.procs[i].child.is_none(), "{} already running", self.procs[i].name);
         self.starts += 1;
-        let log = std::fs::File::create(self.root.path().join(format!("catalog.{}.log", self.starts))).expect("log");
-        let catalog = Command::new(bin())
-            .args([
-                "catalog",
-                "--listen",
-                &self.catalog_addr,
-                "--peers",
-                &format!("0={}", self.catalog_addr),
-            ])
-            .arg("--data-dir")
-            .arg(self.root.path().join("catalog"))
+        let catalogs = self.catalog_addrs().join(",");
+        let peers = self
+            .procs
+            .iter()
+            .filter(|p| p.role == Role::Catalog)
+            .map(|p| format!("{}={}", p.id, p.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        let objects = format!("file://{}", self.objects().display());
+        let p = &self.procs[i];
+        let log = std::fs::File::create(self.root.path().join(format!("{}.{}.log", p.name, self.starts))).expect("log");
+        let child = p
+            .command(&catalogs, &peers, &objects)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("spawn catalog");
-        self.catalog = Some(catalog);
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", p.name));
+        self.procs[i].child = Some(child);
     }
 
-    pub fn kill_catalog(&mut self) {
-        if let Some(mut c) = self.catalog.take() {
+    /// Starts process `i` with other flags and environment, kept for its
+    /// next starts.
+    pub fn start_with(&mut self, i: usize, flags: &[&str], env: &[(&str, &str)]) {
+        self.procs[i].flags = flags.iter().map(|f| (*f).to_owned()).collect();
+        self.procs[i].env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        self.start(i);
+    }
+
+    /// Every process, by index.
+    pub fn iter(&self) -> impl Iterator<Item = &Proc> {
+        self.procs.iter()
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.procs[i].child.is_some()
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    pub fn start_ingester(&mut self, extra: &[&str]) {
-        self.start_ingester_env(extra, &[]);
+    /// SIGTERM and wait: an ingester seals and publishes what is open.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].child.take() {
+            terminate(&c);
+            let _ = c.wait();
+        }
     }
 
-    /// Starts the ingester (data in `ingester/`) with extra flags and
-    /// environment variables.
-    pub fn start_ingester_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
-        let (http, grpc) = (self.http.clone(), self.grpc.clone());
-        let child = self.spawn_ingester("ingester", &http, &grpc, extra, env);
-        self.ingester = Some(child);
+    /// The running process `i`, no longer the harness's to stop.
+    pub fn take(&mut self, i: usize) -> Child {
+        self.procs[i].child.take().expect("a running process")
     }
 
-    /// Spawns a `mira ingester` with its data in `dir` under the root; its
-    /// stderr goes to `{dir}.{n}.log`.
-    pub fn spawn_ingester(&mut self, dir: &str, http: &str, grpc: &str, extra: &[&str], env: &[(&str, &str)]) -> Child {
-        self.starts += 1;
-        let log = std::fs::File::create(self.root.path().join(format!("{dir}.{}.log", self.starts))).expect("log");
-        Command::new(bin())
-            .args([
-                "ingester",
-                "--catalog",
-                &self.catalog_addr,
-                "--http-listen",
-                http,
-                "--grpc-listen",
-                grpc,
-            ])
-            .arg("--data-dir")
-            .arg(self.root.path().join(dir))
-            .arg("--object-store")
-            .arg(format!("file://{}", self.objects().display()))
-            .args(defaults(extra))
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn ingester")
+    pub fn objects(&self) -> PathBuf {
+        self.root.path().join("objects")
+    }
+
+    /// The addresses of the catalog members.
+    pub fn catalog_addrs(&self) -> Vec<String> {
+        self.procs
+            .iter()
+            .filter(|p| p.role == Role::Catalog)
+            .map(|p| p.addr.clone())
+            .collect()
+    }
+
+    /// A client of every catalog member.
+    pub fn client(&self) -> Arc<CatalogClient> {
+        Arc::new(CatalogClient::new(
+            self.catalog_addrs(),
+            ClientConfig {
+                timeout: Duration::from_secs(30),
+                ..ClientConfig::default()
+            },
+        ))
+    }
+
+    /// A client of catalog member `i` alone (reads are served by that
+    /// member).
+    pub fn member_client(&self, i: usize) -> CatalogClient {
+        CatalogClient::new(
+            vec![self.procs[i].addr.clone()],
+            ClientConfig {
+                timeout: Duration::from_secs(2),
+                attempt_timeout: Duration::from_secs(1),
+                ..ClientConfig::default()
+            },
+        )
+    }
+
+    /// Waits until a running catalog member reports a leader that is
+    /// running, and returns the leader's index.
+    pub async fn leader(&self) -> usize {
+        wait_for("a leader", Duration::from_secs(30), || async {
+            for (i, m) in self.procs.iter().enumerate() {
+                if m.role != Role::Catalog || m.child.is_none() {
+                    continue;
+                }
+                if let Ok(s) = self.member_client(i).status_of_first().await
+                    && let Some(l) = s.leader_id
+                    && let Some(li) = self.procs.iter().position(|m| m.role == Role::Catalog && m.id == l)
+                    && self.procs[li].child.is_some()
+                    && self
+                        .member_client(li)
+                        .status_of_first()
+                        .await
+                        .is_ok_and(|ls| ls.leader_id == Some(l))
+                {
+                    return Some(li);
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    pub async fn status(&self, i: usize) -> Option<pb::StatusReply> {
+        self.member_client(i).status_of_first().await.ok()
+    }
+
+    /// Every logs block (any state) member `i` has applied, as served by it.
+    pub async fn blocks_on(&self, i: usize, tenant: &str) -> Option<Vec<pb::Block>> {
+        self.member_client(i)
+            .list_blocks(pb::ListBlocksRequest {
+                tenant: tenant.to_owned(),
+                signal: pb::Signal::Logs as i32,
+                min_time_ns: 0,
+                max_time_ns: i64::MAX,
+                states: vec![
+                    pb::BlockState::Live as i32,
+                    pb::BlockState::Tombstoned as i32,
+                    pb::BlockState::Offloaded as i32,
+                ],
+                linearizable: false,
+            })
+            .await
+            .ok()
+            .map(|r| r.blocks)
     }
 
     /// The text of every log file of the run (for assertions on what a
@@ -149,103 +390,76 @@ impl Procs {
         out
     }
 
+    // The layout of `with_ingester`, by name.
+
+    pub fn start_catalog(&mut self) {
+        self.start(CATALOG);
+    }
+
+    pub fn kill_catalog(&mut self) {
+        self.kill(CATALOG);
+    }
+
+    pub fn catalog_addr(&self) -> &str {
+        &self.procs[CATALOG].addr
+    }
+
+    pub fn start_ingester(&mut self, flags: &[&str]) {
+        self.start_with(INGESTER, flags, &[]);
+    }
+
+    pub fn start_ingester_env(&mut self, flags: &[&str], env: &[(&str, &str)]) {
+        self.start_with(INGESTER, flags, env);
+    }
+
     pub fn kill_ingester(&mut self) {
-        if let Some(mut c) = self.ingester.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill(INGESTER);
     }
 
-    /// SIGTERM and wait: the ingester seals and publishes what is open.
     pub fn stop_ingester(&mut self) {
-        if let Some(mut c) = self.ingester.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
-            let _ = c.wait();
-        }
+        self.stop(INGESTER);
     }
 
-    pub fn objects(&self) -> std::path::PathBuf {
-        self.root.path().join("ingester/objects")
+    /// The ingester's OTLP/HTTP address.
+    pub fn http(&self) -> &str {
+        &self.procs[INGESTER].http
+    }
+
+    /// The ingester's OTLP/gRPC address.
+    pub fn grpc(&self) -> &str {
+        &self.procs[INGESTER].grpc
     }
 }
 
 impl Drop for Procs {
     fn drop(&mut self) {
-        for c in [self.catalog.take(), self.ingester.take()].into_iter().flatten() {
-            let mut c = c;
-            let _ = c.kill();
-            let _ = c.wait();
+        for i in 0..self.procs.len() {
+            self.kill(i);
         }
     }
 }
 
-/// One HTTP/1.1 request; returns (status, body) or None when the
-/// connection failed.
-pub async fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Option<(u16, Vec<u8>)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
+/// SIGTERM to `child` (a graceful stop), without waiting.
+pub fn terminate(child: &Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+}
+
+/// Waits (a minute at most) until `child` exits.
+pub fn child_exit(c: &mut Child, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(s) = c.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} did not exit");
+        std::thread::sleep(Duration::from_millis(50));
     }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).await.ok()?;
-    s.write_all(body).await.ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.ok()?;
-    let text = String::from_utf8_lossy(&out);
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let split = out
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(out.len(), |p| p + 4);
-    Some((status, out[split..].to_vec()))
 }
 
-/// Record times of these tests (ten minutes before the test started).
-pub fn base_time() -> u64 {
-    mira_testkit::recent_base_time()
-}
-
-/// A log export of records `rec-{first}` .. `rec-{first + n - 1}`.
+/// A log export of records `rec-{first}` .. `rec-{first + n - 1}`, record
+/// `rec-i` at [`mira_testkit::recent_base_time`] + i.
 pub fn request(first: u64, n: u64) -> Vec<u8> {
-    let records = (first..first + n)
-        .map(|i| LogRecord {
-            time_unix_nano: base_time() + i,
-            body: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(format!("rec-{i}"))),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ExportLogsServiceRequest {
-        resource_logs: vec![ResourceLogs {
-            scope_logs: vec![ScopeLogs {
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
-}
-
-pub async fn wait_ready(addr: &str) {
-    wait_for("the ingester to be ready", Duration::from_secs(60), || async {
-        http(addr, "GET", "/ready", &[], b"")
-            .await
-            .filter(|(s, _)| *s == 200)
-            .map(|_| ())
-    })
-    .await;
+    mira_testkit::otlp::log_export(&[], (first..first + n).map(|i| (i, format!("rec-{i}"))))
 }
 
 /// The tables of every published block of `signal` (default tenant).
@@ -255,7 +469,7 @@ pub async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::c
 
 /// Every live block of `tenant`'s `signal` the catalog lists (linearizable).
 pub async fn published_blocks(p: &Procs, tenant: &str, signal: pb::Signal) -> Vec<pb::Block> {
-    let client = CatalogClient::new(vec![p.catalog_addr.clone()], ClientConfig::default());
+    let client = CatalogClient::new(p.catalog_addrs(), ClientConfig::default());
     client
         .list_blocks(pb::ListBlocksRequest {
             tenant: tenant.into(),
