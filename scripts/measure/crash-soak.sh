@@ -44,7 +44,7 @@ PEERS="0=${CAT[0]},1=${CAT[1]},2=${CAT[2]}"
 MEMBERS="${CAT[0]},${CAT[1]},${CAT[2]}"
 start_member() {
   "$BIN" catalog --node-id "$1" --listen "${CAT[$1]}" --peers "$PEERS" --data-dir "$work/catalog-$1" \
-    --election-ms 500 --heartbeat-ms 100 2>>"$work/catalog-$1.log" &
+    --election-timeout 500ms --heartbeat 100ms 2>>"$work/catalog-$1.log" &
   CATPID[$1]=$!
 }
 for i in 0 1 2; do start_member "$i"; done
@@ -61,7 +61,7 @@ start_ingester() {
   local wal; wal=$([ $((RANDOM % 2)) -eq 0 ] && echo page-cache || echo fsync)
   FLAGS="shards $shards, $wal"
   "$BIN" ingester --ingester-id soak --catalog "$MEMBERS" --grpc-listen "$GRPC" --http-listen "$HTTP" \
-    --data-dir "$work/ingester" --shards "$shards" --wal "$wal" --seal-age-s 2 2>>"$work/ingester.log" &
+    --data-dir "$work/ingester" --shards "$shards" --wal "$wal" --seal-age 2s 2>>"$work/ingester.log" &
   ING_PID=$!
   for _ in $(seq 1 1200); do
     curl -sf "http://$HTTP/ready" >/dev/null 2>&1 && return 0

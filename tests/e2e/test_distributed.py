@@ -72,7 +72,7 @@ def test_three_catalogs_two_ingesters_two_queriers_over_s3():
             http, grpc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
             spawn(f"ingester-{name}", ["ingester", "--ingester-id", f"ingester-{name}", "--catalog", catalog,
                                        "--http-listen", http, "--grpc-listen", grpc, "--shards", "2",
-                                       "--seal-age-s", "300", "--data-dir", os.path.join(d, f"ingester-{name}")]
+                                       "--seal-age", "5m", "--data-dir", os.path.join(d, f"ingester-{name}")]
                   + store)
             ingesters.append(Ingester(http, grpc))
         queriers = []

@@ -47,7 +47,7 @@ class Mira:
         self.ingester = self._spawn("ingester", ["ingester", "--catalog", self.catalog, "--http-listen", self.http,
                                                  "--grpc-listen", self.grpc, "--data-dir",
                                                  os.path.join(self.dir, "ingester"), "--shards", "2",
-                                                 "--seal-age-s", str(seal_age_s)])
+                                                 "--seal-age", f"{seal_age_s}s"])
         self.procs.append(self.ingester)
         wait_until("ready", lambda: urllib.request.urlopen(f"http://{self.http}/ready", timeout=1).status == 200)
 

@@ -144,7 +144,7 @@ def engines():
     vm = subprocess.Popen([VM, f"-storageDataPath={vm_dir}/data", f"-httpListenAddr={vm_addr}",
                            "-retentionPeriod=100y", "-search.latencyOffset=0s", "-search.disableCache",
                            "-loggerLevel=ERROR"], stdout=vm_log, stderr=vm_log)
-    mira = Serve("--seal-age-s", "3")
+    mira = Serve("--seal-age", "3s")
     try:
         wait_until("victoria-metrics", lambda: urllib.request.urlopen(f"http://{vm_addr}/health", timeout=1).status == 200)
         assert post(f"http://{vm_addr}/api/v1/import/prometheus", prometheus_text(), "text/plain")[0] == 204

@@ -75,11 +75,11 @@ def bodies_in_bucket(moto, scratch):
 @pytest.fixture
 def start_env():
     """Starts moto, a catalog and an ingester writing to moto's bucket;
-    extra ingester flags are appended (--seal-age-s replaces the default 1)."""
+    extra ingester flags are appended (--seal-age replaces the default 1s)."""
     started = []
 
     def start(*extra):
-        seal_age = [] if "--seal-age-s" in extra else ["--seal-age-s", "1"]
+        seal_age = [] if "--seal-age" in extra else ["--seal-age", "1s"]
         moto = Moto()
         d = tempfile.mkdtemp(prefix="mira-s3-")
         catalog = f"127.0.0.1:{free_port()}"
@@ -149,7 +149,7 @@ def test_blocks_go_to_s3_and_survive_a_store_outage(start_env):
 def test_a_large_block_is_uploaded_in_parts(start_env):
     # One generation (no age seal) of ~12 MiB of incompressible bodies, above
     # a 6 MiB multipart threshold: the block goes up as two 8 MiB-bounded parts.
-    moto, http, ingester, scratch = start_env("--seal-age-s", "3600", "--multipart-above-bytes", str(6 << 20))
+    moto, http, ingester, scratch = start_env("--seal-age", "1h", "--multipart-above", "6MiB")
     bodies = [f"big-{i} " + base64.b64encode(os.urandom(6000)).decode() for i in range(2000)]
     send(http, bodies, batch=True)
     ingester.send_signal(15)

@@ -139,10 +139,21 @@ def test_everything_sent_is_answered_before_and_after_a_restart():
         serve.start()
         stats = check_everything(serve, trace_id)
         assert stats["recent_blocks"] == 0 and stats["blocks_considered"] > 0, stats
-        # One /metrics for the whole process on the query port.
-        with urllib.request.urlopen(f"http://{serve.query}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        for family in ("mira_querier_requests", "mira_ingester_", "mira_catalog_raft_term"):
-            assert family in text, family
+        # One registry and one probe router for the whole process, served
+        # on every HTTP port (query API and OTLP/HTTP) alike.
+        for port in (serve.query, serve.http):
+            with urllib.request.urlopen(f"http://{port}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            for family in ("mira_querier_requests", "mira_querier_cache_hits_total", "mira_ingester_records_total",
+                           "mira_catalog_raft_term"):
+                assert family in text, (port, family)
+            # One exposition, not several texts spliced together.
+            assert text.count("# EOF") == 1 and text.rstrip().endswith("# EOF"), port
+            families = [l.split()[2] for l in text.splitlines() if l.startswith("# TYPE ")]
+            assert len(families) == len(set(families)), port
+            with urllib.request.urlopen(f"http://{port}/live", timeout=10) as r:
+                assert (r.status, r.read()) == (200, b"live\n"), port
+            with urllib.request.urlopen(f"http://{port}/ready", timeout=10) as r:
+                assert (r.status, r.read()) == (200, b"ready\n"), port
     finally:
         serve.kill()

@@ -26,10 +26,10 @@ fn member_flags(snapshot_every: u64, keep_logs: u64) -> Vec<String> {
         &snapshot_every.to_string(),
         "--keep-logs",
         &keep_logs.to_string(),
-        "--heartbeat-ms",
-        "50",
-        "--election-ms",
-        "300",
+        "--heartbeat",
+        "50ms",
+        "--election-timeout",
+        "300ms",
     ]
     .map(str::to_owned)
     .to_vec()

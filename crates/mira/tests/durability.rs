@@ -96,17 +96,17 @@ async fn a_new_wal_volume_under_the_same_id_continues_above_the_watermarks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_another_shard_count_publishes_every_record_once() {
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--shards", "4", "--seal-age-s", "3600"]);
+    p.start_ingester(&["--shards", "4", "--seal-age", "3600s"]);
     wait_ready(p.http()).await;
     for i in 0..200 {
         assert_eq!(export(p.http(), "default", i, 1).await.0, 200);
     }
     p.kill_ingester();
-    p.start_ingester(&["--shards", "1", "--seal-age-s", "3600"]);
+    p.start_ingester(&["--shards", "1", "--seal-age", "3600s"]);
     wait_ready(p.http()).await;
     p.stop_ingester();
     assert_published_exactly(&p, "default", 0..200).await;
-    p.start_ingester(&["--shards", "2", "--seal-age-s", "3600"]);
+    p.start_ingester(&["--shards", "2", "--seal-age", "3600s"]);
     wait_ready(p.http()).await;
     assert_eq!(export(p.http(), "default", 500, 1).await.0, 200);
     p.stop_ingester();
@@ -118,13 +118,13 @@ async fn a_restart_with_another_shard_count_publishes_every_record_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_off_after_a_crash_still_replays_the_acknowledged_frames() {
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--seal-age-s", "3600"]);
+    p.start_ingester(&["--seal-age", "3600s"]);
     wait_ready(p.http()).await;
     for i in 0..20 {
         assert_eq!(export(p.http(), "default", i * 3, 3).await.0, 200);
     }
     p.kill_ingester();
-    p.start_ingester(&["--seal-age-s", "1", "--wal", "off"]);
+    p.start_ingester(&["--seal-age", "1s", "--wal", "off"]);
     wait_ready(p.http()).await;
     // In off mode an export is answered once its generation is published;
     // one with no records still is (at the generation's seal age).
@@ -141,18 +141,18 @@ async fn wal_off_after_a_crash_still_replays_the_acknowledged_frames() {
 }
 
 /// Item 9: recovery seals as it reads: a WAL holding more than
-/// `--seal-bytes` of rows comes back as several published generations
+/// `--seal-size` of rows comes back as several published generations
 /// (not one held in memory), each record once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_seals_as_it_reads_the_wal() {
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--shards", "1", "--seal-age-s", "3600"]);
+    p.start_ingester(&["--shards", "1", "--seal-age", "3600s"]);
     wait_ready(p.http()).await;
     for i in 0..40 {
         assert_eq!(export_big(p.http(), i).await.0, 200);
     }
     p.kill_ingester();
-    p.start_ingester(&["--shards", "1", "--seal-age-s", "3600", "--seal-bytes", "65536"]);
+    p.start_ingester(&["--shards", "1", "--seal-age", "3600s", "--seal-size", "65536"]);
     wait_ready(p.http()).await;
     let blocks = published_blocks(&p, "default", pb::Signal::Logs).await;
     assert!(
@@ -176,7 +176,7 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
     use prost::Message;
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--seal-age-s", "3600", "--max-attributes", "8"]);
+    p.start_ingester(&["--seal-age", "3600s", "--max-attributes", "8"]);
     wait_ready(p.http()).await;
     let mut req = ExportLogsServiceRequest::decode(request(0, 1).as_slice()).expect("decode");
     req.resource_logs[0].scope_logs[0].log_records[0].attributes = (0..12)
@@ -193,7 +193,7 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
         .expect("answer");
     assert_eq!(answer.status, 200);
     p.kill_ingester();
-    p.start_ingester(&["--seal-age-s", "3600", "--max-attributes", "2"]);
+    p.start_ingester(&["--seal-age", "3600s", "--max-attributes", "2"]);
     wait_ready(p.http()).await;
     p.stop_ingester();
     let tables = published_tables(&p, pb::Signal::Logs).await;
@@ -217,7 +217,7 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() {
     let mut p = Procs::with_ingester();
-    let flags = ["--shards", "1", "--seal-age-s", "3600"];
+    let flags = ["--shards", "1", "--seal-age", "3600s"];
     let hook = [("MIRA_FAULT_REFUSE_TENANT", "bad")];
     p.start_ingester_env(&flags, &hook);
     wait_ready(p.http()).await;
@@ -292,7 +292,7 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_off_answers_a_refused_generation_with_an_error() {
     let mut p = Procs::with_ingester();
-    let flags = ["--shards", "1", "--seal-age-s", "1", "--wal", "off"];
+    let flags = ["--shards", "1", "--seal-age", "1s", "--wal", "off"];
     p.start_ingester_env(&flags, &[("MIRA_FAULT_REFUSE_TENANT", "bad")]);
     wait_ready(p.http()).await;
     let (status, text) = export(p.http(), "bad", 0, 2).await;
@@ -318,7 +318,7 @@ async fn hostile_timestamps_are_refused_and_never_poison_other_tenants() {
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use prost::Message;
     let mut p = Procs::with_ingester();
-    let flags = ["--shards", "1", "--seal-age-s", "3600"];
+    let flags = ["--shards", "1", "--seal-age", "3600s"];
     p.start_ingester(&flags);
     wait_ready(p.http()).await;
     assert_eq!(export(p.http(), "neighbour", 0, 2).await.0, 200);
@@ -380,7 +380,7 @@ async fn a_full_wal_disk_acknowledges_nothing_and_publishes_nothing_unacknowledg
     if mount.is_some() {
         fill(96 << 10);
     }
-    p.start_ingester(&["--shards", "1", "--seal-age-s", "3600"]);
+    p.start_ingester(&["--shards", "1", "--seal-age", "3600s"]);
     wait_ready(p.http()).await;
     let mut acked = Vec::new();
     let mut refused = Vec::new();
@@ -536,7 +536,7 @@ async fn a_second_process_under_the_same_id_fences_the_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ingester_without_a_lease_refuses_writes_until_it_has_one_again() {
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--lease-ttl-s", "2"]);
+    p.start_ingester(&["--lease-ttl", "2s"]);
     wait_ready(p.http()).await;
     assert_eq!(export(p.http(), "default", 0, 1).await.0, 200);
     p.kill_catalog();
@@ -573,9 +573,9 @@ async fn an_ingester_without_a_lease_refuses_writes_until_it_has_one_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--lease-ttl-s", "2", "--seal-age-s", "3600"]);
+    p.start_ingester(&["--lease-ttl", "2s", "--seal-age", "3600s"]);
     wait_ready(p.http()).await;
-    let querier = p.add(Role::Querier, &["--recent-timeout-ms", "500"]);
+    let querier = p.add(Role::Querier, &["--recent-timeout", "500ms"]);
     p.start(querier);
     let query_addr = p[querier].addr.clone();
     assert_eq!(export(p.http(), "default", 0, 3).await.0, 200);
@@ -642,7 +642,7 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tenants_publish_in_chunks_and_a_crash_between_chunks_duplicates_nothing() {
     let mut p = Procs::with_ingester();
-    let flags = ["--shards", "1", "--seal-age-s", "3600", "--publish-chunk-blocks", "3"];
+    let flags = ["--shards", "1", "--seal-age", "3600s", "--publish-chunk-blocks", "3"];
     p.start_ingester_env(&flags, &[("MIRA_FAULT_ABORT_AFTER_STAGE", "1")]);
     wait_ready(p.http()).await;
     for t in 0..10u64 {

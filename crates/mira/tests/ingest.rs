@@ -329,7 +329,7 @@ async fn attribute_limits_cut_logs_and_reject_metric_points_as_partial_success()
     };
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
     let mut p = Procs::with_ingester();
-    p.start_ingester(&["--max-attributes", "3", "--max-attribute-value-bytes", "8"]);
+    p.start_ingester(&["--max-attributes", "3", "--max-attribute-value-size", "8"]);
     wait_ready(p.http()).await;
     // Five attributes, one value of 20 bytes, one already dropped by the sender.
     let log = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"{t1}",
@@ -454,10 +454,10 @@ async fn in_flight_slots_bound_requests_and_a_stalled_body_gets_408() {
     p.start_ingester(&[
         "--max-inflight-requests",
         "1",
-        "--admit-wait-ms",
-        "300",
-        "--body-timeout-s",
-        "2",
+        "--admit-wait",
+        "300ms",
+        "--body-timeout",
+        "2s",
     ]);
     wait_ready(p.http()).await;
     let json_ct = ("Content-Type", "application/json");

@@ -124,7 +124,7 @@ fn logs_path(limit: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_in_a_tight_loop_see_every_acknowledged_row_once_across_seals() {
     // Seals every few exports.
-    let mut p = stack(&["--seal-bytes", "4000"]).await;
+    let mut p = stack(&["--seal-size", "4000"]).await;
     let (_, q) = querier(&mut p, &[]).await;
     let http_addr = p.http().to_owned();
     let acked = Arc::new(Mutex::new(HashSet::new()));
@@ -211,7 +211,7 @@ async fn queries_in_a_tight_loop_see_every_acknowledged_row_once_across_seals() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trace_lookup_reads_only_blocks_whose_bloom_filter_matches() {
     // Every export seals its own block.
-    let mut p = stack(&["--seal-bytes", "1"]).await;
+    let mut p = stack(&["--seal-size", "1"]).await;
     let (_, q) = querier(&mut p, &[]).await;
     let mut ids = Vec::new();
     for n in 1..=12u8 {
@@ -282,7 +282,7 @@ async fn trace_lookup_reads_only_blocks_whose_bloom_filter_matches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupted_cache_files_are_refetched_and_corrupted_objects_are_errors_not_rows() {
     // Every export seals its own block.
-    let mut p = stack(&["--seal-bytes", "1"]).await;
+    let mut p = stack(&["--seal-size", "1"]).await;
     for n in 0..3 {
         let status = post_log(p.http(), n).await;
         assert_eq!(status, 200);
@@ -362,7 +362,7 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_queries_get_a_clear_4xx_and_the_querier_keeps_serving() {
-    let mut p = stack(&["--seal-bytes", "1048576"]).await;
+    let mut p = stack(&["--seal-size", "1048576"]).await;
     let status = post_log(p.http(), 1).await;
     assert_eq!(status, 200);
     let (_, q) = querier(&mut p, &[]).await;
@@ -458,7 +458,7 @@ async fn hostile_queries_get_a_clear_4xx_and_the_querier_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ingester_that_does_not_answer_makes_the_answer_partial_not_an_error() {
-    let mut p = stack(&["--seal-bytes", "1048576", "--seal-age-s", "300"]).await;
+    let mut p = stack(&["--seal-size", "1048576", "--seal-age", "300s"]).await;
     let status = post_log(p.http(), 1).await;
     assert_eq!(status, 200);
     // A registered ingester that takes connections and never answers.
@@ -471,7 +471,7 @@ async fn an_ingester_that_does_not_answer_makes_the_answer_partial_not_an_error(
         .heartbeat("ghost", &ghost.local_addr().expect("addr").to_string(), now, 600_000)
         .await
         .expect("lease");
-    let (_, q) = querier(&mut p, &["--recent-timeout-ms", "300"]).await;
+    let (_, q) = querier(&mut p, &["--recent-timeout", "300ms"]).await;
     let (status, a) = get(&q, &logs_path(10)).await;
     assert_eq!(status, 200, "{a}");
     assert_eq!(a["partial"], true, "{a}");

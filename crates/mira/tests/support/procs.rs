@@ -101,7 +101,7 @@ impl Proc {
                     objects,
                 ];
                 // Defaults of these tests unless the flags set them.
-                for (flag, value) in [("--shards", "2"), ("--seal-age-s", "1")] {
+                for (flag, value) in [("--shards", "2"), ("--seal-age", "1s")] {
                     if !self.flags.iter().any(|f| f == flag) {
                         own.extend([flag, value]);
                     }
