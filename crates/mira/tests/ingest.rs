@@ -506,3 +506,47 @@ async fn in_flight_slots_bound_requests_and_a_stalled_body_gets_408() {
     assert_eq!(bodies.get("slot-1"), Some(&1), "{bodies:?}");
     assert_eq!(bodies.len(), 1);
 }
+
+/// A real process runs on a test clock when `MIRA_TEST_CLOCK_FILE` names
+/// an offset file (fault-hooks builds): a record two hours ahead is
+/// refused by the time window until the test moves the process's clock
+/// three hours forward, then accepted, without a restart.
+#[cfg(feature = "fault-hooks")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_on_the_test_clock_decides_by_the_moved_time() {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
+    let mut p = Procs::with_ingester();
+    let clock = p[INGESTER].dir.join("clock");
+    std::fs::create_dir_all(&p[INGESTER].dir).expect("dir");
+    let clock_env = clock.to_str().expect("path").to_owned();
+    p.start_ingester_env(&[], &[("MIRA_TEST_CLOCK_FILE", &clock_env)]);
+    wait_ready(p.http()).await;
+    let ahead = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+        + 2 * 3_600_000_000_000;
+    let export = || {
+        let mut req = ExportLogsServiceRequest::decode(request(0, 1).as_slice()).expect("decode");
+        req.resource_logs[0].scope_logs[0].log_records[0].time_unix_nano = u64::try_from(ahead).expect("u64");
+        req.encode_to_vec()
+    };
+    let rejected = |body: &[u8]| {
+        ExportLogsServiceResponse::decode(body)
+            .expect("response")
+            .partial_success
+            .map_or(0, |ps| ps.rejected_log_records)
+    };
+    let pb = [("Content-Type", "application/x-protobuf")];
+    let first = http::post(p.http(), "/v1/logs", &pb, export()).await.expect("answer");
+    assert_eq!((first.status, rejected(&first.body)), (200, 1), "{}", first.text());
+    std::fs::write(&clock, "3h").expect("move the clock");
+    // The lease was renewed by the old time: the process refuses writes
+    // until it renews it by the new one, then takes the record.
+    wait_ready(p.http()).await;
+    let second = http::post(p.http(), "/v1/logs", &pb, export()).await.expect("answer");
+    assert_eq!((second.status, rejected(&second.body)), (200, 0), "{}", second.text());
+    p.stop_ingester();
+    let bodies = published_bodies(&p).await;
+    assert_eq!(bodies.values().sum::<usize>(), 1, "{bodies:?}");
+}
