@@ -259,3 +259,20 @@ fn the_data_dir_means_the_same_for_every_role() {
     }
     assert!(Path::new(d).read_dir().expect("dir").next().is_none());
 }
+
+#[test]
+fn the_example_file_in_the_docs_is_valid_for_every_role() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md")).expect("docs");
+    let start = doc.find("```toml\n").expect("an example file") + "```toml\n".len();
+    let end = start + doc[start..].find("```").expect("its end");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("example.toml");
+    std::fs::write(&file, &doc[start..end]).expect("write");
+    let f = file.to_str().expect("path");
+    for role in ["catalog", "ingester", "querier", "serve"] {
+        ok(&[role, "--check-config", "--config", f], &[]);
+    }
+    let out = ok(&["ingester", "--check-config", "--config", f], &[]);
+    assert_eq!(value(&out, "ingester", "wal"), "fsync");
+}
