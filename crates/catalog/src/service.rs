@@ -18,10 +18,9 @@ use tonic::{Request, Response, Status};
 
 use crate::error::{CommandError, RequestError};
 use crate::metrics::Metrics;
-use crate::model::{
-    StateKind, block_to_pb, check_time, command_from_pb, ingester_to_pb, lease_to_pb, policy_kind_filter_from_pb,
-    policy_to_pb, signal_from_pb, state_kind_from_pb, watermark_to_pb,
-};
+use crate::model::{Command, StateKind, check_time};
+use crate::pb_impl::block::state_kind_from_pb;
+use crate::pb_impl::{policy, signal};
 use crate::state_machine::{Catalog, HistoryGone};
 use crate::types::{NodeId, Raft};
 
@@ -77,7 +76,7 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + S
 impl pb::catalog_server::Catalog for CatalogService {
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteReply>, Status> {
         let start = Instant::now();
-        let cmd = match command_from_pb(request.get_ref()) {
+        let cmd = match Command::try_from(request.get_ref()) {
             Ok(c) => c,
             Err(e) => {
                 self.metrics.observe_command("invalid", false, start.elapsed());
@@ -90,7 +89,7 @@ impl pb::catalog_server::Catalog for CatalogService {
             Ok(resp) => match resp.data {
                 Ok(accepted) => Ok(pb::WriteReply {
                     version: resp.log_id.index,
-                    lease: accepted.lease.as_ref().map(lease_to_pb),
+                    lease: accepted.lease.as_ref().map(pb::Lease::from),
                     epoch: accepted.epoch,
                 }),
                 Err(e) => Err(Status::from(e)),
@@ -106,8 +105,8 @@ impl pb::catalog_server::Catalog for CatalogService {
         request: Request<pb::ListBlocksRequest>,
     ) -> Result<Response<pb::ListBlocksReply>, Status> {
         let req = request.into_inner();
-        TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
-        let signal = signal_from_pb("signal", req.signal)?;
+        let tenant = TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
+        let signal = signal::parse("signal", req.signal)?;
         check_time("min_time_ns", req.min_time_ns)?;
         check_time("max_time_ns", req.max_time_ns)?;
         if req.max_time_ns < req.min_time_ns {
@@ -126,9 +125,9 @@ impl pb::catalog_server::Catalog for CatalogService {
         self.consistent(req.linearizable).await?;
         let (blocks, version) = self.catalog.read(|state, version| {
             let blocks = state
-                .list_blocks(&req.tenant, signal, req.min_time_ns, req.max_time_ns, &states)
+                .list_blocks(&tenant, signal, req.min_time_ns, req.max_time_ns, &states)
                 .into_iter()
-                .map(block_to_pb)
+                .map(pb::Block::from)
                 .collect();
             (blocks, version)
         });
@@ -144,7 +143,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         let filter = (!req.ingester_id.is_empty()).then_some(req.ingester_id.as_str());
         let (watermarks, version) = self
             .catalog
-            .read(|s, v| (s.watermarks(filter).iter().map(watermark_to_pb).collect(), v));
+            .read(|s, v| (s.watermarks(filter).iter().map(pb::Watermark::from).collect(), v));
         Ok(Response::new(pb::GetWatermarksReply { watermarks, version }))
     }
 
@@ -166,7 +165,7 @@ impl pb::catalog_server::Catalog for CatalogService {
             } else {
                 s.live_ingesters(now)
             };
-            (listed.iter().map(ingester_to_pb).collect(), v)
+            (listed.iter().map(pb::IngesterLease::from).collect(), v)
         });
         Ok(Response::new(pb::ListIngestersReply { ingesters, version }))
     }
@@ -176,11 +175,11 @@ impl pb::catalog_server::Catalog for CatalogService {
         request: Request<pb::ListPoliciesRequest>,
     ) -> Result<Response<pb::ListPoliciesReply>, Status> {
         let req = request.into_inner();
-        let kind = policy_kind_filter_from_pb(req.kind)?;
+        let kind = policy::kind_filter_from_pb(req.kind)?;
         self.consistent(req.linearizable).await?;
         let (policies, version) = self
             .catalog
-            .read(|s, v| (s.policies(kind).iter().map(policy_to_pb).collect(), v));
+            .read(|s, v| (s.policies(kind).iter().map(pb::Policy::from).collect(), v));
         Ok(Response::new(pb::ListPoliciesReply { policies, version }))
     }
 
@@ -191,7 +190,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         self.consistent(request.get_ref().linearizable).await?;
         let (leases, version) = self
             .catalog
-            .read(|s, v| (s.leases().iter().map(lease_to_pb).collect(), v));
+            .read(|s, v| (s.leases().iter().map(pb::Lease::from).collect(), v));
         Ok(Response::new(pb::ListLeasesReply { leases, version }))
     }
 
@@ -364,7 +363,7 @@ async fn watch_loop(
                         version,
                         reset: true,
                         reset_done: i == last,
-                        changes: chunk.iter().map(|c| c.to_pb()).collect(),
+                        changes: chunk.iter().map(pb::Change::from).collect(),
                     };
                     if tx.send(Ok(event)).await.is_err() {
                         return;
@@ -379,7 +378,7 @@ async fn watch_loop(
                         version: e.version,
                         reset: false,
                         reset_done: false,
-                        changes: e.changes.iter().map(|c| c.to_pb()).collect(),
+                        changes: e.changes.iter().map(pb::Change::from).collect(),
                     };
                     if tx.send(Ok(event)).await.is_err() {
                         return;

@@ -89,12 +89,9 @@ impl P {
     }
 
     fn signal(&self) -> Result<Signal, QueryError> {
-        match self.one("signal").unwrap_or("logs") {
-            "logs" => Ok(Signal::Logs),
-            "traces" => Ok(Signal::Traces),
-            "metrics" => Ok(Signal::Metrics),
-            other => Err(bad_param("signal", other, "expected logs, traces or metrics")),
-        }
+        let v = self.one("signal").unwrap_or("logs");
+        v.parse()
+            .map_err(|_| bad_param("signal", v, "expected logs, traces or metrics"))
     }
 }
 

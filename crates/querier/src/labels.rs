@@ -56,7 +56,7 @@ impl Querier {
         match &c.src {
             Src::Recent(block) => {
                 let block = block.clone();
-                let id = c.id.clone();
+                let id = c.id;
                 self.on_pool(move || read_sidecars(&block))
                     .await
                     .map(Arc::new)
@@ -133,7 +133,7 @@ impl Querier {
                 };
                 let tables = self.scan_tables(c, &[table], stats).await?;
                 let key = key.to_owned();
-                let id = c.id.clone();
+                let id = c.id;
                 self.on_pool(move || -> Result<Vec<String>, mira_core::Error> {
                     let batch = tables.get(table)?;
                     let r = AttrReader::new(batch, table)?;

@@ -29,12 +29,12 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use mira_catalog::{CatalogClient, Mirror, proto as cpb};
-use mira_core::Signal;
 use mira_core::block::{Block, Manifest, decode_section};
 use mira_core::convert::TableSet;
 use mira_core::scan::{Predicate, ScanOutput, ScanRequest, probe, scan, tables_needed};
 use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, PruneRule, Sidecars, Verdict, ZONE_MAP_SECTION};
 use mira_core::tables::{read_tables, sidecars_from, table_from_batches};
+use mira_core::{BlockId, Signal};
 use object_store::ObjectStore;
 
 pub use error::QueryError;
@@ -84,7 +84,7 @@ impl QuerierConfig {
 #[derive(Debug, Clone)]
 pub(crate) struct Candidate {
     /// Block id (published id, or the id a recent block will get).
-    pub id: String,
+    pub id: BlockId,
     pub min_time: u64,
     pub max_time: u64,
     pub src: Src,
@@ -274,16 +274,18 @@ impl Querier {
                 }
             }
         }
-        let signal_pb = signal_to_pb(signal);
-        let all = state.live_blocks(tenant, signal_pb, 0, i64::MAX);
+        let all = state.live_blocks(tenant, signal, 0, i64::MAX);
         stats.add_considered(all.len() as u64);
         for b in all {
             if b.max_time_ns < min || b.min_time_ns > max {
                 stats.add_pruned(PruneRule::Time);
                 continue;
             }
+            let id =
+                b.id.parse()
+                    .map_err(|e| QueryError::Internal(format!("the catalog lists block {:?}: {e}", b.id)))?;
             plan.candidates.push(Candidate {
-                id: b.id.clone(),
+                id,
                 min_time: b.min_time_ns.max(0) as u64,
                 max_time: b.max_time_ns.max(0) as u64,
                 src: Src::Published { key: b.object_key },
@@ -308,9 +310,18 @@ impl Querier {
                 if meta.max_time < start || meta.min_time >= end {
                     continue;
                 }
+                // An ingester names the id the rows will be published
+                // under; the block carries it too.
+                let id = if rb.pending_block_id.is_empty() {
+                    meta.block_id
+                } else {
+                    rb.pending_block_id.parse().map_err(|e| {
+                        QueryError::Internal(format!("recent block {:?} from an ingester: {e}", rb.pending_block_id))
+                    })?
+                };
                 stats.add_recent(1);
                 plan.candidates.push(Candidate {
-                    id: rb.pending_block_id,
+                    id,
                     min_time: meta.min_time,
                     max_time: meta.max_time,
                     src: Src::Recent(Arc::new(block)),
@@ -452,7 +463,7 @@ impl Querier {
     ) -> Result<Raw, QueryError> {
         match &c.src {
             Src::Recent(block) => Ok(Raw::Recent {
-                id: c.id.clone(),
+                id: c.id,
                 block: block.clone(),
                 names: names.to_vec(),
             }),
@@ -489,7 +500,7 @@ pub(crate) enum Raw {
         parts: Vec<(&'static str, mira_core::block::SectionEntry, bytes::Bytes)>,
     },
     Recent {
-        id: String,
+        id: BlockId,
         block: Arc<Block>,
         names: Vec<&'static str>,
     },
@@ -524,14 +535,6 @@ fn section_entry(manifest: &Manifest, name: &str) -> Result<mira_core::block::Se
         .section(name)
         .map(|(_, e)| e.clone())
         .ok_or_else(|| QueryError::Internal(format!("block {} has no section {name:?}", manifest.meta.block_id)))
-}
-
-pub(crate) fn signal_to_pb(signal: Signal) -> cpb::Signal {
-    match signal {
-        Signal::Logs => cpb::Signal::Logs,
-        Signal::Traces => cpb::Signal::Traces,
-        Signal::Metrics => cpb::Signal::Metrics,
-    }
 }
 
 pub(crate) fn now_ns() -> i64 {

@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use mira_core::Signal;
 use mira_core::convert::{LogRow, log_rows};
 use mira_core::scan::{AttrMatcher, LineFilter, Order, Predicate, ScanRequest};
 use mira_core::schema;
+use mira_core::{BlockId, Signal};
 use serde::Serialize;
 
 use crate::stats::{Stats, StatsJson};
@@ -31,7 +31,7 @@ const ROW_TABLES: [&str; 6] = [
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LineKey {
     pub time: u64,
-    pub block: String,
+    pub block: BlockId,
     pub row: u32,
 }
 
@@ -44,7 +44,11 @@ impl LineKey {
         let bad = || QueryError::BadRequest(format!("cursor {:?} is not one this API returned", trunc(s)));
         let mut parts = s.splitn(3, '-');
         let time = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
-        let block = parts.next().filter(|b| b.len() == 26).ok_or_else(bad)?.to_owned();
+        let block = parts
+            .next()
+            .filter(|b| b.len() == 26)
+            .and_then(|b| b.parse().ok())
+            .ok_or_else(bad)?;
         let row = parts.next().and_then(|r| r.parse().ok()).ok_or_else(bad)?;
         Ok(LineKey { time, block, row })
     }
@@ -207,11 +211,7 @@ impl Querier {
             .iter()
             .zip(&out.times)
             .map(|(&row, &time)| Hit {
-                key: LineKey {
-                    time,
-                    block: c.id.clone(),
-                    row,
-                },
+                key: LineKey { time, block: c.id, row },
                 candidate: index,
             })
             .collect();
@@ -235,7 +235,7 @@ impl Querier {
             let c = &candidates[group[0].candidate];
             let tables = self.tables(c, &ROW_TABLES, stats).await?;
             let rows: Vec<u32> = group.iter().map(|h| h.key.row).collect();
-            let id = c.id.clone();
+            let id = c.id;
             let got = self
                 .on_pool(move || log_rows(&tables, &rows))
                 .await
@@ -273,7 +273,7 @@ mod tests {
     fn cursor_round_trips_and_refuses_garbage() {
         let k = LineKey {
             time: 17,
-            block: "01JDQ7ZV6M3W9X2Y4B8N5C1K0A".into(),
+            block: "01JDQ7ZV6M3W9X2Y4B8N5C1K0A".parse().expect("ulid"),
             row: 3,
         };
         assert_eq!(LineKey::decode(&k.encode()).expect("decode"), k);

@@ -212,7 +212,7 @@ impl Querier {
                     return Ok::<_, QueryError>(SeriesMap::new());
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;
-                let id = c.id.clone();
+                let id = c.id;
                 let (map, read) = self
                     .on_pool(move || {
                         let wanted = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));

@@ -174,7 +174,7 @@ impl Querier {
         }
         let all = self.tables(c, &ALL_TABLES, stats).await?;
         let rows = out.rows;
-        let id = c.id.clone();
+        let id = c.id;
         let otlp = self
             .on_pool(move || spans_to_otlp_rows(&all, Some(&rows)))
             .await
