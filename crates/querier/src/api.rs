@@ -175,7 +175,7 @@ async fn trace(
     let (start, end) = p.range(q.config.max_range.as_nanos() as u64)?;
     let answer = q.trace(&tenant, id, start, end).await?;
     Ok(match p.one("format") {
-        Some("otlp") => ok_json(&answer.trace),
+        Some("otlp") => ok_json(&answer.body.trace),
         None | Some("native") => ok_json(&answer),
         Some(other) => {
             return Err(bad_param("format", other, "expected native or otlp"));
