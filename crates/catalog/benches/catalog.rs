@@ -41,16 +41,13 @@ fn record(seq: u64, tenant: &str, min: i64) -> BlockRecord {
     // A ULID as an ingester makes it: 48 bits of milliseconds, 80 random.
     let random = (u128::from(splitmix(seq)) << 16 | u128::from(splitmix(!seq) as u16)) & ((1u128 << 80) - 1);
     let id = ((min / 1_000_000) as u128) << 80 | random;
-    let key = block_path(
-        &TenantId::new(tenant).expect("tenant"),
-        Signal::Logs,
-        min as u64,
-        BlockId::from_u128(id),
-    );
+    let id = BlockId::from_u128(id);
+    let tenant = TenantId::new(tenant).expect("tenant");
+    let key = block_path(&tenant, Signal::Logs, min as u64, id);
     BlockRecord {
         id,
-        tenant: tenant.to_owned(),
-        signal: Signal::Logs.code(),
+        tenant,
+        signal: Signal::Logs,
         partition_start_ns: min - min % HOUR,
         min_time_ns: min,
         max_time_ns: min + 290_000_000_000,
@@ -102,17 +99,18 @@ fn bench_list() {
     let mut indexed = Vec::new();
     let mut scanned = Vec::new();
     let mut found = 0;
+    let acme = TenantId::new("acme").expect("tenant");
     for _ in 0..runs {
         let t = Instant::now();
         found = s
-            .list_blocks("acme", Signal::Logs.code(), day_start, day_end, &[StateKind::Live])
+            .list_blocks(&acme, Signal::Logs, day_start, day_end, &[StateKind::Live])
             .len();
         indexed.push(t.elapsed());
         let t = Instant::now();
         let n = image
             .blocks
             .iter()
-            .filter(|b| b.tenant == "acme" && b.max_time_ns >= day_start && b.min_time_ns <= day_end)
+            .filter(|b| b.tenant == acme && b.max_time_ns >= day_start && b.min_time_ns <= day_end)
             .count();
         scanned.push(t.elapsed());
         assert_eq!(n, found);

@@ -1,9 +1,18 @@
 //! Errors of the catalog: why a command was rejected (replicated, part of
-//! the state machine's answer), and what a client call ended with.
+//! the state machine's answer), why a member did not answer a call, and
+//! what a client call ended with. Every status the catalog's gRPC services
+//! answer with comes from [`CommandError`] or [`RequestError`] through
+//! [`ServiceError`].
 
 pub use mira_proto::error::{ErrorCode, ServiceError};
+use openraft::BasicNode;
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use serde::{Deserialize, Serialize};
+use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
+
+use crate::service::LEADER_HEADER;
+use crate::types::NodeId;
 
 /// Why the state machine (or the validation in front of it) rejected a
 /// command. Rejection is whole: no part of the command was applied.
@@ -55,6 +64,113 @@ impl From<CommandError> for Status {
     }
 }
 
+/// Why a catalog member did not answer a request (besides a rejected
+/// command): not the leader, no quorum, stopping, a Raft message it must
+/// not take.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// A write or linearizable read reached a follower. The answer carries
+    /// the leader's address in [`LEADER_HEADER`]; the client goes there.
+    #[error("not the leader; the leader is member {id} at {address}")]
+    NotLeader { id: NodeId, address: String },
+    /// A write or linearizable read while no leader is known.
+    #[error("no catalog leader is elected yet")]
+    NoLeader,
+    /// A watch on a member that lost its leader (partitioned or removed):
+    /// the client watches another member.
+    #[error("this catalog member knows no leader; watch another")]
+    WatchLeaderLost,
+    /// Leadership could not be confirmed by a quorum.
+    #[error("{0}")]
+    NoQuorum(String),
+    /// The membership change is not allowed from the current configuration.
+    #[error("{0}")]
+    Membership(String),
+    /// The member's Raft stopped (shutdown or a fatal storage error).
+    #[error("catalog member stopping: {0}")]
+    Stopping(String),
+    #[error("snapshot not finished within {secs} s")]
+    SnapshotTimeout { secs: u64 },
+    /// A Raft message from a member of another cluster.
+    #[error("cluster id mismatch: this member belongs to {ours:?}, the request to {theirs:?}")]
+    ForeignCluster { ours: String, theirs: String },
+    #[error("malformed raft payload: {0}")]
+    MalformedPayload(#[source] postcard::Error),
+    #[error("encode raft reply: {0}")]
+    Encode(#[source] postcard::Error),
+}
+
+impl RequestError {
+    /// Where a follower sends a client.
+    pub fn forward(f: &ForwardToLeader<NodeId, BasicNode>) -> Self {
+        match (&f.leader_id, &f.leader_node) {
+            (Some(id), Some(node)) => RequestError::NotLeader {
+                id: *id,
+                address: node.addr.clone(),
+            },
+            _ => RequestError::NoLeader,
+        }
+    }
+}
+
+impl From<RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>> for RequestError {
+    fn from(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Self {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RequestError::forward(&f),
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => RequestError::Membership(e.to_string()),
+            RaftError::Fatal(e) => RequestError::Stopping(e.to_string()),
+        }
+    }
+}
+
+impl From<RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>> for RequestError {
+    fn from(e: RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>) -> Self {
+        match e {
+            RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => RequestError::forward(&f),
+            RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)) => RequestError::NoQuorum(e.to_string()),
+            RaftError::Fatal(e) => RequestError::Stopping(e.to_string()),
+        }
+    }
+}
+
+impl ServiceError for RequestError {
+    fn error_code(&self) -> ErrorCode {
+        match self {
+            RequestError::Command(e) => e.error_code(),
+            RequestError::NotLeader { .. }
+            | RequestError::NoLeader
+            | RequestError::WatchLeaderLost
+            | RequestError::NoQuorum(_)
+            | RequestError::Stopping(_) => ErrorCode::Unavailable,
+            RequestError::Membership(_) => ErrorCode::Conflict,
+            RequestError::SnapshotTimeout { .. } => ErrorCode::Timeout,
+            RequestError::ForeignCluster { .. } => ErrorCode::Forbidden,
+            RequestError::MalformedPayload(_) => ErrorCode::BadRequest,
+            RequestError::Encode(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The status from the error code, plus the leader's address on a
+    /// redirect.
+    fn to_status(&self) -> Status {
+        let mut status = Status::new(self.error_code().grpc_code(), self.public_message());
+        if let RequestError::NotLeader { address, .. } = self
+            && let Ok(v) = MetadataValue::try_from(address.as_str())
+        {
+            status.metadata_mut().insert(LEADER_HEADER, v);
+        }
+        status
+    }
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Status {
+        e.to_status()
+    }
+}
+
 /// Errors of the catalog member itself (storage, startup).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -98,6 +214,48 @@ impl ClientError {
             ClientError::Rejected(s) => s.code(),
             ClientError::Unavailable { .. } => Code::Unavailable,
             ClientError::Endpoint(_) => Code::InvalidArgument,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_answers_keep_the_codes_clients_rely_on() {
+        let redirect = Status::from(RequestError::forward(&ForwardToLeader::new(
+            2,
+            BasicNode {
+                addr: "10.0.0.2:7000".into(),
+            },
+        )));
+        assert_eq!(redirect.code(), Code::Unavailable);
+        assert_eq!(
+            redirect.metadata().get(LEADER_HEADER).and_then(|v| v.to_str().ok()),
+            Some("10.0.0.2:7000")
+        );
+        let no_leader = Status::from(RequestError::forward(&ForwardToLeader::empty()));
+        assert_eq!(no_leader.code(), Code::Unavailable);
+        assert!(no_leader.metadata().get(LEADER_HEADER).is_none());
+        let malformed = postcard::from_bytes::<u64>(&[]).expect_err("empty payload");
+        for (e, code) in [
+            (RequestError::Membership("not a voter".into()), Code::FailedPrecondition),
+            (RequestError::SnapshotTimeout { secs: 60 }, Code::DeadlineExceeded),
+            (
+                RequestError::ForeignCluster {
+                    ours: "a".into(),
+                    theirs: "b".into(),
+                },
+                Code::PermissionDenied,
+            ),
+            (RequestError::MalformedPayload(malformed), Code::InvalidArgument),
+            (
+                RequestError::Command(CommandError::conflict("busy")),
+                Code::FailedPrecondition,
+            ),
+        ] {
+            assert_eq!(Status::from(e).code(), code);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! mira-catalog: which blocks exist, replicated with openraft.
 //!
 //! It owns the catalog's state and rules ([`state`]), the records and
-//! commands with their validation ([`model`]), the durable Raft log in redb
+//! commands with their validation ([`model`]), their mapping to the gRPC
+//! messages ([`pb_impl`]), the durable Raft log in redb
 //! ([`log_store`]), the snapshot-backed state machine ([`state_machine`]),
 //! the tonic transport between members ([`network`]), the gRPC services
 //! ([`service`]), a running member ([`node`]) and what an operator
@@ -20,6 +21,7 @@ pub mod mirror;
 pub mod model;
 pub mod network;
 pub mod node;
+pub mod pb_impl;
 pub mod service;
 pub mod settings;
 pub mod state;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use mira_common::retry::Backoff;
+use mira_core::ids::Signal;
 use tokio::sync::watch;
 
 use crate::client::CatalogClient;
@@ -47,13 +48,14 @@ impl MirrorState {
 
     /// Live blocks of `tenant`/`signal` whose time range overlaps
     /// `[min_ns, max_ns]` (inclusive), oldest first by min time.
-    pub fn live_blocks(&self, tenant: &str, signal: pb::Signal, min_ns: i64, max_ns: i64) -> Vec<pb::Block> {
+    pub fn live_blocks(&self, tenant: &str, signal: Signal, min_ns: i64, max_ns: i64) -> Vec<pb::Block> {
+        let signal = crate::pb_impl::signal::to_pb(signal);
         let mut out: Vec<pb::Block> = self
             .blocks
             .values()
             .filter(|b| {
                 b.tenant == tenant
-                    && b.signal == signal as i32
+                    && b.signal == signal
                     && b.state == pb::BlockState::Live as i32
                     && b.max_time_ns >= min_ns
                     && b.min_time_ns <= max_ns

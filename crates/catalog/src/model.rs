@@ -1,13 +1,15 @@
-//! The catalog's records and commands, their validation, and their mapping
-//! to and from the gRPC messages in `proto/catalog.proto`.
+//! The catalog's records and commands and their validation; how their ids
+//! are persisted ([`stored`]). The mapping to and from the gRPC messages
+//! is in [`crate::pb_impl`].
 //!
 //! Validation here is stateless (a well-formed command); the state machine
 //! adds the checks that depend on the current state. Both run on every
 //! member, so a command is accepted or rejected identically everywhere.
 
+pub mod stored;
+
 use mira_core::block::path::parse_block_path;
 use mira_core::ids::{BlockId, Signal, TenantId};
-use mira_proto::catalog as pb;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
@@ -66,13 +68,17 @@ impl StateKind {
     }
 }
 
-/// One block as the catalog knows it.
+/// One block as the catalog knows it. Persisted in the Raft log and in
+/// snapshots: fields are only ever appended, and the ids keep their
+/// [`stored`] forms.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRecord {
-    pub id: u128,
-    pub tenant: String,
-    /// [`Signal::code`].
-    pub signal: u8,
+    #[serde(with = "stored::block_id")]
+    pub id: BlockId,
+    #[serde(with = "stored::tenant")]
+    pub tenant: TenantId,
+    #[serde(with = "stored::signal")]
+    pub signal: Signal,
     pub partition_start_ns: i64,
     pub min_time_ns: i64,
     pub max_time_ns: i64,
@@ -85,10 +91,6 @@ pub struct BlockRecord {
 }
 
 impl BlockRecord {
-    pub fn block_id(&self) -> BlockId {
-        BlockId::from_u128(self.id)
-    }
-
     /// Same block as published (everything but the lifecycle state), so a
     /// retried publish is recognised after a compaction tombstoned it.
     pub fn same_publish(&self, other: &BlockRecord) -> bool {
@@ -142,7 +144,8 @@ pub struct Policy {
     pub body_json: String,
 }
 
-/// A replicated command. Each is applied whole or not at all.
+/// A replicated command. Each is applied whole or not at all. Persisted in
+/// the Raft log: variants and fields are only ever appended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     Publish {
@@ -151,23 +154,28 @@ pub enum Command {
     },
     Replace {
         add: Vec<BlockRecord>,
-        tombstone: Vec<u128>,
+        #[serde(with = "stored::block_ids")]
+        tombstone: Vec<BlockId>,
         now_ns: i64,
         lease: Option<(String, String)>,
     },
     Tombstone {
-        ids: Vec<u128>,
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
         now_ns: i64,
     },
     Purge {
-        ids: Vec<u128>,
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
     },
     MarkOffloaded {
-        id: u128,
+        #[serde(with = "stored::block_id")]
+        id: BlockId,
         location: String,
     },
     MarkRestored {
-        id: u128,
+        #[serde(with = "stored::block_id")]
+        id: BlockId,
     },
     SetPolicy(Policy),
     DeletePolicy {
@@ -274,10 +282,10 @@ impl Command {
                 }
                 check_distinct("add", add.iter().map(|b| b.id))?;
                 check_distinct("tombstone", tombstone.iter().copied())?;
-                if let Some(id) = add.iter().find(|b| tombstone.contains(&b.id)) {
+                if let Some(b) = add.iter().find(|b| tombstone.contains(&b.id)) {
                     return Err(CommandError::invalid(
                         "replace",
-                        format!("block {} is both added and tombstoned", id.block_id()),
+                        format!("block {} is both added and tombstoned", b.id),
                     ));
                 }
                 for b in add {
@@ -392,14 +400,11 @@ fn check_count(field: &str, n: usize) -> Result<(), CommandError> {
     Ok(())
 }
 
-fn check_distinct(field: &str, ids: impl Iterator<Item = u128>) -> Result<(), CommandError> {
+fn check_distinct(field: &str, ids: impl Iterator<Item = BlockId>) -> Result<(), CommandError> {
     let mut seen = std::collections::HashSet::new();
     for id in ids {
         if !seen.insert(id) {
-            return Err(CommandError::invalid(
-                field,
-                format!("block {} named twice", BlockId::from_u128(id)),
-            ));
+            return Err(CommandError::invalid(field, format!("block {id} named twice")));
         }
     }
     Ok(())
@@ -441,11 +446,11 @@ fn check_name(field: &str, s: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// The tenant and signal are valid by their types (checked where a
+/// protobuf block becomes a record, [`crate::pb_impl::block`]).
 fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
-    let id = b.block_id();
+    let id = b.id;
     let field = |f: &str| format!("block {id}: {f}");
-    TenantId::new(&b.tenant).map_err(|e| CommandError::invalid(field("tenant"), e.to_string()))?;
-    let signal = Signal::from_code(b.signal).ok_or_else(|| CommandError::invalid(field("signal"), "unknown signal"))?;
     check_time(&field("min_time_ns"), b.min_time_ns)?;
     check_time(&field("max_time_ns"), b.max_time_ns)?;
     check_time(&field("created_at_ns"), b.created_at_ns)?;
@@ -463,7 +468,7 @@ fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
     }
     let loc = parse_block_path(&Path::from(b.object_key.as_str()))
         .map_err(|e| CommandError::invalid(field("object_key"), e.to_string()))?;
-    if loc.tenant.as_str() != b.tenant || loc.signal != signal || loc.block_id != id {
+    if loc.tenant != b.tenant || loc.signal != b.signal || loc.block_id != id {
         return Err(CommandError::invalid(
             field("object_key"),
             "does not name this block's tenant, signal and id",
@@ -501,279 +506,4 @@ fn validate_policy(p: &Policy) -> Result<(), CommandError> {
         Ok(_) => Err(CommandError::invalid("policy.body_json", "must be a JSON object")),
         Err(e) => Err(CommandError::invalid("policy.body_json", e.to_string())),
     }
-}
-
-// ---- proto mapping ----
-
-pub fn parse_block_id(field: &str, s: &str) -> Result<u128, CommandError> {
-    s.parse::<ulid::Ulid>()
-        .map(u128::from)
-        .map_err(|e| CommandError::invalid(field, format!("{:?} is not a ULID: {e}", truncate(s))))
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(64).collect()
-}
-
-pub fn signal_from_pb(field: &str, v: i32) -> Result<u8, CommandError> {
-    match pb::Signal::try_from(v) {
-        Ok(pb::Signal::Logs) => Ok(Signal::Logs.code()),
-        Ok(pb::Signal::Traces) => Ok(Signal::Traces.code()),
-        Ok(pb::Signal::Metrics) => Ok(Signal::Metrics.code()),
-        _ => Err(CommandError::invalid(field, format!("unknown signal {v}"))),
-    }
-}
-
-pub fn signal_to_pb(code: u8) -> pb::Signal {
-    match Signal::from_code(code) {
-        Some(Signal::Logs) => pb::Signal::Logs,
-        Some(Signal::Traces) => pb::Signal::Traces,
-        Some(Signal::Metrics) => pb::Signal::Metrics,
-        None => pb::Signal::Unspecified,
-    }
-}
-
-pub fn state_kind_from_pb(v: i32) -> Result<StateKind, CommandError> {
-    match pb::BlockState::try_from(v) {
-        Ok(pb::BlockState::Live) => Ok(StateKind::Live),
-        Ok(pb::BlockState::Tombstoned) => Ok(StateKind::Tombstoned),
-        Ok(pb::BlockState::Offloaded) => Ok(StateKind::Offloaded),
-        _ => Err(CommandError::invalid("states", format!("unknown block state {v}"))),
-    }
-}
-
-fn policy_kind_from_pb(v: i32) -> Result<PolicyKind, CommandError> {
-    match pb::PolicyKind::try_from(v) {
-        Ok(pb::PolicyKind::Retention) => Ok(PolicyKind::Retention),
-        Ok(pb::PolicyKind::Offload) => Ok(PolicyKind::Offload),
-        _ => Err(CommandError::invalid("kind", format!("unknown policy kind {v}"))),
-    }
-}
-
-/// `None` for "unspecified" (every kind).
-pub fn policy_kind_filter_from_pb(v: i32) -> Result<Option<PolicyKind>, CommandError> {
-    if v == pb::PolicyKind::Unspecified as i32 {
-        return Ok(None);
-    }
-    policy_kind_from_pb(v).map(Some)
-}
-
-fn policy_kind_to_pb(k: PolicyKind) -> pb::PolicyKind {
-    match k {
-        PolicyKind::Retention => pb::PolicyKind::Retention,
-        PolicyKind::Offload => pb::PolicyKind::Offload,
-    }
-}
-
-/// A block as sent in a publish or replace (its state must be live or
-/// unspecified; partition start is taken from the object key).
-pub fn block_from_pb(b: &pb::Block) -> Result<BlockRecord, CommandError> {
-    let id = parse_block_id("block.id", &b.id)?;
-    let level = match pb::Level::try_from(b.level) {
-        Ok(pb::Level::Hot) | Ok(pb::Level::Unspecified) => Level::Hot,
-        Ok(pb::Level::Cold) => Level::Cold,
-        Err(_) => {
-            return Err(CommandError::invalid(
-                "block.level",
-                format!("unknown level {}", b.level),
-            ));
-        }
-    };
-    match pb::BlockState::try_from(b.state) {
-        Ok(pb::BlockState::Live) | Ok(pb::BlockState::Unspecified) => {}
-        _ => return Err(CommandError::invalid("block.state", "new blocks are live")),
-    }
-    let key = Path::from(b.object_key.as_str());
-    let partition_start_ns = parse_block_path(&key)
-        .ok()
-        .and_then(|l| i64::try_from(l.hour_start).ok())
-        .unwrap_or(-1);
-    Ok(BlockRecord {
-        id,
-        tenant: b.tenant.clone(),
-        signal: signal_from_pb("block.signal", b.signal)?,
-        partition_start_ns,
-        min_time_ns: b.min_time_ns,
-        max_time_ns: b.max_time_ns,
-        rows: b.rows,
-        bytes: b.bytes,
-        level,
-        object_key: b.object_key.clone(),
-        created_at_ns: b.created_at_ns,
-        state: BlockState::Live,
-    })
-}
-
-pub fn block_to_pb(b: &BlockRecord) -> pb::Block {
-    let (state, offload_location, tombstoned_at_ns) = match &b.state {
-        BlockState::Live => (pb::BlockState::Live, String::new(), 0),
-        BlockState::Tombstoned { at_ns } => (pb::BlockState::Tombstoned, String::new(), *at_ns),
-        BlockState::Offloaded { location } => (pb::BlockState::Offloaded, location.clone(), 0),
-    };
-    pb::Block {
-        id: b.block_id().to_string(),
-        tenant: b.tenant.clone(),
-        signal: signal_to_pb(b.signal) as i32,
-        partition_start_ns: b.partition_start_ns,
-        min_time_ns: b.min_time_ns,
-        max_time_ns: b.max_time_ns,
-        rows: b.rows,
-        bytes: b.bytes,
-        level: match b.level {
-            Level::Hot => pb::Level::Hot,
-            Level::Cold => pb::Level::Cold,
-        } as i32,
-        object_key: b.object_key.clone(),
-        created_at_ns: b.created_at_ns,
-        state: state as i32,
-        offload_location,
-        tombstoned_at_ns,
-    }
-}
-
-pub fn watermark_to_pb(w: &Watermark) -> pb::Watermark {
-    pb::Watermark {
-        ingester_id: w.ingester_id.clone(),
-        shard: w.shard,
-        wal_seq: w.wal_seq,
-    }
-}
-
-fn watermark_from_pb(w: &pb::Watermark) -> Watermark {
-    Watermark {
-        ingester_id: w.ingester_id.clone(),
-        shard: w.shard,
-        wal_seq: w.wal_seq,
-    }
-}
-
-pub fn ingester_to_pb(i: &IngesterLease) -> pb::IngesterLease {
-    pb::IngesterLease {
-        ingester_id: i.ingester_id.clone(),
-        address: i.address.clone(),
-        expires_at_ns: i.expires_at_ns,
-    }
-}
-
-pub fn lease_to_pb(l: &Lease) -> pb::Lease {
-    pb::Lease {
-        key: l.key.clone(),
-        holder: l.holder.clone(),
-        expires_at_ns: l.expires_at_ns,
-    }
-}
-
-pub fn policy_to_pb(p: &Policy) -> pb::Policy {
-    pb::Policy {
-        kind: policy_kind_to_pb(p.kind) as i32,
-        name: p.name.clone(),
-        tenant: p.tenant.clone(),
-        body_json: p.body_json.clone(),
-    }
-}
-
-/// The command a write request carries, validated.
-pub fn command_from_pb(req: &pb::WriteRequest) -> Result<Command, CommandError> {
-    use pb::write_request::Command as C;
-    let cmd = match req.command.as_ref() {
-        None => return Err(CommandError::invalid("command", "missing")),
-        Some(C::Publish(p)) => Command::Publish {
-            blocks: p.blocks.iter().map(block_from_pb).collect::<Result<_, _>>()?,
-            watermark: p.watermark.as_ref().map(watermark_from_pb),
-        },
-        Some(C::Replace(r)) => Command::Replace {
-            add: r.add.iter().map(block_from_pb).collect::<Result<_, _>>()?,
-            tombstone: ids_from_pb("tombstone", &r.tombstone)?,
-            now_ns: r.now_ns,
-            lease: match (r.lease_key.is_empty(), r.lease_holder.is_empty()) {
-                (true, true) => None,
-                (false, false) => Some((r.lease_key.clone(), r.lease_holder.clone())),
-                _ => return Err(CommandError::invalid("lease_key", "lease key and holder go together")),
-            },
-        },
-        Some(C::Tombstone(t)) => Command::Tombstone {
-            ids: ids_from_pb("ids", &t.ids)?,
-            now_ns: t.now_ns,
-        },
-        Some(C::Purge(p)) => Command::Purge {
-            ids: ids_from_pb("ids", &p.ids)?,
-        },
-        Some(C::MarkOffloaded(m)) => Command::MarkOffloaded {
-            id: parse_block_id("id", &m.id)?,
-            location: m.location.clone(),
-        },
-        Some(C::MarkRestored(m)) => Command::MarkRestored {
-            id: parse_block_id("id", &m.id)?,
-        },
-        Some(C::SetPolicy(s)) => {
-            let p = s
-                .policy
-                .as_ref()
-                .ok_or_else(|| CommandError::invalid("policy", "missing"))?;
-            Command::SetPolicy(Policy {
-                kind: policy_kind_from_pb(p.kind)?,
-                name: p.name.clone(),
-                tenant: p.tenant.clone(),
-                body_json: p.body_json.clone(),
-            })
-        }
-        Some(C::DeletePolicy(d)) => Command::DeletePolicy {
-            kind: policy_kind_from_pb(d.kind)?,
-            name: d.name.clone(),
-        },
-        Some(C::AcquireLease(l)) => Command::AcquireLease {
-            key: l.key.clone(),
-            holder: l.holder.clone(),
-            now_ns: l.now_ns,
-            ttl_ms: l.ttl_ms,
-        },
-        Some(C::RenewLease(l)) => Command::RenewLease {
-            key: l.key.clone(),
-            holder: l.holder.clone(),
-            now_ns: l.now_ns,
-            ttl_ms: l.ttl_ms,
-        },
-        Some(C::ReleaseLease(l)) => Command::ReleaseLease {
-            key: l.key.clone(),
-            holder: l.holder.clone(),
-        },
-        Some(C::Heartbeat(h)) => Command::Heartbeat {
-            ingester_id: h.ingester_id.clone(),
-            address: h.address.clone(),
-            now_ns: h.now_ns,
-            ttl_ms: h.ttl_ms,
-        },
-        Some(C::Fence(f)) => Command::Fence {
-            ingester_id: f.ingester_id.clone(),
-        },
-        Some(C::Stage(st)) => Command::Stage {
-            ingester_id: st.ingester_id.clone(),
-            epoch: st.epoch,
-            txn: parse_block_id("txn", &st.txn)?,
-            blocks: st.blocks.iter().map(block_from_pb).collect::<Result<_, _>>()?,
-        },
-        Some(C::FencedPublish(p)) => Command::FencedPublish {
-            ingester_id: p.ingester_id.clone(),
-            epoch: p.epoch,
-            blocks: p.blocks.iter().map(block_from_pb).collect::<Result<_, _>>()?,
-            watermark: p.watermark.as_ref().map(watermark_from_pb),
-            txn: if p.txn.is_empty() {
-                None
-            } else {
-                Some(parse_block_id("txn", &p.txn)?)
-            },
-        },
-    };
-    cmd.validate()?;
-    Ok(cmd)
-}
-
-fn ids_from_pb(field: &str, ids: &[String]) -> Result<Vec<u128>, CommandError> {
-    if ids.len() > MAX_BLOCKS_PER_COMMAND {
-        return Err(CommandError::invalid(
-            field,
-            format!("{} entries, at most {MAX_BLOCKS_PER_COMMAND} per command", ids.len()),
-        ));
-    }
-    ids.iter().map(|s| parse_block_id(field, s)).collect()
 }

@@ -9,21 +9,18 @@ use std::time::{Duration, Instant};
 use futures::Stream;
 use mira_core::ids::TenantId;
 use mira_proto::catalog as pb;
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
-use crate::error::CommandError;
+use crate::error::{CommandError, RequestError};
 use crate::metrics::Metrics;
-use crate::model::{
-    StateKind, block_to_pb, check_time, command_from_pb, ingester_to_pb, lease_to_pb, policy_kind_filter_from_pb,
-    policy_to_pb, signal_from_pb, state_kind_from_pb, watermark_to_pb,
-};
+use crate::model::{Command, StateKind, check_time};
+use crate::pb_impl::block::state_kind_from_pb;
+use crate::pb_impl::{policy, signal};
 use crate::state_machine::{Catalog, HistoryGone};
 use crate::types::{NodeId, Raft};
 
@@ -33,36 +30,8 @@ pub const LEADER_HEADER: &str = "x-mira-leader";
 const RESET_CHUNK: usize = 1_000;
 /// Events read from the history per wake-up.
 const WATCH_BATCH: usize = 256;
-
-/// The status a follower answers a write (or linearizable read) with.
-pub fn not_leader(f: &ForwardToLeader<NodeId, BasicNode>) -> Status {
-    match (&f.leader_id, &f.leader_node) {
-        (Some(id), Some(node)) => {
-            let mut s = Status::unavailable(format!("not the leader; the leader is member {id} at {}", node.addr));
-            if let Ok(v) = MetadataValue::try_from(node.addr.as_str()) {
-                s.metadata_mut().insert(LEADER_HEADER, v);
-            }
-            s
-        }
-        _ => Status::unavailable("no catalog leader is elected yet"),
-    }
-}
-
-fn write_status(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Status {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(&f),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Status::failed_precondition(e.to_string()),
-        RaftError::Fatal(e) => Status::unavailable(format!("catalog member stopping: {e}")),
-    }
-}
-
-fn read_status(e: RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>) -> Status {
-    match e {
-        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => not_leader(&f),
-        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)) => Status::unavailable(e.to_string()),
-        RaftError::Fatal(e) => Status::unavailable(format!("catalog member stopping: {e}")),
-    }
-}
+/// How long `trigger_snapshot` waits for the snapshot to be built.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 
 /// The client API.
 #[derive(Clone)]
@@ -95,7 +64,7 @@ impl std::fmt::Debug for CatalogService {
 impl CatalogService {
     async fn consistent(&self, linearizable: bool) -> Result<(), Status> {
         if linearizable {
-            self.raft.ensure_linearizable().await.map_err(read_status)?;
+            self.raft.ensure_linearizable().await.map_err(RequestError::from)?;
         }
         Ok(())
     }
@@ -107,7 +76,7 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + S
 impl pb::catalog_server::Catalog for CatalogService {
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteReply>, Status> {
         let start = Instant::now();
-        let cmd = match command_from_pb(request.get_ref()) {
+        let cmd = match Command::try_from(request.get_ref()) {
             Ok(c) => c,
             Err(e) => {
                 self.metrics.observe_command("invalid", false, start.elapsed());
@@ -120,12 +89,12 @@ impl pb::catalog_server::Catalog for CatalogService {
             Ok(resp) => match resp.data {
                 Ok(accepted) => Ok(pb::WriteReply {
                     version: resp.log_id.index,
-                    lease: accepted.lease.as_ref().map(lease_to_pb),
+                    lease: accepted.lease.as_ref().map(pb::Lease::from),
                     epoch: accepted.epoch,
                 }),
                 Err(e) => Err(Status::from(e)),
             },
-            Err(e) => Err(write_status(e)),
+            Err(e) => Err(RequestError::from(e).into()),
         };
         self.metrics.observe_command(name, reply.is_ok(), start.elapsed());
         reply.map(Response::new)
@@ -136,8 +105,8 @@ impl pb::catalog_server::Catalog for CatalogService {
         request: Request<pb::ListBlocksRequest>,
     ) -> Result<Response<pb::ListBlocksReply>, Status> {
         let req = request.into_inner();
-        TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
-        let signal = signal_from_pb("signal", req.signal)?;
+        let tenant = TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
+        let signal = signal::parse("signal", req.signal)?;
         check_time("min_time_ns", req.min_time_ns)?;
         check_time("max_time_ns", req.max_time_ns)?;
         if req.max_time_ns < req.min_time_ns {
@@ -156,9 +125,9 @@ impl pb::catalog_server::Catalog for CatalogService {
         self.consistent(req.linearizable).await?;
         let (blocks, version) = self.catalog.read(|state, version| {
             let blocks = state
-                .list_blocks(&req.tenant, signal, req.min_time_ns, req.max_time_ns, &states)
+                .list_blocks(&tenant, signal, req.min_time_ns, req.max_time_ns, &states)
                 .into_iter()
-                .map(block_to_pb)
+                .map(pb::Block::from)
                 .collect();
             (blocks, version)
         });
@@ -174,7 +143,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         let filter = (!req.ingester_id.is_empty()).then_some(req.ingester_id.as_str());
         let (watermarks, version) = self
             .catalog
-            .read(|s, v| (s.watermarks(filter).iter().map(watermark_to_pb).collect(), v));
+            .read(|s, v| (s.watermarks(filter).iter().map(pb::Watermark::from).collect(), v));
         Ok(Response::new(pb::GetWatermarksReply { watermarks, version }))
     }
 
@@ -196,7 +165,7 @@ impl pb::catalog_server::Catalog for CatalogService {
             } else {
                 s.live_ingesters(now)
             };
-            (listed.iter().map(ingester_to_pb).collect(), v)
+            (listed.iter().map(pb::IngesterLease::from).collect(), v)
         });
         Ok(Response::new(pb::ListIngestersReply { ingesters, version }))
     }
@@ -206,11 +175,11 @@ impl pb::catalog_server::Catalog for CatalogService {
         request: Request<pb::ListPoliciesRequest>,
     ) -> Result<Response<pb::ListPoliciesReply>, Status> {
         let req = request.into_inner();
-        let kind = policy_kind_filter_from_pb(req.kind)?;
+        let kind = policy::kind_filter_from_pb(req.kind)?;
         self.consistent(req.linearizable).await?;
         let (policies, version) = self
             .catalog
-            .read(|s, v| (s.policies(kind).iter().map(policy_to_pb).collect(), v));
+            .read(|s, v| (s.policies(kind).iter().map(pb::Policy::from).collect(), v));
         Ok(Response::new(pb::ListPoliciesReply { policies, version }))
     }
 
@@ -221,7 +190,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         self.consistent(request.get_ref().linearizable).await?;
         let (leases, version) = self
             .catalog
-            .read(|s, v| (s.leases().iter().map(lease_to_pb).collect(), v));
+            .read(|s, v| (s.leases().iter().map(pb::Lease::from).collect(), v));
         Ok(Response::new(pb::ListLeasesReply { leases, version }))
     }
 
@@ -305,7 +274,7 @@ impl pb::catalog_server::Catalog for CatalogService {
                 self.raft
                     .add_learner(*id, BasicNode { addr: addr.clone() }, true)
                     .await
-                    .map_err(write_status)?;
+                    .map_err(RequestError::from)?;
             }
         }
         let voters = wanted.keys().copied().collect();
@@ -313,7 +282,7 @@ impl pb::catalog_server::Catalog for CatalogService {
             .raft
             .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
             .await
-            .map_err(write_status)?;
+            .map_err(RequestError::from)?;
         let members = resp
             .membership
             .as_ref()
@@ -339,7 +308,7 @@ impl pb::catalog_server::Catalog for CatalogService {
             .trigger()
             .snapshot()
             .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+            .map_err(|e| RequestError::Stopping(e.to_string()))?;
         let mut metrics = self.raft.metrics();
         let wait = async {
             loop {
@@ -348,13 +317,15 @@ impl pb::catalog_server::Catalog for CatalogService {
                     return Ok(index);
                 }
                 if metrics.changed().await.is_err() {
-                    return Err(Status::unavailable("catalog member stopping"));
+                    return Err(RequestError::Stopping("its metrics ended".into()));
                 }
             }
         };
-        let index = tokio::time::timeout(Duration::from_secs(60), wait)
+        let index = tokio::time::timeout(SNAPSHOT_WAIT, wait)
             .await
-            .map_err(|_| Status::deadline_exceeded("snapshot not finished within 60 s"))??;
+            .map_err(|_| RequestError::SnapshotTimeout {
+                secs: SNAPSHOT_WAIT.as_secs(),
+            })??;
         Ok(Response::new(pb::TriggerSnapshotReply { snapshot_index: index }))
     }
 }
@@ -392,7 +363,7 @@ async fn watch_loop(
                         version,
                         reset: true,
                         reset_done: i == last,
-                        changes: chunk.iter().map(|c| c.to_pb()).collect(),
+                        changes: chunk.iter().map(pb::Change::from).collect(),
                     };
                     if tx.send(Ok(event)).await.is_err() {
                         return;
@@ -407,7 +378,7 @@ async fn watch_loop(
                         version: e.version,
                         reset: false,
                         reset_done: false,
-                        changes: e.changes.iter().map(|c| c.to_pb()).collect(),
+                        changes: e.changes.iter().map(pb::Change::from).collect(),
                     };
                     if tx.send(Ok(event)).await.is_err() {
                         return;
@@ -435,7 +406,7 @@ async fn watch_loop(
                     _ = heartbeat.tick() => {
                         if raft.metrics().borrow().current_leader.is_none() {
                             let _ = tx
-                                .send(Err(Status::unavailable("this catalog member knows no leader; watch another")))
+                                .send(Err(RequestError::WatchLeaderLost.into()))
                                 .await;
                             return;
                         }
@@ -466,26 +437,25 @@ impl std::fmt::Debug for RaftService {
 }
 
 impl RaftService {
-    fn check(&self, req: &pb::RaftRequest) -> Result<(), Status> {
+    fn check(&self, req: &pb::RaftRequest) -> Result<(), RequestError> {
         if req.cluster_id != self.cluster_id {
-            return Err(Status::permission_denied(format!(
-                "cluster id mismatch: this member belongs to {:?}, the request to {:?}",
-                self.cluster_id,
-                req.cluster_id.chars().take(128).collect::<String>()
-            )));
+            return Err(RequestError::ForeignCluster {
+                ours: self.cluster_id.clone(),
+                theirs: req.cluster_id.chars().take(128).collect(),
+            });
         }
         Ok(())
     }
 }
 
-fn decode<T: DeserializeOwned>(req: &pb::RaftRequest) -> Result<T, Status> {
-    postcard::from_bytes(&req.payload).map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+fn decode<T: DeserializeOwned>(req: &pb::RaftRequest) -> Result<T, RequestError> {
+    postcard::from_bytes(&req.payload).map_err(RequestError::MalformedPayload)
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Response<pb::RaftReply>, Status> {
     postcard::to_stdvec(v)
         .map(|payload| Response::new(pb::RaftReply { payload }))
-        .map_err(|e| Status::internal(format!("encode raft reply: {e}")))
+        .map_err(|e| RequestError::Encode(e).into())
 }
 
 #[tonic::async_trait]

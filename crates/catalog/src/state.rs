@@ -4,44 +4,26 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use mira_core::ids::BlockId;
-use mira_proto::catalog as pb;
+use mira_core::ids::{BlockId, Signal, TenantId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::CommandError;
 use crate::model::{
-    BlockRecord, BlockState, Command, IngesterLease, Lease, Policy, PolicyKind, StateKind, Watermark, block_to_pb,
-    ingester_to_pb, lease_to_pb, policy_to_pb, watermark_to_pb,
+    BlockRecord, BlockState, Command, IngesterLease, Lease, Policy, PolicyKind, StateKind, Watermark, stored,
 };
 
-/// One observable change, as delivered by watch.
+/// One observable change, as delivered by watch
+/// ([`crate::pb_impl::change`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     Block(BlockRecord),
-    Purged(u128),
+    Purged(BlockId),
     Watermark(Watermark),
     Ingester(IngesterLease),
     LeaseSet(Lease),
     LeaseReleased(String),
     PolicySet(Policy),
     PolicyDeleted(Policy),
-}
-
-impl Change {
-    pub fn to_pb(&self) -> pb::Change {
-        use pb::change::Change as C;
-        let c = match self {
-            Change::Block(b) => C::Block(block_to_pb(b)),
-            Change::Purged(id) => C::PurgedBlockId(BlockId::from_u128(*id).to_string()),
-            Change::Watermark(w) => C::Watermark(watermark_to_pb(w)),
-            Change::Ingester(i) => C::Ingester(ingester_to_pb(i)),
-            Change::LeaseSet(l) => C::LeaseSet(lease_to_pb(l)),
-            Change::LeaseReleased(k) => C::LeaseReleased(k.clone()),
-            Change::PolicySet(p) => C::PolicySet(policy_to_pb(p)),
-            Change::PolicyDeleted(p) => C::PolicyDeleted(policy_to_pb(p)),
-        };
-        pb::Change { change: Some(c) }
-    }
 }
 
 /// What an accepted command produced.
@@ -63,12 +45,12 @@ pub const NARROW_SPAN_NS: i64 = 24 * 3_600_000_000_000;
 /// never widen the range scanned for the narrow ones.
 #[derive(Clone, Debug, Default)]
 struct Stream {
-    narrow: BTreeSet<(i64, u128)>,
-    wide: BTreeSet<(i64, u128)>,
+    narrow: BTreeSet<(i64, BlockId)>,
+    wide: BTreeSet<(i64, BlockId)>,
 }
 
 impl Stream {
-    fn set_for(&mut self, b: &BlockRecord) -> &mut BTreeSet<(i64, u128)> {
+    fn set_for(&mut self, b: &BlockRecord) -> &mut BTreeSet<(i64, BlockId)> {
         if b.max_time_ns - b.min_time_ns > NARROW_SPAN_NS {
             &mut self.wide
         } else {
@@ -80,8 +62,8 @@ impl Stream {
 /// The whole catalog.
 #[derive(Clone, Debug, Default)]
 pub struct State {
-    blocks: HashMap<u128, BlockRecord>,
-    streams: BTreeMap<(String, u8), Stream>,
+    blocks: HashMap<BlockId, BlockRecord>,
+    streams: BTreeMap<(TenantId, Signal), Stream>,
     watermarks: BTreeMap<(String, u32), u64>,
     ingesters: BTreeMap<String, IngesterLease>,
     leases: BTreeMap<String, Lease>,
@@ -89,8 +71,8 @@ pub struct State {
     counts: [u64; 3],
     /// Ids purged most recently (oldest first), so a retried purge succeeds
     /// and a retried publish cannot bring a purged block back.
-    purged: VecDeque<u128>,
-    purged_set: HashSet<u128>,
+    purged: VecDeque<BlockId>,
+    purged_set: HashSet<BlockId>,
     /// Each ingester id's current epoch (see [`Command::Fence`]).
     epochs: BTreeMap<String, u64>,
     /// Publishes being staged: txn → (ingester, blocks).
@@ -119,7 +101,8 @@ pub struct StateImage {
     pub leases: Vec<Lease>,
     pub policies: Vec<Policy>,
     /// Recently purged ids, oldest first.
-    pub purged: Vec<u128>,
+    #[serde(with = "stored::block_ids")]
+    pub purged: Vec<BlockId>,
     /// Added after the first release; encoded after the fields above
     /// (see `state_machine::encode_image`), so older snapshots still read.
     #[serde(skip)]
@@ -142,12 +125,8 @@ fn state_index(k: StateKind) -> usize {
     }
 }
 
-fn not_found(ids: &[u128]) -> CommandError {
-    let names: Vec<String> = ids
-        .iter()
-        .take(10)
-        .map(|id| BlockId::from_u128(*id).to_string())
-        .collect();
+fn not_found(ids: &[BlockId]) -> CommandError {
+    let names: Vec<String> = ids.iter().take(10).map(BlockId::to_string).collect();
     let more = if ids.len() > 10 {
         format!(" and {} more", ids.len() - 10)
     } else {
@@ -321,23 +300,17 @@ impl State {
                 // answer was lost stages again what is live; nothing to do.
                 Some(o) if o.same_publish(b) => continue,
                 Some(_) => {
-                    return Err(CommandError::AlreadyExists {
-                        id: b.block_id().to_string(),
-                    });
+                    return Err(CommandError::AlreadyExists { id: b.id.to_string() });
                 }
                 None if self.purged_set.contains(&b.id) => {
-                    return Err(CommandError::AlreadyExists {
-                        id: b.block_id().to_string(),
-                    });
+                    return Err(CommandError::AlreadyExists { id: b.id.to_string() });
                 }
                 None => {}
             }
             match current.blocks.iter().find(|o| o.id == b.id) {
                 Some(o) if o.same_publish(b) => {}
                 Some(_) => {
-                    return Err(CommandError::AlreadyExists {
-                        id: b.block_id().to_string(),
-                    });
+                    return Err(CommandError::AlreadyExists { id: b.id.to_string() });
                 }
                 None => fresh.push(b.clone()),
             }
@@ -374,7 +347,7 @@ impl State {
                     if let Some(b) = st.blocks.iter().find(|s| blocks.iter().any(|b| b.id == s.id)) {
                         return Err(CommandError::invalid(
                             "blocks",
-                            format!("block {} is both staged and in the publish", b.block_id()),
+                            format!("block {} is both staged and in the publish", b.id),
                         ));
                     }
                     all.extend(st.blocks.iter().cloned());
@@ -419,15 +392,13 @@ impl State {
             if self.purged_set.contains(&b.id) {
                 return Err(CommandError::conflict(format!(
                     "block {} was purged; a purged id is never published again",
-                    b.block_id()
+                    b.id
                 )));
             }
             match self.blocks.get(&b.id) {
                 Some(old) if old.same_publish(b) => {}
                 Some(_) => {
-                    return Err(CommandError::AlreadyExists {
-                        id: b.block_id().to_string(),
-                    });
+                    return Err(CommandError::AlreadyExists { id: b.id.to_string() });
                 }
                 None => fresh.push(b),
             }
@@ -466,7 +437,7 @@ impl State {
     fn replace(
         &mut self,
         add: &[BlockRecord],
-        tombstone: &[u128],
+        tombstone: &[BlockId],
         now_ns: i64,
         lease: Option<&(String, String)>,
     ) -> Result<Applied, CommandError> {
@@ -499,7 +470,7 @@ impl State {
                 None => return Err(CommandError::conflict(format!("lease {key:?} is not held"))),
             }
         }
-        let missing: Vec<u128> = tombstone
+        let missing: Vec<BlockId> = tombstone
             .iter()
             .copied()
             .filter(|id| !self.blocks.contains_key(id))
@@ -511,7 +482,7 @@ impl State {
             .iter()
             .filter(|id| self.blocks.get(id).is_some_and(|b| b.state.kind() != StateKind::Live))
             .take(10)
-            .map(|id| BlockId::from_u128(*id).to_string())
+            .map(BlockId::to_string)
             .collect();
         if !not_live.is_empty() {
             return Err(CommandError::conflict(format!(
@@ -520,9 +491,7 @@ impl State {
             )));
         }
         if let Some(b) = add.iter().find(|b| self.blocks.contains_key(&b.id)) {
-            return Err(CommandError::AlreadyExists {
-                id: b.block_id().to_string(),
-            });
+            return Err(CommandError::AlreadyExists { id: b.id.to_string() });
         }
         let mut changes = Vec::with_capacity(add.len() + tombstone.len());
         for b in add {
@@ -540,8 +509,8 @@ impl State {
         })
     }
 
-    fn tombstone(&mut self, ids: &[u128], now_ns: i64) -> Result<Applied, CommandError> {
-        let missing: Vec<u128> = ids.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+    fn tombstone(&mut self, ids: &[BlockId], now_ns: i64) -> Result<Applied, CommandError> {
+        let missing: Vec<BlockId> = ids.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
         if !missing.is_empty() {
             return Err(not_found(&missing));
         }
@@ -563,9 +532,9 @@ impl State {
         })
     }
 
-    fn purge(&mut self, ids: &[u128]) -> Result<Applied, CommandError> {
+    fn purge(&mut self, ids: &[BlockId]) -> Result<Applied, CommandError> {
         // Already purged (a retry) counts as done; never known is an error.
-        let missing: Vec<u128> = ids
+        let missing: Vec<BlockId> = ids
             .iter()
             .copied()
             .filter(|id| !self.blocks.contains_key(id) && !self.purged_set.contains(id))
@@ -579,8 +548,7 @@ impl State {
                 .is_some_and(|b| b.state.kind() != StateKind::Tombstoned)
         }) {
             return Err(CommandError::conflict(format!(
-                "block {} is not tombstoned; only tombstoned blocks are purged",
-                BlockId::from_u128(*id)
+                "block {id} is not tombstoned; only tombstoned blocks are purged"
             )));
         }
         let mut changes = Vec::with_capacity(ids.len());
@@ -600,7 +568,7 @@ impl State {
         })
     }
 
-    fn mark_offloaded(&mut self, id: u128, location: &str) -> Result<Applied, CommandError> {
+    fn mark_offloaded(&mut self, id: BlockId, location: &str) -> Result<Applied, CommandError> {
         let Some(b) = self.blocks.get(&id) else {
             return Err(not_found(&[id]));
         };
@@ -616,14 +584,13 @@ impl State {
                 ..Default::default()
             }),
             other => Err(CommandError::conflict(format!(
-                "block {} is {}, only live blocks are offloaded",
-                BlockId::from_u128(id),
+                "block {id} is {}, only live blocks are offloaded",
                 other.kind().as_str()
             ))),
         }
     }
 
-    fn mark_restored(&mut self, id: u128) -> Result<Applied, CommandError> {
+    fn mark_restored(&mut self, id: BlockId) -> Result<Applied, CommandError> {
         let Some(b) = self.blocks.get(&id) else {
             return Err(not_found(&[id]));
         };
@@ -634,8 +601,7 @@ impl State {
                 ..Default::default()
             }),
             StateKind::Tombstoned => Err(CommandError::conflict(format!(
-                "block {} is tombstoned, not offloaded",
-                BlockId::from_u128(id)
+                "block {id} is tombstoned, not offloaded"
             ))),
         }
     }
@@ -686,7 +652,7 @@ impl State {
         })
     }
 
-    fn remember_purged(&mut self, id: u128) {
+    fn remember_purged(&mut self, id: BlockId) {
         if self.purged_set.insert(id) {
             self.purged.push_back(id);
             if self.purged.len() > PURGED_MEMORY
@@ -705,7 +671,7 @@ impl State {
     }
 
     /// Sets a known block's state and returns the updated row.
-    fn set_state(&mut self, id: u128, state: BlockState) -> BlockRecord {
+    fn set_state(&mut self, id: BlockId, state: BlockState) -> BlockRecord {
         let Some(b) = self.blocks.get_mut(&id) else {
             unreachable_block(id)
         };
@@ -719,13 +685,21 @@ impl State {
 
     /// Blocks of `tenant`/`signal` overlapping `[min, max]` whose state is
     /// in `states`, ordered by min time then id.
-    pub fn list_blocks(&self, tenant: &str, signal: u8, min: i64, max: i64, states: &[StateKind]) -> Vec<&BlockRecord> {
-        let Some(stream) = self.streams.get(&(tenant.to_owned(), signal)) else {
+    pub fn list_blocks(
+        &self,
+        tenant: &TenantId,
+        signal: Signal,
+        min: i64,
+        max: i64,
+        states: &[StateKind],
+    ) -> Vec<&BlockRecord> {
+        let Some(stream) = self.streams.get(&(tenant.clone(), signal)) else {
             return Vec::new();
         };
+        let (first, last) = (BlockId::from_u128(0), BlockId::from_u128(u128::MAX));
         let from = min.saturating_sub(NARROW_SPAN_NS);
-        let narrow = stream.narrow.range((from, 0)..=(max, u128::MAX));
-        let wide = stream.wide.range(..=(max, u128::MAX));
+        let narrow = stream.narrow.range((from, first)..=(max, last));
+        let wide = stream.wide.range(..=(max, last));
         let mut out: Vec<&BlockRecord> = narrow
             .chain(wide)
             .filter_map(|(_, id)| self.blocks.get(id))
@@ -737,7 +711,7 @@ impl State {
         out
     }
 
-    pub fn block(&self, id: u128) -> Option<&BlockRecord> {
+    pub fn block(&self, id: BlockId) -> Option<&BlockRecord> {
         self.blocks.get(&id)
     }
 
@@ -855,12 +829,9 @@ impl State {
 }
 
 #[cold]
-fn unreachable_block(id: u128) -> ! {
+fn unreachable_block(id: BlockId) -> ! {
     // Callers check presence first; reaching this is a bug in this module.
-    panic!(
-        "catalog state: block {} vanished during a command",
-        BlockId::from_u128(id)
-    )
+    panic!("catalog state: block {id} vanished during a command")
 }
 
 #[cfg(test)]

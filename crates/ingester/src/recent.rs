@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use mira_core::ids::{BlockId, Signal, TenantId};
+use mira_core::ids::{BlockId, TenantId};
 use mira_core::tables::write_hot;
 use mira_proto::ingester as pb;
 use tonic::{Request, Response, Status};
@@ -44,9 +44,7 @@ impl pb::recent_server::Recent for RecentService {
     async fn query(&self, request: Request<pb::RecentRequest>) -> Result<Response<pb::RecentReply>, Status> {
         let req = request.into_inner();
         let tenant = TenantId::new(&req.tenant).map_err(|e| Status::invalid_argument(format!("tenant: {e}")))?;
-        let signal = u8::try_from(req.signal)
-            .ok()
-            .and_then(Signal::from_code)
+        let signal = mira_catalog::pb_impl::signal::from_pb(req.signal)
             .ok_or_else(|| Status::invalid_argument(format!("signal: unknown code {}", req.signal)))?;
         if req.min_time_ns < 0 || req.max_time_ns < req.min_time_ns {
             return Err(Status::invalid_argument(

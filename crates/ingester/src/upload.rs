@@ -163,7 +163,7 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
         blocks.push(pb::Block {
             id: id.to_string(),
             tenant: tenant.to_string(),
-            signal: mira_catalog::model::signal_to_pb(g.signal.code()) as i32,
+            signal: mira_catalog::pb_impl::signal::to_pb(g.signal),
             min_time_ns: i64::try_from(tables.min_time).unwrap_or(i64::MAX),
             max_time_ns: i64::try_from(tables.max_time).unwrap_or(i64::MAX),
             rows: tables.rows as u64,

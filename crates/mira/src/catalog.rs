@@ -195,15 +195,11 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
             println!("ingester {id:?} is no longer registered");
         }
         AdminCommand::Blocks { tenant, signal } => {
-            let signal = match signal.as_str() {
-                "traces" => proto::Signal::Traces,
-                "metrics" => proto::Signal::Metrics,
-                _ => proto::Signal::Logs,
-            };
+            let signal: mira_core::Signal = signal.parse()?;
             let reply = client
                 .list_blocks(proto::ListBlocksRequest {
                     tenant,
-                    signal: signal as i32,
+                    signal: mira_catalog::pb_impl::signal::to_pb(signal),
                     min_time_ns: 0,
                     max_time_ns: i64::MAX,
                     states: vec![],

@@ -18,11 +18,15 @@ pub enum ErrorCode {
     /// Valid, but the current state does not allow it (a lease held by
     /// someone else, a block no longer live, a fenced epoch).
     Conflict,
+    /// The caller may not do this (a Raft message from a member of
+    /// another cluster).
+    Forbidden,
     /// The request itself is over a size limit.
     TooLarge,
     /// A valid query over a configured limit (range, blocks, series).
     TooBig,
-    /// The client was too slow sending its request.
+    /// A deadline passed: the client was too slow sending its request, or
+    /// an operation did not finish in time.
     Timeout,
     /// No room now; retry later.
     Overloaded,
@@ -36,6 +40,7 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             ErrorCode::BadRequest => 400,
+            ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::Timeout => 408,
             ErrorCode::AlreadyExists | ErrorCode::Conflict => 409,
@@ -51,6 +56,7 @@ impl ErrorCode {
     pub fn grpc_code(self) -> tonic::Code {
         match self {
             ErrorCode::BadRequest | ErrorCode::UnsupportedMediaType => tonic::Code::InvalidArgument,
+            ErrorCode::Forbidden => tonic::Code::PermissionDenied,
             ErrorCode::NotFound => tonic::Code::NotFound,
             ErrorCode::AlreadyExists => tonic::Code::AlreadyExists,
             ErrorCode::Conflict => tonic::Code::FailedPrecondition,
@@ -94,14 +100,16 @@ pub trait ServiceError: std::error::Error {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_code_maps_to_a_distinct_meaning() {
-        let all = [
+    /// Every code; the match makes a new variant fail to compile until it
+    /// is listed here too.
+    fn all() -> Vec<ErrorCode> {
+        let all = vec![
             ErrorCode::BadRequest,
             ErrorCode::UnsupportedMediaType,
             ErrorCode::NotFound,
             ErrorCode::AlreadyExists,
             ErrorCode::Conflict,
+            ErrorCode::Forbidden,
             ErrorCode::TooLarge,
             ErrorCode::TooBig,
             ErrorCode::Timeout,
@@ -109,7 +117,29 @@ mod tests {
             ErrorCode::Unavailable,
             ErrorCode::Internal,
         ];
-        for c in all {
+        for c in &all {
+            match c {
+                ErrorCode::BadRequest
+                | ErrorCode::UnsupportedMediaType
+                | ErrorCode::NotFound
+                | ErrorCode::AlreadyExists
+                | ErrorCode::Conflict
+                | ErrorCode::Forbidden
+                | ErrorCode::TooLarge
+                | ErrorCode::TooBig
+                | ErrorCode::Timeout
+                | ErrorCode::Overloaded
+                | ErrorCode::Unavailable
+                | ErrorCode::Internal => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_code_maps_to_a_distinct_meaning() {
+        let mut seen = std::collections::HashSet::new();
+        for c in all() {
             let status = c.http_status();
             assert!((400..600).contains(&status), "{c:?}");
             // Only faults of ours are 5xx-but-not-retryable.
@@ -119,6 +149,15 @@ mod tests {
                 status == 503,
                 "{c:?}"
             );
+            // No two codes answer alike on both transports.
+            assert!(
+                seen.insert((status, c.grpc_code() as i32)),
+                "{c:?} answers like another code"
+            );
         }
+        assert_eq!(
+            (ErrorCode::Forbidden.http_status(), ErrorCode::Forbidden.grpc_code()),
+            (403, tonic::Code::PermissionDenied)
+        );
     }
 }

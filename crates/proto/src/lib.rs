@@ -5,14 +5,26 @@
 
 pub mod error;
 
-/// The catalog: Raft transport and client API (`proto/catalog.proto`).
+/// The generated code, nested as the protobuf packages are, so one file's
+/// references to another package's types (the ingester's request names the
+/// catalog's `Signal`) resolve.
 #[allow(clippy::all, missing_debug_implementations)]
-pub mod catalog {
-    tonic::include_proto!("mira.catalog.v1");
+mod generated {
+    pub mod mira {
+        pub mod catalog {
+            pub mod v1 {
+                tonic::include_proto!("mira.catalog.v1");
+            }
+        }
+        pub mod ingester {
+            pub mod v1 {
+                tonic::include_proto!("mira.ingester.v1");
+            }
+        }
+    }
 }
 
+/// The catalog: Raft transport and client API (`proto/catalog.proto`).
+pub use generated::mira::catalog::v1 as catalog;
 /// The ingester's recent-data service (`proto/ingester.proto`).
-#[allow(clippy::all, missing_debug_implementations)]
-pub mod ingester {
-    tonic::include_proto!("mira.ingester.v1");
-}
+pub use generated::mira::ingester::v1 as ingester;

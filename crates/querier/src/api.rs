@@ -89,12 +89,9 @@ impl P {
     }
 
     fn signal(&self) -> Result<Signal, QueryError> {
-        match self.one("signal").unwrap_or("logs") {
-            "logs" => Ok(Signal::Logs),
-            "traces" => Ok(Signal::Traces),
-            "metrics" => Ok(Signal::Metrics),
-            other => Err(bad_param("signal", other, "expected logs, traces or metrics")),
-        }
+        let v = self.one("signal").unwrap_or("logs");
+        v.parse()
+            .map_err(|_| bad_param("signal", v, "expected logs, traces or metrics"))
     }
 }
 
@@ -178,7 +175,7 @@ async fn trace(
     let (start, end) = p.range(q.config.max_range.as_nanos() as u64)?;
     let answer = q.trace(&tenant, id, start, end).await?;
     Ok(match p.one("format") {
-        Some("otlp") => ok_json(&answer.trace),
+        Some("otlp") => ok_json(&answer.body.trace),
         None | Some("native") => ok_json(&answer),
         Some(other) => {
             return Err(bad_param("format", other, "expected native or otlp"));

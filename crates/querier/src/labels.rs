@@ -10,25 +10,24 @@ use mira_core::Signal;
 use mira_core::attrs::AttrReader;
 use mira_core::scan::AttrScope;
 use mira_core::schema;
-use mira_core::sidecar::Sidecars;
-use mira_core::tables::read_sidecars;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use serde::Serialize;
 
+use crate::answer::Answer;
 use crate::selector::{name_of, scope_of};
-use crate::stats::{Stats, StatsJson};
-use crate::{Candidate, Querier, QueryError, Src};
+use crate::stats::Stats;
+use crate::{Querier, QueryError};
 
 /// Most values one answer lists.
 pub const MAX_VALUES: usize = 10_000;
 
+/// Attribute (label) names, or the values of one.
 #[derive(Debug, Serialize)]
-pub struct LabelsAnswer {
+pub struct LabelList {
     pub data: Vec<String>,
-    pub partial: bool,
-    pub warnings: Vec<String>,
-    pub stats: StatsJson,
 }
+
+pub type LabelsAnswer = Answer<LabelList>;
 
 fn record_attr_table(signal: Signal) -> &'static str {
     match signal {
@@ -52,27 +51,6 @@ fn value_text(r: &AttrReader<'_>, row: usize) -> Option<String> {
 }
 
 impl Querier {
-    async fn block_sidecars(&self, c: &Candidate, stats: &Stats) -> Result<Arc<Sidecars>, QueryError> {
-        match &c.src {
-            Src::Recent(block) => {
-                let block = block.clone();
-                let id = c.id.clone();
-                self.on_pool(move || read_sidecars(&block))
-                    .await
-                    .map(Arc::new)
-                    .map_err(|e| QueryError::corrupt(&format!("recent block {id}"), e))
-            }
-            Src::Published { key } => {
-                let manifest = self
-                    .cache()
-                    .manifest(&self.store, key, stats)
-                    .await
-                    .map_err(|e| QueryError::block(key, e))?;
-                self.sidecars(key, &manifest, stats).await
-            }
-        }
-    }
-
     /// Attribute names (selector form: `resource.<key>` or `<key>`).
     pub async fn labels(
         self: &Arc<Self>,
@@ -94,12 +72,8 @@ impl Querier {
                 names.extend(s.attrs.keys(scope).map(|k| name_of(scope, k)));
             }
         }
-        Ok(LabelsAnswer {
-            data: names.into_iter().collect(),
-            partial: plan.partial,
-            warnings: plan.warnings,
-            stats: stats.snapshot(),
-        })
+        let data = names.into_iter().collect();
+        Ok(Answer::new(LabelList { data }, plan.gaps, &stats))
     }
 
     /// Distinct values of one attribute (as text), sorted, at most
@@ -133,7 +107,7 @@ impl Querier {
                 };
                 let tables = self.scan_tables(c, &[table], stats).await?;
                 let key = key.to_owned();
-                let id = c.id.clone();
+                let id = c.id;
                 self.on_pool(move || -> Result<Vec<String>, mira_core::Error> {
                     let batch = tables.get(table)?;
                     let r = AttrReader::new(batch, table)?;
@@ -155,20 +129,16 @@ impl Querier {
             }
         });
         let mut values = BTreeSet::new();
-        let mut warnings = plan.warnings;
+        let mut gaps = plan.gaps;
         for v in futures::future::try_join_all(reads).await? {
             values.extend(v);
         }
         if values.len() > MAX_VALUES {
-            warnings.push(format!(
+            gaps.note(format!(
                 "more than {MAX_VALUES} values; the first {MAX_VALUES} are listed"
             ));
         }
-        Ok(LabelsAnswer {
-            data: values.into_iter().take(MAX_VALUES).collect(),
-            partial: plan.partial,
-            warnings,
-            stats: stats.snapshot(),
-        })
+        let data = values.into_iter().take(MAX_VALUES).collect();
+        Ok(Answer::new(LabelList { data }, gaps, &stats))
     }
 }

@@ -6,32 +6,24 @@
 //! it. A recent block keeps its id and row numbers when published, so a
 //! cursor stays valid across a seal.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use mira_core::Signal;
-use mira_core::convert::{LogRow, log_rows};
+use mira_core::convert::{LogRow, log_rows, table_names};
 use mira_core::scan::{AttrMatcher, LineFilter, Order, Predicate, ScanRequest};
-use mira_core::schema;
+use mira_core::{BlockId, Signal};
 use serde::Serialize;
 
-use crate::stats::{Stats, StatsJson};
-use crate::{Candidate, Querier, QueryError, group_by_block};
-
-/// Tables [`log_rows`] reads.
-const ROW_TABLES: [&str; 6] = [
-    schema::LOGS,
-    schema::LOG_ATTRS,
-    schema::RESOURCES,
-    schema::RESOURCE_ATTRS,
-    schema::SCOPES,
-    schema::SCOPE_ATTRS,
-];
+use crate::answer::{Answer, u64_as_string};
+use crate::plan::{Candidate, Waves};
+use crate::stats::Stats;
+use crate::{Querier, QueryError};
 
 /// Where a line sits in the total order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LineKey {
     pub time: u64,
-    pub block: String,
+    pub block: BlockId,
     pub row: u32,
 }
 
@@ -44,7 +36,11 @@ impl LineKey {
         let bad = || QueryError::BadRequest(format!("cursor {:?} is not one this API returned", trunc(s)));
         let mut parts = s.splitn(3, '-');
         let time = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
-        let block = parts.next().filter(|b| b.len() == 26).ok_or_else(bad)?.to_owned();
+        let block = parts
+            .next()
+            .filter(|b| b.len() == 26)
+            .and_then(|b| b.parse().ok())
+            .ok_or_else(bad)?;
         let row = parts.next().and_then(|r| r.parse().ok()).ok_or_else(bad)?;
         Ok(LineKey { time, block, row })
     }
@@ -75,7 +71,7 @@ pub struct LogsQuery {
 #[serde(rename_all = "camelCase")]
 pub struct Line {
     /// The record's time (event time, or observed time when unset).
-    #[serde(serialize_with = "as_string")]
+    #[serde(serialize_with = "u64_as_string")]
     pub time_unix_nano: u64,
     pub resource: Option<opentelemetry_proto::tonic::resource::v1::Resource>,
     pub scope: Option<opentelemetry_proto::tonic::common::v1::InstrumentationScope>,
@@ -83,20 +79,15 @@ pub struct Line {
     pub record: opentelemetry_proto::tonic::logs::v1::LogRecord,
 }
 
-fn as_string<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&v.to_string())
-}
-
-/// The answer.
+/// A page of lines.
 #[derive(Debug, Serialize)]
-pub struct LogsAnswer {
+pub struct LogLines {
     pub lines: Vec<Line>,
     /// Pass as `cursor` for the next page; absent when this page is the last.
     pub cursor: Option<String>,
-    pub partial: bool,
-    pub warnings: Vec<String>,
-    pub stats: StatsJson,
 }
+
+pub type LogsAnswer = Answer<LogLines>;
 
 /// A matching row found by a scan.
 #[derive(Debug)]
@@ -141,7 +132,7 @@ impl Querier {
             ..Default::default()
         };
         let candidates = Arc::new(plan.candidates);
-        let mut waves = crate::Waves::new(candidates.len(), self.config.threads);
+        let mut waves = Waves::new(candidates.len(), self.config.threads);
         let mut hits: Vec<Hit> = Vec::new();
         loop {
             // Enough lines, and no later block can hold a better one.
@@ -170,13 +161,7 @@ impl Querier {
         }
         let cursor = (hits.len() == q.limit).then(|| hits[q.limit - 1].key.encode());
         let lines = self.materialize(&candidates, hits, &stats).await?;
-        Ok(LogsAnswer {
-            lines,
-            cursor,
-            partial: plan.partial,
-            warnings: plan.warnings,
-            stats: stats.snapshot(),
-        })
+        Ok(Answer::new(LogLines { lines, cursor }, plan.gaps, &stats))
     }
 
     /// The best `limit` matching lines of one block, after the cursor.
@@ -207,11 +192,7 @@ impl Querier {
             .iter()
             .zip(&out.times)
             .map(|(&row, &time)| Hit {
-                key: LineKey {
-                    time,
-                    block: c.id.clone(),
-                    row,
-                },
+                key: LineKey { time, block: c.id, row },
                 candidate: index,
             })
             .collect();
@@ -230,12 +211,12 @@ impl Querier {
         stats: &Stats,
     ) -> Result<Vec<Line>, QueryError> {
         let order: Vec<(usize, u32)> = hits.iter().map(|h| (h.candidate, h.key.row)).collect();
-        let groups = group_by_block(hits.into_iter().map(|h| (h.candidate.to_string(), h)));
+        let groups = group_by_candidate(hits);
         let reads = groups.into_iter().map(|(_, group)| async move {
             let c = &candidates[group[0].candidate];
-            let tables = self.tables(c, &ROW_TABLES, stats).await?;
+            let tables = self.tables(c, table_names(Signal::Logs), stats).await?;
             let rows: Vec<u32> = group.iter().map(|h| h.key.row).collect();
-            let id = c.id.clone();
+            let id = c.id;
             let got = self
                 .on_pool(move || log_rows(&tables, &rows))
                 .await
@@ -248,7 +229,7 @@ impl Querier {
                     .collect::<Vec<_>>(),
             )
         });
-        let mut by_key: std::collections::HashMap<(usize, u32), (u64, LogRow)> = std::collections::HashMap::new();
+        let mut by_key: HashMap<(usize, u32), (u64, LogRow)> = HashMap::new();
         for part in futures::future::try_join_all(reads).await? {
             by_key.extend(part);
         }
@@ -265,6 +246,20 @@ impl Querier {
     }
 }
 
+/// Hits grouped by the block they are in, blocks in first-seen order.
+fn group_by_candidate(hits: Vec<Hit>) -> Vec<(usize, Vec<Hit>)> {
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut out: Vec<(usize, Vec<Hit>)> = Vec::new();
+    for h in hits {
+        let i = *index.entry(h.candidate).or_insert_with(|| {
+            out.push((h.candidate, Vec::new()));
+            out.len() - 1
+        });
+        out[i].1.push(h);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,7 +268,7 @@ mod tests {
     fn cursor_round_trips_and_refuses_garbage() {
         let k = LineKey {
             time: 17,
-            block: "01JDQ7ZV6M3W9X2Y4B8N5C1K0A".into(),
+            block: "01JDQ7ZV6M3W9X2Y4B8N5C1K0A".parse().expect("ulid"),
             row: 3,
         };
         assert_eq!(LineKey::decode(&k.encode()).expect("decode"), k);

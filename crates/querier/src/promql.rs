@@ -19,8 +19,11 @@ use promql_parser::parser::{Expr, Offset};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::stats::{Stats, StatsJson};
-use crate::{Candidate, Querier, QueryError, Src};
+use crate::answer::{Answer, Gaps};
+use crate::labels::{LabelList, LabelsAnswer};
+use crate::plan::{Candidate, Src};
+use crate::stats::Stats;
+use crate::{Querier, QueryError};
 use eval::{Engine, Labels, Settings, Value};
 use load::{SeriesMap, format_float};
 
@@ -51,15 +54,14 @@ pub struct PromData {
     pub result: serde_json::Value,
 }
 
-/// The Prometheus-shaped answer.
+/// The Prometheus-shaped result.
 #[derive(Debug, Serialize)]
-pub struct PromAnswer {
+pub struct PromResult {
     pub status: &'static str,
     pub data: PromData,
-    pub partial: bool,
-    pub warnings: Vec<String>,
-    pub stats: StatsJson,
 }
+
+pub type PromAnswer = Answer<PromResult>;
 
 /// "parse error at byte N: reason". The parser reports reasons without
 /// positions; the position is the end of the input for an unfinished
@@ -180,7 +182,7 @@ impl Querier {
         from_ms: i64,
         to_ms: i64,
         stats: &Stats,
-    ) -> Result<(SeriesMap, bool, Vec<String>), QueryError> {
+    ) -> Result<(SeriesMap, Gaps), QueryError> {
         let from_ns = from_ms.max(0) as u64 * 1_000_000;
         let to_ns = (to_ms.max(0) as u64).saturating_mul(1_000_000).saturating_add(999_999);
         let plan = self
@@ -212,7 +214,7 @@ impl Querier {
                     return Ok::<_, QueryError>(SeriesMap::new());
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;
-                let id = c.id.clone();
+                let id = c.id;
                 let (map, read) = self
                     .on_pool(move || {
                         let wanted = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
@@ -236,25 +238,17 @@ impl Querier {
                 )));
             }
         }
-        Ok((all, plan.partial, plan.warnings))
+        Ok((all, plan.gaps))
     }
 
     /// Whether the block's metric names (from its attribute index) can
     /// give one of `names` (the Prometheus name starts with the sanitized
     /// OTLP name).
     async fn metric_names_may_match(&self, c: &Candidate, names: &[String], stats: &Stats) -> Result<bool, QueryError> {
-        if matches!(c.src, Src::Recent(_)) {
-            return Ok(true);
-        }
         let Src::Published { key } = &c.src else {
             return Ok(true);
         };
-        let manifest = self
-            .cache()
-            .manifest(&self.store, key, stats)
-            .await
-            .map_err(|e| QueryError::block(key, e))?;
-        let sidecars = self.sidecars(key, &manifest, stats).await?;
+        let (_, sidecars) = self.published_sidecars(key, stats).await?;
         let Some(listed) = sidecars.attrs.values(AttrScope::Field, field::METRIC_NAME) else {
             return Ok(true);
         };
@@ -272,12 +266,12 @@ impl Querier {
         name: Option<&str>,
         start: u64,
         end: u64,
-    ) -> Result<crate::labels::LabelsAnswer, QueryError> {
+    ) -> Result<LabelsAnswer, QueryError> {
         let Ok(Expr::VectorSelector(all)) = promql_parser::parser::parse(r#"{__name__=~".+"}"#) else {
             return Err(QueryError::Internal("the match-all selector did not parse".into()));
         };
         let stats = Stats::default();
-        let (series, partial, mut warnings) = self
+        let (series, mut gaps) = self
             .load_series(
                 tenant,
                 &[all],
@@ -295,14 +289,10 @@ impl Querier {
         }
         let max = crate::labels::MAX_VALUES;
         if out.len() > max {
-            warnings.push(format!("more than {max} values; the first {max} are listed"));
+            gaps.note(format!("more than {max} values; the first {max} are listed"));
         }
-        Ok(crate::labels::LabelsAnswer {
-            data: out.into_iter().take(max).collect(),
-            partial,
-            warnings,
-            stats: stats.snapshot(),
-        })
+        let data = out.into_iter().take(max).collect();
+        Ok(Answer::new(LabelList { data }, gaps, &stats))
     }
 
     /// Evaluates a PromQL query.
@@ -331,7 +321,7 @@ impl Querier {
         let back = sel.iter().map(|(_, b)| *b).max().unwrap_or(0).max(0) + LOOKBACK_MS;
         let stats = Stats::default();
         let from = q.start_ms - back;
-        let (series, partial, warnings) = self
+        let (series, gaps) = self
             .load_series(
                 &q.tenant,
                 &sel.into_iter().map(|(s, _)| s).collect::<Vec<_>>(),
@@ -350,13 +340,14 @@ impl Querier {
             .on_pool(move || evaluate(expr, series, settings, &q))
             .await
             .map_err(|e| QueryError::BadRequest(e.0))?;
-        Ok(PromAnswer {
-            status: "success",
-            data,
-            partial,
-            warnings,
-            stats: stats.snapshot(),
-        })
+        Ok(Answer::new(
+            PromResult {
+                status: "success",
+                data,
+            },
+            gaps,
+            &stats,
+        ))
     }
 }
 

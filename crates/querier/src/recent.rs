@@ -56,7 +56,7 @@ impl RecentClients {
             stats.add_ingester();
             let request = ipb::RecentRequest {
                 tenant: tenant.to_owned(),
-                signal: u32::from(signal.code()),
+                signal: mira_catalog::pb_impl::signal::to_pb(signal),
                 min_time_ns: min_ns,
                 max_time_ns: max_ns,
             };

@@ -6,28 +6,16 @@ use std::sync::Arc;
 
 use arrow::array::{Array, Int32Array};
 use mira_core::Signal;
-use mira_core::convert::spans_to_otlp_rows;
+use mira_core::convert::{spans_to_otlp_rows, table_names};
 use mira_core::scan::{AttrMatcher, AttrScope, MatchOp, Order, Predicate, ScanRequest};
-use mira_core::schema;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use serde::Serialize;
 
-use crate::stats::{Stats, StatsJson};
-use crate::{Candidate, Querier, QueryError};
-
-const ALL_TABLES: [&str; 10] = [
-    schema::SPANS,
-    schema::SPAN_ATTRS,
-    schema::SPAN_EVENTS,
-    schema::EVENT_ATTRS,
-    schema::SPAN_LINKS,
-    schema::LINK_ATTRS,
-    schema::RESOURCES,
-    schema::RESOURCE_ATTRS,
-    schema::SCOPES,
-    schema::SCOPE_ATTRS,
-];
+use crate::answer::{Answer, Gaps, u64_as_string};
+use crate::plan::{Candidate, Waves};
+use crate::stats::Stats;
+use crate::{Querier, QueryError};
 
 /// Parses a 32-hex-digit trace id.
 pub fn parse_trace_id(s: &str) -> Result<[u8; 16], QueryError> {
@@ -49,14 +37,13 @@ pub fn parse_trace_id(s: &str) -> Result<[u8; 16], QueryError> {
 
 /// A whole trace.
 #[derive(Debug, Serialize)]
-pub struct TraceAnswer {
+pub struct Trace {
     /// The spans as an OTLP/JSON `ExportTraceServiceRequest` body.
     pub trace: ExportTraceServiceRequest,
     pub span_count: usize,
-    pub partial: bool,
-    pub warnings: Vec<String>,
-    pub stats: StatsJson,
 }
+
+pub type TraceAnswer = Answer<Trace>;
 
 /// Trace search parameters.
 #[derive(Debug, Clone, Default)]
@@ -82,26 +69,22 @@ pub struct TraceSummary {
     pub trace_id: String,
     pub root_service_name: String,
     pub root_span_name: String,
-    #[serde(serialize_with = "as_string")]
+    #[serde(serialize_with = "u64_as_string")]
     pub start_time_unix_nano: u64,
-    #[serde(serialize_with = "as_string")]
+    #[serde(serialize_with = "u64_as_string")]
     pub duration_nano: u64,
     pub span_count: usize,
     /// Spans of the trace that matched the search.
     pub matched: usize,
 }
 
-fn as_string<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&v.to_string())
+/// The traces a search found.
+#[derive(Debug, Serialize)]
+pub struct TraceList {
+    pub traces: Vec<TraceSummary>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct SearchAnswer {
-    pub traces: Vec<TraceSummary>,
-    pub partial: bool,
-    pub warnings: Vec<String>,
-    pub stats: StatsJson,
-}
+pub type SearchAnswer = Answer<TraceList>;
 
 fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
@@ -117,18 +100,12 @@ impl Querier {
         end: u64,
     ) -> Result<TraceAnswer, QueryError> {
         let stats = Stats::default();
-        let (trace, partial, warnings) = self.trace_spans(tenant, id, start, end, &stats).await?;
+        let (trace, gaps) = self.trace_spans(tenant, id, start, end, &stats).await?;
         let span_count = count_spans(&trace);
         if span_count == 0 {
             return Err(QueryError::NotFound(format!("trace {} not found", hex(&id))));
         }
-        Ok(TraceAnswer {
-            trace,
-            span_count,
-            partial,
-            warnings,
-            stats: stats.snapshot(),
-        })
+        Ok(Answer::new(Trace { trace, span_count }, gaps, &stats))
     }
 
     async fn trace_spans(
@@ -138,7 +115,7 @@ impl Querier {
         start: u64,
         end: u64,
         stats: &Stats,
-    ) -> Result<(ExportTraceServiceRequest, bool, Vec<String>), QueryError> {
+    ) -> Result<(ExportTraceServiceRequest, Gaps), QueryError> {
         self.check_range(start, end)?;
         let plan = self.plan(tenant, Signal::Traces, start, end, stats).await?;
         let predicate = Predicate {
@@ -150,7 +127,7 @@ impl Querier {
         for part in futures::future::try_join_all(reads).await?.into_iter().flatten() {
             out.resource_spans.extend(part.resource_spans);
         }
-        Ok((out, plan.partial, plan.warnings))
+        Ok((out, plan.gaps))
     }
 
     /// The spans of one block matching `predicate`, as OTLP (None when
@@ -172,9 +149,9 @@ impl Querier {
         if out.rows.is_empty() {
             return Ok(None);
         }
-        let all = self.tables(c, &ALL_TABLES, stats).await?;
+        let all = self.tables(c, table_names(Signal::Traces), stats).await?;
         let rows = out.rows;
-        let id = c.id.clone();
+        let id = c.id;
         let otlp = self
             .on_pool(move || spans_to_otlp_rows(&all, Some(&rows)))
             .await
@@ -209,7 +186,7 @@ impl Querier {
         };
         // trace id -> (newest matching span start, matched spans)
         let mut found: HashMap<[u8; 16], (u64, usize)> = HashMap::new();
-        let mut waves = crate::Waves::new(plan.candidates.len(), self.config.threads);
+        let mut waves = Waves::new(plan.candidates.len(), self.config.threads);
         while let Some(wave) = waves.next_wave() {
             let scans = plan.candidates[wave]
                 .iter()
@@ -237,7 +214,7 @@ impl Querier {
                 // The whole trace, within the search range widened by an
                 // hour each side for spans that started earlier or later.
                 let hour = 3_600_000_000_000u64;
-                let (t, _, _) = self
+                let (t, _) = self
                     .trace_spans(
                         &s.tenant,
                         *id,
@@ -250,12 +227,7 @@ impl Querier {
             }
         });
         let traces = futures::future::try_join_all(summaries).await?;
-        Ok(SearchAnswer {
-            traces,
-            partial: plan.partial,
-            warnings: plan.warnings,
-            stats: stats.snapshot(),
-        })
+        Ok(Answer::new(TraceList { traces }, plan.gaps, &stats))
     }
 
     /// (trace id, span start) of the matching spans of one block.

@@ -1,0 +1,226 @@
+//! Reading a candidate block: its manifest, its sidecars and the sections
+//! of the tables a query needs, fetched through the block cache (published
+//! blocks) or taken from memory (recent ones), then decoded and scanned on
+//! the scan pool. Logs, traces, labels and PromQL all read blocks here.
+
+use std::sync::Arc;
+
+use futures::future::try_join_all;
+use mira_core::block::{Block, Manifest, decode_section};
+use mira_core::convert::TableSet;
+use mira_core::scan::{ScanOutput, ScanRequest, scan, tables_needed};
+use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, Sidecars, ZONE_MAP_SECTION};
+use mira_core::tables::{read_sidecars, read_tables, sidecars_from, table_from_batches};
+use mira_core::{BlockId, Signal};
+
+use crate::plan::{Candidate, Src};
+use crate::stats::Stats;
+use crate::{Querier, QueryError};
+
+impl Querier {
+    async fn manifest(&self, key: &str, stats: &Stats) -> Result<Arc<Manifest>, QueryError> {
+        self.cache
+            .manifest(&self.store, key, stats)
+            .await
+            .map_err(|e| QueryError::block(key, e))
+    }
+
+    /// The manifest and sidecars of a published block (both cached).
+    pub(crate) async fn published_sidecars(
+        &self,
+        key: &str,
+        stats: &Stats,
+    ) -> Result<(Arc<Manifest>, Arc<Sidecars>), QueryError> {
+        let manifest = self.manifest(key, stats).await?;
+        let sidecars = self.sidecars(key, &manifest, stats).await?;
+        Ok((manifest, sidecars))
+    }
+
+    /// The sidecars of any candidate: a published block's as above, a
+    /// recent block's built from its tables.
+    pub(crate) async fn block_sidecars(&self, c: &Candidate, stats: &Stats) -> Result<Arc<Sidecars>, QueryError> {
+        match &c.src {
+            Src::Recent(block) => {
+                let block = block.clone();
+                let id = c.id;
+                self.on_pool(move || read_sidecars(&block))
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| QueryError::corrupt(&format!("recent block {id}"), e))
+            }
+            Src::Published { key } => Ok(self.published_sidecars(key, stats).await?.1),
+        }
+    }
+
+    /// A published block's sidecars: from the memo, or its sidecar
+    /// sections fetched and decoded on the pool (then kept).
+    async fn sidecars(&self, key: &str, manifest: &Manifest, stats: &Stats) -> Result<Arc<Sidecars>, QueryError> {
+        if let Some(s) = self.cache.sidecars.get(key) {
+            return Ok(s);
+        }
+        let (zone, attrs) = futures::try_join!(
+            self.cache.section(&self.store, key, manifest, ZONE_MAP_SECTION, stats),
+            self.cache
+                .section(&self.store, key, manifest, ATTR_INDEX_SECTION, stats),
+        )
+        .map_err(|e| QueryError::block(key, e))?;
+        let ids = match manifest.section(ID_BLOOM_SECTION) {
+            Some(_) => Some(
+                self.cache
+                    .section(&self.store, key, manifest, ID_BLOOM_SECTION, stats)
+                    .await
+                    .map_err(|e| QueryError::block(key, e))?,
+            ),
+            None => None,
+        };
+        let id = manifest.meta.block_id;
+        let (zone_entry, attr_entry) = (
+            section_entry(manifest, ZONE_MAP_SECTION)?,
+            section_entry(manifest, ATTR_INDEX_SECTION)?,
+        );
+        let owned = key.to_owned();
+        let sidecars = self
+            .on_pool(move || {
+                let zone = decode_section(id, &zone_entry, zone)?;
+                let attrs = decode_section(id, &attr_entry, attrs)?;
+                sidecars_from(zone, attrs, ids.as_deref())
+            })
+            .await
+            .map_err(|e| QueryError::corrupt(&owned, e))?;
+        let sidecars = Arc::new(sidecars);
+        self.cache.sidecars.insert(key, sidecars.clone());
+        Ok(sidecars)
+    }
+
+    /// Prunes `c` by its sidecars, then reads the tables `req` needs and
+    /// scans them on the pool. `None` when the block was pruned.
+    pub(crate) async fn scan_candidate(
+        &self,
+        c: &Candidate,
+        signal: Signal,
+        req: ScanRequest,
+        stats: &Stats,
+    ) -> Result<Option<ScanOutput>, QueryError> {
+        if !self.may_match(c, &req.predicate, stats).await? {
+            return Ok(None);
+        }
+        stats.add_fetched();
+        let raw = self
+            .raw_tables(c, &tables_needed(signal, &req.predicate), stats)
+            .await?;
+        let what = raw.what();
+        // Decode and scan in one task on the pool.
+        let out = self
+            .on_pool(move || raw.decode().and_then(|tables| scan(&tables, &req)))
+            .await
+            .map_err(|e| match e {
+                mira_core::Error::Scan(e) => QueryError::from(e),
+                other => QueryError::corrupt(&what, other),
+            })?;
+        stats.add_rows(out.rows_scanned as u64);
+        Ok(Some(out))
+    }
+
+    /// The tables a scan of `c` reads; counts the block as fetched.
+    pub(crate) async fn scan_tables(
+        &self,
+        c: &Candidate,
+        names: &[&'static str],
+        stats: &Stats,
+    ) -> Result<TableSet, QueryError> {
+        stats.add_fetched();
+        self.tables(c, names, stats).await
+    }
+
+    /// The named tables of a block: sections fetched (or mapped from the
+    /// cache) concurrently, decoded on the scan pool.
+    pub(crate) async fn tables(
+        &self,
+        c: &Candidate,
+        names: &[&'static str],
+        stats: &Stats,
+    ) -> Result<TableSet, QueryError> {
+        let raw = self.raw_tables(c, names, stats).await?;
+        let what = raw.what();
+        self.on_pool(move || raw.decode())
+            .await
+            .map_err(|e| QueryError::corrupt(&what, e))
+    }
+
+    /// The bytes of the named tables' sections, ready to decode.
+    async fn raw_tables(&self, c: &Candidate, names: &[&'static str], stats: &Stats) -> Result<Raw, QueryError> {
+        match &c.src {
+            Src::Recent(block) => Ok(Raw::Recent {
+                id: c.id,
+                block: block.clone(),
+                names: names.to_vec(),
+            }),
+            Src::Published { key } => {
+                let manifest = self.manifest(key, stats).await?;
+                let sections = try_join_all(
+                    names
+                        .iter()
+                        .map(|name| self.cache.section(&self.store, key, &manifest, name, stats)),
+                )
+                .await
+                .map_err(|e| QueryError::block(key, e))?;
+                let mut parts = Vec::with_capacity(names.len());
+                for (name, bytes) in names.iter().zip(sections) {
+                    parts.push((*name, section_entry(&manifest, name)?, bytes));
+                }
+                Ok(Raw::Published {
+                    key: key.clone(),
+                    meta: manifest.meta.clone(),
+                    parts,
+                })
+            }
+        }
+    }
+}
+
+/// Section bytes of some of a block's tables, fetched and verified but not
+/// yet decoded (decoding is CPU work for the scan pool).
+#[derive(Debug)]
+enum Raw {
+    Published {
+        key: String,
+        meta: mira_core::block::BlockMeta,
+        parts: Vec<(&'static str, mira_core::block::SectionEntry, bytes::Bytes)>,
+    },
+    Recent {
+        id: BlockId,
+        block: Arc<Block>,
+        names: Vec<&'static str>,
+    },
+}
+
+impl Raw {
+    /// The block, for error messages.
+    fn what(&self) -> String {
+        match self {
+            Raw::Published { key, .. } => format!("block {key}"),
+            Raw::Recent { id, .. } => format!("recent block {id}"),
+        }
+    }
+
+    fn decode(self) -> Result<TableSet, mira_core::Error> {
+        match self {
+            Raw::Recent { block, names, .. } => read_tables(&block, Some(&names)),
+            Raw::Published { meta, parts, .. } => {
+                let mut tables = Vec::with_capacity(parts.len());
+                for (name, entry, bytes) in parts {
+                    let batches = decode_section(meta.block_id, &entry, bytes)?;
+                    tables.push((name, table_from_batches(name, batches)?));
+                }
+                Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
+            }
+        }
+    }
+}
+
+fn section_entry(manifest: &Manifest, name: &str) -> Result<mira_core::block::SectionEntry, QueryError> {
+    manifest
+        .section(name)
+        .map(|(_, e)| e.clone())
+        .ok_or_else(|| QueryError::Internal(format!("block {} has no section {name:?}", manifest.meta.block_id)))
+}
