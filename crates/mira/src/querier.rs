@@ -124,7 +124,7 @@ pub async fn start(
     store: Arc<dyn object_store::ObjectStore>,
     catalog: Arc<CatalogClient>,
 ) -> anyhow::Result<QuerierServer> {
-    let querier = Querier::new(config, store, catalog)?;
+    let querier = Querier::new(config, process.clock.clone(), store, catalog)?;
     let server = QuerierServer::start(querier, listen, process).await?;
     tracing::info!(target: "mira::querier", addr = %server.addr(), "querier ready");
     Ok(server)

@@ -79,8 +79,8 @@ impl P {
 
     /// `[start, end)` with defaults: `end` now, `start` `default_window`
     /// before it.
-    fn range(&self, default_window: u64) -> Result<(u64, u64), QueryError> {
-        let end = self.time("end")?.unwrap_or_else(|| crate::now_ns().max(0) as u64);
+    fn range(&self, default_window: u64, now_ns: i64) -> Result<(u64, u64), QueryError> {
+        let end = self.time("end")?.unwrap_or(now_ns.max(0) as u64);
         let start = self.time("start")?.unwrap_or(end.saturating_sub(default_window));
         if start > end {
             return Err(QueryError::BadRequest(format!("start ({start}) is after end ({end})")));
@@ -125,7 +125,7 @@ async fn logs(
 ) -> Result<Response, QueryError> {
     let p = P(params);
     let tenant = tenant(&headers)?;
-    let (start, end) = p.range(DEFAULT_WINDOW_NS)?;
+    let (start, end) = p.range(DEFAULT_WINDOW_NS, q.now_ns())?;
     let matchers = selector::parse(p.one("selector").unwrap_or(""))?;
     let mut lines = Vec::new();
     for v in p.all("contains") {
@@ -172,7 +172,7 @@ async fn trace(
     let p = P(params);
     let tenant = tenant(&headers)?;
     let id = parse_trace_id(&id)?;
-    let (start, end) = p.range(q.config.max_range.as_nanos() as u64)?;
+    let (start, end) = p.range(q.config.max_range.as_nanos() as u64, q.now_ns())?;
     let answer = q.trace(&tenant, id, start, end).await?;
     Ok(match p.one("format") {
         Some("otlp") => ok_json(&answer.body.trace),
@@ -213,7 +213,7 @@ async fn search(
 ) -> Result<Response, QueryError> {
     let p = P(params);
     let tenant = tenant(&headers)?;
-    let (start, end) = p.range(DEFAULT_WINDOW_NS)?;
+    let (start, end) = p.range(DEFAULT_WINDOW_NS, q.now_ns())?;
     let status = match p.one("status") {
         None => None,
         Some("unset") => Some(0),
@@ -284,7 +284,7 @@ async fn metrics_query(
     let p = P(params);
     let tenant = tenant(&headers)?;
     let query = required(&p, "query")?.to_owned();
-    let t = ms(p.time("time")?.unwrap_or_else(|| crate::now_ns().max(0) as u64));
+    let t = ms(p.time("time")?.unwrap_or_else(|| q.now_ns().max(0) as u64));
     let answer = q
         .promql(PromQuery {
             tenant,
@@ -329,7 +329,7 @@ async fn labels(
 ) -> Result<Response, QueryError> {
     let p = P(params);
     let tenant = tenant(&headers)?;
-    let (start, end) = p.range(DEFAULT_WINDOW_NS)?;
+    let (start, end) = p.range(DEFAULT_WINDOW_NS, q.now_ns())?;
     Ok(ok_json(&q.labels(&tenant, p.signal()?, start, end).await?))
 }
 
@@ -341,7 +341,7 @@ async fn label_values(
 ) -> Result<Response, QueryError> {
     let p = P(params);
     let tenant = tenant(&headers)?;
-    let (start, end) = p.range(DEFAULT_WINDOW_NS)?;
+    let (start, end) = p.range(DEFAULT_WINDOW_NS, q.now_ns())?;
     Ok(ok_json(&q.label_values(&tenant, p.signal()?, &name, start, end).await?))
 }
 

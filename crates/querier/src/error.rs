@@ -20,10 +20,44 @@ pub enum QueryError {
     /// The querier cannot answer yet (503).
     #[error("{0}")]
     Unavailable(String),
-    /// Stored data failed verification or could not be read (500). Never
-    /// answered with rows.
-    #[error("{0}")]
-    Corrupt(String),
+    /// A stored block failed verification (500, `corrupt_block`). Never
+    /// answered with rows from it.
+    #[error("block {block}: {source}")]
+    CorruptBlock {
+        block: String,
+        #[source]
+        source: BlockError,
+    },
+    /// Stored data decoded but is not what the format promises (500,
+    /// `corrupt_block`): a section that does not decode, rows without a
+    /// required column.
+    #[error("{what}: {detail}")]
+    Corrupt { what: String, detail: String },
+    /// A block could not be read from the store or the cache (500).
+    #[error("block {block}: {source}")]
+    BlockRead {
+        block: String,
+        #[source]
+        source: BlockError,
+    },
+    /// An ingester sent a recent block that does not open (500).
+    #[error("recent block {block} from an ingester: {source}")]
+    RecentBlock {
+        block: String,
+        #[source]
+        source: BlockError,
+    },
+    /// The block cache directory cannot be used (at start).
+    #[error("block cache at {path}: {source}")]
+    Cache {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scan pool could not be started.
+    #[error("scan pool: {0}")]
+    ScanPool(#[source] rayon::ThreadPoolBuildError),
+    /// A fault of ours with nothing underneath (a broken invariant).
     #[error("{0}")]
     Internal(String),
 }
@@ -35,7 +69,13 @@ impl ServiceError for QueryError {
             QueryError::NotFound(_) => ErrorCode::NotFound,
             QueryError::TooBig(_) => ErrorCode::TooBig,
             QueryError::Unavailable(_) => ErrorCode::Unavailable,
-            QueryError::Corrupt(_) | QueryError::Internal(_) => ErrorCode::Internal,
+            QueryError::CorruptBlock { .. }
+            | QueryError::Corrupt { .. }
+            | QueryError::BlockRead { .. }
+            | QueryError::RecentBlock { .. }
+            | QueryError::Cache { .. }
+            | QueryError::ScanPool(_)
+            | QueryError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
@@ -48,22 +88,30 @@ impl QueryError {
             QueryError::NotFound(_) => "not_found",
             QueryError::TooBig(_) => "too_big",
             QueryError::Unavailable(_) => "unavailable",
-            QueryError::Corrupt(_) => "corrupt_block",
-            QueryError::Internal(_) => "internal",
+            QueryError::CorruptBlock { .. } | QueryError::Corrupt { .. } => "corrupt_block",
+            QueryError::BlockRead { .. }
+            | QueryError::RecentBlock { .. }
+            | QueryError::Cache { .. }
+            | QueryError::ScanPool(_)
+            | QueryError::Internal(_) => "internal",
         }
     }
 
     /// A block read failed: corruption, or the store.
     pub(crate) fn block(key: &str, e: BlockError) -> QueryError {
+        let block = key.to_owned();
         if e.is_corrupt() {
-            QueryError::Corrupt(format!("block {key}: {e}"))
+            QueryError::CorruptBlock { block, source: e }
         } else {
-            QueryError::Internal(format!("block {key}: {e}"))
+            QueryError::BlockRead { block, source: e }
         }
     }
 
     pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> QueryError {
-        QueryError::Corrupt(format!("{what}: {e}"))
+        QueryError::Corrupt {
+            what: what.to_owned(),
+            detail: e.to_string(),
+        }
     }
 }
 

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mira_catalog::{CatalogClient, Mirror};
+use mira_common::clock::Clock;
 use object_store::ObjectStore;
 
 pub use answer::Answer;
@@ -88,21 +89,29 @@ pub struct Querier {
     cache: cache::SectionCache,
     pool: rayon::ThreadPool,
     recent: recent::RecentClients,
+    /// "Now" of queries without an end, and which ingester leases are live.
+    clock: Clock,
 }
 
 impl Querier {
     pub fn new(
         config: QuerierConfig,
+        clock: Clock,
         store: Arc<dyn ObjectStore>,
         catalog: Arc<CatalogClient>,
     ) -> Result<Arc<Querier>, QueryError> {
-        let cache = cache::SectionCache::open(&config.cache_dir, config.cache_bytes, config.max_fetches)
-            .map_err(|e| QueryError::Internal(format!("block cache at {}: {e}", config.cache_dir.display())))?;
+        let cache =
+            cache::SectionCache::open(&config.cache_dir, config.cache_bytes, config.max_fetches).map_err(|source| {
+                QueryError::Cache {
+                    path: config.cache_dir.clone(),
+                    source,
+                }
+            })?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(config.threads.max(1))
             .thread_name(|i| format!("mira-scan-{i}"))
             .build()
-            .map_err(|e| QueryError::Internal(format!("scan pool: {e}")))?;
+            .map_err(QueryError::ScanPool)?;
         Ok(Arc::new(Querier {
             store,
             mirror: Mirror::start(catalog.clone()),
@@ -111,7 +120,13 @@ impl Querier {
             pool,
             recent: recent::RecentClients::default(),
             config,
+            clock,
         }))
+    }
+
+    /// Nanoseconds since the epoch by the querier's clock.
+    pub(crate) fn now_ns(&self) -> i64 {
+        self.clock.now_ns()
     }
 
     pub fn cache(&self) -> &cache::SectionCache {
@@ -136,10 +151,4 @@ impl Querier {
             Err(_) => panic!("a scan task panicked"),
         }
     }
-}
-
-pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }

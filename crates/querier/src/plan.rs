@@ -15,7 +15,7 @@ use mira_core::{BlockId, Signal};
 
 use crate::answer::Gaps;
 use crate::stats::Stats;
-use crate::{Querier, QueryError, now_ns};
+use crate::{Querier, QueryError};
 
 /// One block a query may read: published (in the object store) or recent
 /// (an ingester's open block, whole in memory).
@@ -52,7 +52,7 @@ impl Querier {
         let max = self.config.max_range.as_nanos() as u64;
         if end - start > max {
             return Err(QueryError::TooBig(format!(
-                "the time range covers {}s; the limit (--max-query-range-h) is {}s",
+                "the time range covers {}s; the limit (--max-query-range) is {}s",
                 (end - start) / 1_000_000_000,
                 max / 1_000_000_000
             )));
@@ -85,7 +85,7 @@ impl Querier {
             return Err(QueryError::Unavailable("the catalog has not answered yet".into()));
         };
         let mut plan = Plan::default();
-        let now = now_ns();
+        let now = self.now_ns();
         let (min, max) = (
             start.min(i64::MAX as u64) as i64,
             end.saturating_sub(1).min(i64::MAX as u64) as i64,
@@ -178,8 +178,11 @@ impl Querier {
                 if state.blocks.contains_key(&rb.pending_block_id) {
                     continue;
                 }
-                let block = Block::from_bytes(rb.block.into(), self.cache.verify().clone()).map_err(|e| {
-                    QueryError::Internal(format!("recent block {} from an ingester: {e}", rb.pending_block_id))
+                let block = Block::from_bytes(rb.block.into(), self.cache.verify().clone()).map_err(|source| {
+                    QueryError::RecentBlock {
+                        block: rb.pending_block_id.clone(),
+                        source,
+                    }
                 })?;
                 let meta = block.meta().clone();
                 if meta.max_time < start || meta.min_time >= end {

@@ -250,7 +250,10 @@ impl Querier {
             .batch
             .column_by_name("trace_id")
             .and_then(|a| a.as_any().downcast_ref::<arrow::array::FixedSizeBinaryArray>())
-            .ok_or_else(|| QueryError::Corrupt(format!("block {}: spans without trace_id", c.id)))?;
+            .ok_or_else(|| QueryError::Corrupt {
+                what: format!("block {}", c.id),
+                detail: "spans without trace_id".to_owned(),
+            })?;
         let codes = out
             .batch
             .column_by_name("status_code")
