@@ -144,7 +144,7 @@ def test_everything_sent_is_answered_before_and_after_a_restart():
         for port in (serve.query, serve.http):
             with urllib.request.urlopen(f"http://{port}/metrics", timeout=10) as r:
                 text = r.read().decode()
-            for family in ("mira_querier_requests", "mira_querier_cache_hits_total", "mira_ingester_records_total",
+            for family in ("mira_querier_requests", "mira_querier_cache_hits_total", "mira_ingester_inflight_requests",
                            "mira_catalog_raft_term"):
                 assert family in text, (port, family)
             # One exposition, not several texts spliced together.
