@@ -69,7 +69,7 @@ class Serve:
         self.proc = subprocess.Popen(
             [MIRA, "serve", "--data-dir", os.path.join(self.dir, "data"), "--listen", self.query,
              "--http-listen", self.http, "--grpc-listen", self.grpc, "--catalog-listen", self.catalog,
-             "--shards", "1", "--seal-bytes", "1", "--seal-age-s", "300"],
+             "--shards", "1", "--seal-size", "1", "--seal-age", "5m"],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "serve.log"), "a"))
         wait_until("serve", lambda: urllib.request.urlopen(f"http://{self.query}/ready", timeout=1).status == 200)
 
