@@ -9,6 +9,7 @@ grid, so Prometheus' extrapolated `rate`/`increase` and VictoriaMetrics'
 (which does not extrapolate) agree exactly."""
 
 import math
+import json
 import os
 import shutil
 import subprocess
@@ -166,6 +167,13 @@ def engines():
 def both(mira, vm_addr, kind, params):
     status, ours = mira.api(f"metrics/{kind}", **params)
     assert status == 200, ours
+    # The Prometheus path (a form POST, as Grafana sends it) answers the same.
+    req = urllib.request.Request(f"http://{mira.query}/api/v1/{kind}", method="POST",
+                                 data=urllib.parse.urlencode(params).encode(),
+                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        prom = json.loads(r.read())
+    assert prom["status"] == "success" and prom["data"] == ours["data"], (prom, ours)
     _, ref = get_json(f"http://{vm_addr}/api/v1/{kind}?" + urllib.parse.urlencode(params))
     assert ref["status"] == "success", ref
     return ours, ref

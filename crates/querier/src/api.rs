@@ -38,7 +38,7 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .with_state(q)
 }
 
-fn tenant(headers: &HeaderMap) -> Result<String, QueryError> {
+pub(crate) fn tenant(headers: &HeaderMap) -> Result<String, QueryError> {
     match headers.get("x-scope-orgid") {
         None => Ok(TenantId::default_tenant().as_str().to_owned()),
         Some(v) => {

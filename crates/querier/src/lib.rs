@@ -21,6 +21,7 @@ pub mod error;
 pub mod labels;
 pub mod logs;
 mod plan;
+pub mod prom_api;
 pub mod promql;
 pub mod recent;
 pub mod selector;

@@ -258,6 +258,42 @@ impl Querier {
         }))
     }
 
+    /// The label sets of the series in `[start_ms, end_ms]` that match any
+    /// of `matches` (PromQL series selectors; none matches every series),
+    /// sorted, with the warnings of a partial answer.
+    pub async fn metric_series(
+        self: &Arc<Self>,
+        tenant: &str,
+        matches: &[String],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<(Vec<Labels>, Gaps), QueryError> {
+        let mut selectors = Vec::new();
+        for m in matches {
+            match parse(m)? {
+                Expr::VectorSelector(s) => selectors.push(s),
+                _ => {
+                    return Err(QueryError::BadRequest(format!(
+                        "match[]={:?} is not a series selector",
+                        m.chars().take(200).collect::<String>()
+                    )));
+                }
+            }
+        }
+        if selectors.is_empty() {
+            let Ok(Expr::VectorSelector(all)) = promql_parser::parser::parse(r#"{__name__=~".+"}"#) else {
+                return Err(QueryError::Internal("the match-all selector did not parse".into()));
+            };
+            selectors.push(all);
+        }
+        self.check_range(start_ms.max(0) as u64 * 1_000_000, end_ms.max(0) as u64 * 1_000_000)?;
+        let stats = Stats::default();
+        let (series, gaps) = self.load_series(tenant, &selectors, start_ms, end_ms, &stats).await?;
+        let mut out: Vec<Labels> = series.into_keys().collect();
+        out.sort();
+        Ok((out, gaps))
+    }
+
     /// Metric label names (Prometheus form, `__name__` included) in
     /// `[start, end)` ns, or the values of label `name`, sorted.
     pub async fn metric_labels(
@@ -267,21 +303,12 @@ impl Querier {
         start: u64,
         end: u64,
     ) -> Result<LabelsAnswer, QueryError> {
-        let Ok(Expr::VectorSelector(all)) = promql_parser::parser::parse(r#"{__name__=~".+"}"#) else {
-            return Err(QueryError::Internal("the match-all selector did not parse".into()));
-        };
         let stats = Stats::default();
         let (series, mut gaps) = self
-            .load_series(
-                tenant,
-                &[all],
-                (start / 1_000_000) as i64,
-                (end / 1_000_000) as i64,
-                &stats,
-            )
+            .metric_series(tenant, &[], (start / 1_000_000) as i64, (end / 1_000_000) as i64)
             .await?;
         let mut out = std::collections::BTreeSet::new();
-        for labels in series.keys() {
+        for labels in &series {
             match name {
                 None => out.extend(labels.iter().map(|(k, _)| k.clone())),
                 Some(n) => out.extend(eval::label(labels, n).map(str::to_owned)),
