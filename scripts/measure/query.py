@@ -86,6 +86,16 @@ class Serve:
             body = json.loads(r.read())
         return (time.perf_counter() - t) * 1000, body
 
+    def prom_post(self, path, params):
+        """Milliseconds of a form POST to the Prometheus path."""
+        req = urllib.request.Request(f"http://{self.query}/api/v1/{path}", method="POST",
+                                     data=urllib.parse.urlencode(params).encode(),
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as r:
+            assert json.loads(r.read())["status"] == "success"
+        return (time.perf_counter() - t) * 1000
+
     def stop(self):
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=120)
@@ -253,7 +263,18 @@ def main():
         ch_ms = statistics.median(c[0] for c in ch)
         st = cold["stats"]
         rows.append((name, mira_ms, mira_us / 1000, cold_ms, ch_ms, mira_ms / ch_ms, st))
+    # A Grafana path against the native one on the same query: the PromQL
+    # query through /api/v1/query_range as a form POST (Grafana's default),
+    # interleaved with the native GET, warm.
+    rate = queries[-1][2]
+    native, prom = [], []
+    for _ in range(15):
+        native.append(serve.get("metrics/query_range", rate)[0])
+        prom.append(serve.prom_post("query_range", rate))
+    n_ms, p_ms = statistics.median(native[1:]), statistics.median(prom[1:])
     serve.stop()
+    print(f"# sum by rate through /api/v1/query_range (form POST, as Grafana): {p_ms:.1f}ms; "
+          f"native path {n_ms:.1f}ms; ratio {p_ms / n_ms:.2f}")
     print(f"{'query':<24} {'mira warm':>10} {'(querier)':>10} {'mira cold':>10} {'clickhouse':>11} {'ratio':>7}  "
           "blocks considered/pruned(time,zone,attr,bloom)/fetched, bytes store/cache (cold)")
     for name, w, wq, c, ch, ratio, st in rows:
