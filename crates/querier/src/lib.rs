@@ -11,7 +11,9 @@
 //! ([`stats`]). On top sit the queries: logs ([`logs`]), traces
 //! ([`traces`]), PromQL over metric points ([`promql`]) and labels
 //! ([`labels`]), served by the native HTTP API under `/api/mira/v1/`
-//! ([`api`]).
+//! ([`api`]), by Prometheus' HTTP API under `/api/v1/` ([`prom_api`]) and
+//! by Tempo's trace-by-id and tag endpoints ([`tempo_api`]); [`server`]
+//! puts them and the process's probes on one port.
 
 pub mod answer;
 pub mod api;
@@ -28,6 +30,7 @@ pub mod selector;
 pub mod server;
 pub mod settings;
 pub mod stats;
+pub mod tempo_api;
 pub mod traces;
 
 use std::path::PathBuf;

@@ -144,7 +144,8 @@ impl QuerierServer {
             });
         }
         let app = crate::api::router(querier.clone())
-            .merge(crate::prom_api::router(querier))
+            .merge(crate::prom_api::router(querier.clone()))
+            .merge(crate::tempo_api::router(querier))
             .route_layer(axum::middleware::from_fn_with_state(state, observe))
             .merge(process.telemetry.router());
         let (tx, rx) = oneshot::channel::<()>();

@@ -436,6 +436,10 @@ impl Drop for Procs {
         for i in 0..self.procs.len() {
             self.kill(i);
         }
+        // A failing test shows what its processes logged.
+        if std::thread::panicking() {
+            eprintln!("--- logs of the test's processes ---\n{}", self.logs());
+        }
     }
 }
 
