@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -78,6 +78,19 @@ type Result<T> = std::result::Result<T, PromError>;
 /// The parameters of a request: the URL's and, for a form POST, the
 /// body's (Prometheus' `ParseForm`).
 struct Form(Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequest<S> for Form {
+    type Rejection = PromError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Form> {
+        let query = req.uri().query().map(str::to_owned);
+        let headers = req.headers().clone();
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| bad(format!("the request body: {e}")))?;
+        Form::read(query, &headers, &body)
+    }
+}
 
 impl Form {
     fn read(query: Option<String>, headers: &HeaderMap, body: &Bytes) -> Result<Form> {
@@ -193,13 +206,7 @@ fn prom(answer: Answer<PromResult>) -> Response {
     success(data, &answer.warnings)
 }
 
-async fn query(
-    State(q): State<Arc<Querier>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    let f = Form::read(raw, &headers, &body)?;
+async fn query(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> Result<Response> {
     let t = f.time("time")?.unwrap_or(q.now_ns() / 1_000_000);
     let answer = q
         .promql(PromQuery {
@@ -214,13 +221,7 @@ async fn query(
     Ok(prom(answer))
 }
 
-async fn query_range(
-    State(q): State<Arc<Querier>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    let f = Form::read(raw, &headers, &body)?;
+async fn query_range(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> Result<Response> {
     let start = time_ms("start", f.required("start")?)?;
     let end = time_ms("end", f.required("end")?)?;
     if end < start {
@@ -258,13 +259,7 @@ async fn names_or_values(q: &Arc<Querier>, headers: &HeaderMap, f: &Form, name: 
     Ok(success(json!(data), &warnings))
 }
 
-async fn labels(
-    State(q): State<Arc<Querier>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    let f = Form::read(raw, &headers, &body)?;
+async fn labels(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> Result<Response> {
     names_or_values(&q, &headers, &f, None).await
 }
 
@@ -272,21 +267,14 @@ async fn label_values(
     State(q): State<Arc<Querier>>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    RawQuery(raw): RawQuery,
+    f: Form,
 ) -> Result<Response> {
-    let f = Form::read(raw, &headers, &Bytes::new())?;
     // Grafana 11+ escapes names that are not legacy-valid as `U__…`;
     // Mira's names are all legacy-valid, so such a name has no values.
     names_or_values(&q, &headers, &f, Some(&name)).await
 }
 
-async fn series(
-    State(q): State<Arc<Querier>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    let f = Form::read(raw, &headers, &body)?;
+async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> Result<Response> {
     let matches = f.matches();
     if matches.is_empty() {
         return Err(bad("no match[] parameter provided".into()));

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -41,12 +41,12 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
     axum::Router::new()
         .route("/api/echo", get(|| async { "echo" }))
         .route("/api/status/buildinfo", get(buildinfo))
-        .route("/api/v2/traces/{id}", get(trace_v2))
-        .route("/api/traces/{id}", get(trace_v1))
+        .route("/api/v2/traces/{id}", get(trace))
+        .route("/api/traces/{id}", get(trace))
         .route("/api/v2/search/tags", get(tags_v2))
         .route("/api/search/tags", get(tags_v1))
-        .route("/api/v2/search/tag/{tag}/values", get(tag_values_v2))
-        .route("/api/search/tag/{tag}/values", get(tag_values_v1))
+        .route("/api/v2/search/tag/{tag}/values", get(tag_values))
+        .route("/api/search/tag/{tag}/values", get(tag_values))
         .with_state(q)
 }
 
@@ -143,36 +143,31 @@ async fn spans(
     Ok(q.trace(&tenant, id, start, end).await?.body.trace)
 }
 
-async fn trace_v2(
+/// `/api/v2/traces/{id}` (a `TraceByIDResponse`) and `/api/traces/{id}`
+/// (a `Trace`), by the route matched.
+async fn trace(
     State(q): State<Arc<Querier>>,
+    route: MatchedPath,
     headers: HeaderMap,
     Path(id): Path<String>,
     Query(p): Params,
 ) -> Result<Response> {
+    let v2 = route.as_str().starts_with("/api/v2/");
     let trace = spans(&q, &headers, &id, &p).await?;
-    if wants_json(&headers) {
-        return Ok(axum::Json(json!({"trace": trace})).into_response());
-    }
-    // TraceByIDResponse { Trace trace = 1; }: the trace as field 1.
-    let inner = trace.encode_to_vec();
-    let mut out = Vec::with_capacity(inner.len() + 6);
-    prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut out);
-    prost::encoding::encode_varint(inner.len() as u64, &mut out);
-    out.extend_from_slice(&inner);
-    Ok(protobuf(out))
-}
-
-async fn trace_v1(
-    State(q): State<Arc<Querier>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Query(p): Params,
-) -> Result<Response> {
-    let trace = spans(&q, &headers, &id, &p).await?;
-    if wants_json(&headers) {
-        return Ok(axum::Json(json!({"batches": trace.resource_spans})).into_response());
-    }
-    Ok(protobuf(trace.encode_to_vec()))
+    Ok(match (v2, wants_json(&headers)) {
+        (true, true) => axum::Json(json!({"trace": trace})).into_response(),
+        (false, true) => axum::Json(json!({"batches": trace.resource_spans})).into_response(),
+        (false, false) => protobuf(trace.encode_to_vec()),
+        (true, false) => {
+            // TraceByIDResponse { Trace trace = 1; }: the trace as field 1.
+            let inner = trace.encode_to_vec();
+            let mut out = Vec::with_capacity(inner.len() + 6);
+            prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut out);
+            prost::encoding::encode_varint(inner.len() as u64, &mut out);
+            out.extend_from_slice(&inner);
+            protobuf(out)
+        }
+    })
 }
 
 /// Attribute names of traces in the window, split by scope: Mira's
@@ -272,27 +267,18 @@ async fn values(q: &Arc<Querier>, headers: &HeaderMap, tag: &str, p: &[(String, 
         .collect())
 }
 
-async fn tag_values_v2(
+/// Tag values: typed (`{"type","value"}`) on v2, plain strings on v1.
+async fn tag_values(
     State(q): State<Arc<Querier>>,
+    route: MatchedPath,
     headers: HeaderMap,
     Path(tag): Path<String>,
     Query(p): Params,
 ) -> Result<Response> {
-    let v = values(&q, &headers, &tag, &p).await?;
-    Ok(axum::Json(json!({"tagValues": v})).into_response())
-}
-
-async fn tag_values_v1(
-    State(q): State<Arc<Querier>>,
-    headers: HeaderMap,
-    Path(tag): Path<String>,
-    Query(p): Params,
-) -> Result<Response> {
-    let v: Vec<Value> = values(&q, &headers, &tag, &p)
-        .await?
-        .into_iter()
-        .map(|v| v["value"].clone())
-        .collect();
+    let mut v = values(&q, &headers, &tag, &p).await?;
+    if !route.as_str().starts_with("/api/v2/") {
+        v = v.into_iter().map(|v| v["value"].clone()).collect();
+    }
     Ok(axum::Json(json!({"tagValues": v})).into_response())
 }
 
