@@ -86,6 +86,17 @@ impl Health {
         Ok(())
     }
 
+    /// How much of the lease is left by the clock (zero when none).
+    pub fn lease_remaining(&self) -> Duration {
+        let until = *self
+            .lease_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        until.map_or(Duration::ZERO, |u| {
+            Duration::from_nanos(u64::try_from(u.saturating_sub(self.clock.now_ns())).unwrap_or(0))
+        })
+    }
+
     /// A lease renewal sent at `sent_ns` (by the clock) with `ttl` succeeded.
     pub fn lease_renewed(&self, sent_ns: i64, ttl: Duration) {
         let mut l = self

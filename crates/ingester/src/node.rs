@@ -279,12 +279,18 @@ impl IngesterNode {
                 loop {
                     let ok = heartbeat(&catalog, &config, &health, &clock).await;
                     health.export(&metrics);
-                    tokio::time::sleep(if ok {
-                        config.lease_ttl / 3
+                    // The lease counts from when the renewal was sent: one
+                    // that took long to go through (the catalog was away)
+                    // leaves little of it, so renew again at once.
+                    let ttl = config.lease_ttl;
+                    let wait = if !ok {
+                        ttl / 10
+                    } else if health.lease_remaining() < ttl * 2 / 3 {
+                        Duration::ZERO
                     } else {
-                        config.lease_ttl / 10
-                    })
-                    .await;
+                        ttl / 3
+                    };
+                    tokio::time::sleep(wait).await;
                 }
             })
         };
