@@ -105,11 +105,13 @@ impl Settings {
 
 /// Where a catalog member keeps its Raft log and snapshots under a data
 /// directory: `<data_dir>/catalog`. A directory an earlier release used
-/// directly (its `raft-log.redb` in `data_dir` itself, from `mira catalog
-/// --data-dir`) is kept where it is.
+/// directly (its `raft-log.redb` or `state/snapshot.bin` in `data_dir`
+/// itself, from `mira catalog --data-dir`, or restored that way) is kept
+/// where it is.
 pub fn catalog_dir(data_dir: &Path) -> PathBuf {
     let nested = data_dir.join("catalog");
-    if !nested.exists() && data_dir.join("raft-log.redb").exists() {
+    let flat = data_dir.join("raft-log.redb").exists() || data_dir.join("state").join("snapshot.bin").exists();
+    if !nested.exists() && flat {
         return data_dir.to_path_buf();
     }
     nested
@@ -130,8 +132,17 @@ mod tests {
     #[test]
     fn an_earlier_releases_directory_is_opened_in_place() {
         let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(catalog_dir(dir.path()), dir.path().join("catalog"));
         std::fs::write(dir.path().join("raft-log.redb"), b"").expect("write");
         assert_eq!(catalog_dir(dir.path()), dir.path());
+        // A restore into the old layout: only the snapshot.
+        let restored = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(restored.path().join("state")).expect("mkdir");
+        std::fs::write(restored.path().join("state/snapshot.bin"), b"").expect("write");
+        assert_eq!(catalog_dir(restored.path()), restored.path());
+        // Once the nested directory exists it wins.
+        std::fs::create_dir_all(restored.path().join("catalog")).expect("mkdir");
+        assert_eq!(catalog_dir(restored.path()), restored.path().join("catalog"));
     }
 
     #[test]
