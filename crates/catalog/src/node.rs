@@ -276,11 +276,6 @@ impl CatalogNode {
         })
     }
 
-    /// True while this member knows a leader (its `/ready`).
-    pub fn has_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader.is_some()
-    }
-
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }

@@ -68,11 +68,6 @@ impl Health {
     /// (A failing WAL does not refuse exports up front: each one tries, is
     /// answered 503 while the disk stays full, and the first that is
     /// written makes the WAL healthy again.)
-    pub fn ready(&self) -> bool {
-        self.readiness().is_ok()
-    }
-
-    /// [`Health::ready`] with the reason when not (the `/ready` answer).
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(why) = self.refusal() {
             return Err(why);

@@ -188,7 +188,7 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
         }
         AdminCommand::Snapshot => println!("snapshot at log index {}", client.trigger_snapshot().await?),
         AdminCommand::ForgetIngester { id } => {
-            let now = crate::process()?.clock.now_ns();
+            let now = mira_common::clock::Clock::from_env()?.now_ns();
             // A heartbeat with ttl 0 is the deregistration a clean
             // shutdown sends.
             client.heartbeat(&id, "forgotten-by-admin", now, 0).await?;

@@ -94,7 +94,9 @@ fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
 /// Record timestamps: the process clock (what the ingester's time window
 /// is measured against).
 fn now_ns() -> u64 {
-    u64::try_from(mira_common::clock::Clock::system().now_ns()).unwrap_or(0)
+    static CLOCK: std::sync::LazyLock<mira_common::clock::Clock> =
+        std::sync::LazyLock::new(mira_common::clock::Clock::system);
+    u64::try_from(CLOCK.now_ns()).unwrap_or(0)
 }
 
 fn marker_value(n: u64) -> Option<AnyValue> {

@@ -52,13 +52,19 @@ pub(crate) fn tenant(headers: &HeaderMap) -> Result<String, QueryError> {
     }
 }
 
+/// The last value of `name` in request parameters (every API's rule for a
+/// repeated parameter that is not documented as repeatable).
+pub(crate) fn last<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
 /// Query parameters, with the last value of a repeated name winning
 /// except where a parameter is documented as repeatable.
 struct P(Vec<(String, String)>);
 
 impl P {
     fn one(&self, name: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        last(&self.0, name)
     }
 
     fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {

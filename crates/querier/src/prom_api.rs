@@ -19,7 +19,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::answer::Answer;
-use crate::api::{parse_step, tenant};
+use crate::api::{last, parse_step, tenant};
 use crate::error::ServiceError;
 use crate::promql::{PromQuery, PromResult};
 use crate::{Querier, QueryError};
@@ -119,7 +119,7 @@ impl Form {
 
     /// The last value of `name`.
     fn one(&self, name: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        last(&self.0, name)
     }
 
     fn required(&self, name: &str) -> Result<&str> {

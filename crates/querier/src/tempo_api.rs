@@ -17,7 +17,7 @@ use mira_core::Signal;
 use prost::Message;
 use serde_json::{Value, json};
 
-use crate::api::tenant;
+use crate::api::{last, tenant};
 use crate::error::ServiceError;
 use crate::traces::parse_trace_id;
 use crate::{Querier, QueryError};
@@ -71,20 +71,13 @@ type Result<T> = std::result::Result<T, TempoError>;
 
 type Params = Query<Vec<(String, String)>>;
 
-fn param<'a>(p: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    p.iter()
-        .rev()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-        .filter(|v| !v.is_empty())
-}
-
 /// `start`/`end` (Unix seconds) as `[start, end)` ns; without them, the
 /// longest range a query may cover, ending now (Grafana sends none unless
 /// the data source shifts time).
 fn window(q: &Querier, p: &[(String, String)], default_ns: u64) -> Result<(u64, u64)> {
     let secs = |name: &str| -> Result<Option<u64>> {
-        param(p, name)
+        last(p, name)
+            .filter(|v| !v.is_empty())
             .map(|v| {
                 v.parse::<u64>()
                     .ok()
@@ -198,7 +191,7 @@ async fn tags_v2(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(p): Pa
         json!({"name": "span", "tags": span}),
     ];
     scopes.push(json!({"name": "intrinsic", "tags": INTRINSICS}));
-    if let Some(only) = param(&p, "scope").filter(|s| *s != "all") {
+    if let Some(only) = last(&p, "scope").filter(|s| !s.is_empty() && *s != "all") {
         scopes.retain(|s| s["name"] == only);
     }
     Ok(axum::Json(json!({"scopes": scopes})).into_response())
@@ -254,7 +247,7 @@ async fn values(q: &Arc<Querier>, headers: &HeaderMap, tag: &str, p: &[(String, 
                 .data,
         );
     }
-    let limit = param(p, "limit")
+    let limit = last(p, "limit")
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
         .unwrap_or(MAX_TAG_VALUES)
