@@ -180,8 +180,9 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("invalid catalog configuration: {0}")]
-    Config(String),
+    /// A bad configuration value, naming its field (`catalog.peers`).
+    #[error(transparent)]
+    Config(#[from] mira_common::config::ConfigError),
     #[error("catalog raft: {0}")]
     Raft(String),
     #[error("catalog listen on {addr}: {source}")]

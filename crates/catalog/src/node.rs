@@ -62,27 +62,32 @@ impl NodeConfig {
     /// Checks the configuration, naming the bad field.
     pub fn validate(&self) -> Result<(), Error> {
         if !self.peers.contains_key(&self.node_id) {
-            return Err(Error::Config(format!(
-                "peers: this member's id {} is not in the peer list",
-                self.node_id
-            )));
+            return Err(bad(
+                "catalog.peers",
+                format!("this member's id {} is not in the peer list", self.node_id),
+            ));
         }
         if self.cluster_id.is_empty() || self.cluster_id.len() > 128 {
-            return Err(Error::Config("cluster_id: must be 1..=128 bytes".to_owned()));
+            return Err(bad("catalog.cluster_id", "must be 1..=128 bytes"));
         }
         if self.snapshot_every == 0 {
-            return Err(Error::Config("snapshot_every: must be at least 1".to_owned()));
+            return Err(bad("catalog.snapshot_every", "must be at least 1"));
         }
         if self.heartbeat_ms == 0 || self.election_timeout_ms.0 <= self.heartbeat_ms {
-            return Err(Error::Config(
-                "election_timeout_ms: must exceed heartbeat_ms, which must be at least 1".to_owned(),
+            return Err(bad(
+                "catalog.election_timeout",
+                "must exceed the heartbeat, which must be at least 1 ms",
             ));
         }
         if self.election_timeout_ms.1 <= self.election_timeout_ms.0 {
-            return Err(Error::Config("election_timeout_ms: max must exceed min".to_owned()));
+            return Err(bad("catalog.election_timeout", "max must exceed min"));
         }
         Ok(())
     }
+}
+
+fn bad(field: &str, reason: impl Into<String>) -> Error {
+    Error::Config(mira_common::config::ConfigError::new(field, reason))
 }
 
 /// Parses `0=host:port,1=host:port`.
@@ -91,21 +96,21 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, String>, Error> {
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (id, addr) = part
             .split_once('=')
-            .ok_or_else(|| Error::Config(format!("peers: {part:?} is not id=host:port")))?;
+            .ok_or_else(|| bad("catalog.peers", format!("{part:?} is not id=host:port")))?;
         let id: NodeId = id
             .trim()
             .parse()
-            .map_err(|_| Error::Config(format!("peers: {id:?} is not a member id")))?;
+            .map_err(|_| bad("catalog.peers", format!("{id:?} is not a member id")))?;
         let addr = addr.trim();
         if addr.is_empty() || addr.contains(char::is_whitespace) {
-            return Err(Error::Config(format!("peers: bad address {addr:?} for member {id}")));
+            return Err(bad("catalog.peers", format!("bad address {addr:?} for member {id}")));
         }
         if out.insert(id, addr.to_owned()).is_some() {
-            return Err(Error::Config(format!("peers: member {id} named twice")));
+            return Err(bad("catalog.peers", format!("member {id} named twice")));
         }
     }
     if out.is_empty() {
-        return Err(Error::Config("peers: empty".to_owned()));
+        return Err(bad("catalog.peers", "empty"));
     }
     Ok(out)
 }
@@ -179,7 +184,7 @@ impl CatalogNode {
             ..Default::default()
         }
         .validate()
-        .map_err(|e| Error::Config(e.to_string()))?;
+        .map_err(|e| bad("catalog", e.to_string()))?;
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),

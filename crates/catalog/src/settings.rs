@@ -63,17 +63,9 @@ fn millis(field: &str, d: Duration) -> Result<u64, ConfigError> {
 }
 
 fn config_error(e: Error) -> ConfigError {
-    let text = match e {
-        Error::Config(t) => t,
-        other => other.to_string(),
-    };
-    // NodeConfig's messages start with the field: "peers: ...".
-    match text.split_once(": ") {
-        Some((field, reason)) if !field.contains(' ') => {
-            let field = field.strip_suffix("_ms").unwrap_or(field);
-            ConfigError::new(format!("catalog.{field}"), reason)
-        }
-        _ => ConfigError::new("catalog", text),
+    match e {
+        Error::Config(c) => c,
+        other => ConfigError::new("catalog", other.to_string()),
     }
 }
 
