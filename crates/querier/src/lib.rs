@@ -21,6 +21,7 @@ mod blocks;
 pub mod cache;
 pub mod error;
 pub mod labels;
+pub mod logql;
 pub mod logs;
 mod plan;
 pub mod prom_api;
