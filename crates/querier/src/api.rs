@@ -60,18 +60,18 @@ pub(crate) fn last<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a
 
 /// Query parameters, with the last value of a repeated name winning
 /// except where a parameter is documented as repeatable.
-struct P(Vec<(String, String)>);
+pub(crate) struct P(pub Vec<(String, String)>);
 
 impl P {
-    fn one(&self, name: &str) -> Option<&str> {
+    pub(crate) fn one(&self, name: &str) -> Option<&str> {
         last(&self.0, name)
     }
 
-    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.0.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    fn num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, QueryError> {
+    pub(crate) fn num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, QueryError> {
         self.one(name)
             .map(|v| v.parse().map_err(|_| bad_param(name, v, "not a valid number")))
             .transpose()
@@ -79,13 +79,13 @@ impl P {
 
     /// `start`/`end`: Unix nanoseconds (an integer of 13 or more digits) or
     /// seconds (an integer or decimal).
-    fn time(&self, name: &str) -> Result<Option<u64>, QueryError> {
+    pub(crate) fn time(&self, name: &str) -> Result<Option<u64>, QueryError> {
         self.one(name).map(|v| parse_time(name, v)).transpose()
     }
 
     /// `[start, end)` with defaults: `end` now, `start` `default_window`
     /// before it.
-    fn range(&self, default_window: u64, now_ns: i64) -> Result<(u64, u64), QueryError> {
+    pub(crate) fn range(&self, default_window: u64, now_ns: i64) -> Result<(u64, u64), QueryError> {
         let end = self.time("end")?.unwrap_or(now_ns.max(0) as u64);
         let start = self.time("start")?.unwrap_or(end.saturating_sub(default_window));
         if start > end {
@@ -94,7 +94,7 @@ impl P {
         Ok((start, end))
     }
 
-    fn signal(&self) -> Result<Signal, QueryError> {
+    pub(crate) fn signal(&self) -> Result<Signal, QueryError> {
         let v = self.one("signal").unwrap_or("logs");
         v.parse()
             .map_err(|_| bad_param("signal", v, "expected logs, traces or metrics"))
@@ -161,6 +161,7 @@ async fn logs(
             matchers,
             lines,
             min_severity: p.num("severity")?,
+            trace_id: None,
             limit: p.num("limit")?.unwrap_or(DEFAULT_LOG_LIMIT),
             order,
             cursor: p.one("cursor").map(LineKey::decode).transpose()?,

@@ -23,6 +23,7 @@ pub mod error;
 pub mod labels;
 pub mod logql;
 pub mod logs;
+pub mod loki_api;
 mod plan;
 pub mod prom_api;
 pub mod promql;

@@ -60,6 +60,8 @@ pub struct LogsQuery {
     pub matchers: Vec<AttrMatcher>,
     pub lines: Vec<LineFilter>,
     pub min_severity: Option<i32>,
+    /// Only records of this trace (pruned by the blocks' Bloom filters).
+    pub trace_id: Option<[u8; 16]>,
     pub limit: usize,
     /// `NewestFirst` or `OldestFirst`.
     pub order: Order,
@@ -129,6 +131,7 @@ impl Querier {
             attrs: q.matchers.clone(),
             lines: q.lines.clone(),
             min_severity: q.min_severity,
+            trace_id: q.trace_id,
             ..Default::default()
         };
         let candidates = Arc::new(plan.candidates);

@@ -145,6 +145,7 @@ impl QuerierServer {
         }
         let app = crate::api::router(querier.clone())
             .merge(crate::prom_api::router(querier.clone()))
+            .merge(crate::loki_api::router(querier.clone()))
             .merge(crate::tempo_api::router(querier))
             .route_layer(axum::middleware::from_fn_with_state(state, observe))
             .merge(process.telemetry.router());

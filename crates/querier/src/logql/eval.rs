@@ -1,0 +1,876 @@
+//! Evaluating LogQL.
+//!
+//! A log query pages through the native logs scan (the selector's stream
+//! labels, a `trace_id` filter and the line filters before any
+//! `line_format` are pushed down, so blocks are pruned by the same zone
+//! maps, attribute index and Bloom filters) and runs the pipeline over
+//! every line, until `limit` lines pass. A metric query reads every line
+//! of each range aggregation's window once, turns the pipeline's survivors
+//! into per-step samples (Loki's range semantics: a step `t` covers
+//! `(t - range, t]`), and hands the rest of the expression (vector
+//! aggregations, binary operators, `vector()`, `label_replace`) to the
+//! PromQL engine, where each range aggregation is a series set of its own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mira_core::Signal;
+use mira_core::convert::{LogRow, log_rows, table_names};
+use mira_core::scan::{AttrMatcher, AttrScope, LineFilter, MatchOp as CoreOp, Order, Predicate, ScanRequest};
+use serde_json::{Value, json};
+
+use super::ast::{
+    BinOp, Expr, LabelFilter, LineOp, LineValue, LogExpr, MatchOp, MetricExpr, RangeAgg, RangeOp, Stage, VectorOp,
+};
+use super::model::{Cat, Entry, UNKNOWN_SERVICE, entry, index_key};
+use super::parse::parse;
+use super::pipeline::{ERROR, ERROR_DETAILS, Pipeline, StrTest};
+use crate::answer::{Answer, Gaps};
+use crate::logs::{LineKey, LogsQuery};
+use crate::plan::Waves;
+use crate::promql::{self, PromData, PromQuery, eval as engine};
+use crate::stats::Stats;
+use crate::{Querier, QueryError};
+
+/// Most series one range aggregation may produce.
+pub const MAX_SERIES: usize = 100_000;
+/// Most log lines one metric query may read.
+pub const MAX_LINES: usize = 20_000_000;
+
+/// A LogQL request, in Loki's terms.
+#[derive(Debug, Clone)]
+pub struct LogqlQuery {
+    pub tenant: String,
+    pub query: String,
+    /// `[start, end]` Unix nanoseconds (log queries: `[start, end)`).
+    pub start: u64,
+    pub end: u64,
+    /// Step of a range query, ms (0 for an instant query).
+    pub step_ms: i64,
+    pub instant: bool,
+    pub limit: usize,
+    /// `NewestFirst` (Loki's `backward`) or `OldestFirst`.
+    pub order: Order,
+    /// Answer streams with `categorize-labels` 3-tuples.
+    pub categorize: bool,
+}
+
+/// The `data` of a Loki answer.
+#[derive(Debug)]
+pub struct LogqlData {
+    pub result_type: &'static str,
+    pub result: Value,
+    /// Lines returned (log queries).
+    pub entries: usize,
+    /// Set on categorized streams answers.
+    pub categorized: bool,
+}
+
+pub type LogqlAnswer = Answer<LogqlData>;
+
+fn bad(msg: String) -> QueryError {
+    QueryError::BadRequest(msg)
+}
+
+/// Parses a query with Loki's error text.
+pub fn parse_query(q: &str) -> Result<Expr, QueryError> {
+    parse(q).map_err(|e| bad(e.to_string()))
+}
+
+/// A compiled log expression: pushed-down scan filters, the full
+/// selector, the pipeline.
+pub(crate) struct Compiled {
+    pub matchers: Vec<AttrMatcher>,
+    pub lines: Vec<LineFilter>,
+    pub trace_id: Option<[u8; 16]>,
+    selector: Vec<(String, StrTest)>,
+    pipeline: Pipeline,
+}
+
+impl Compiled {
+    pub fn new(log: &LogExpr) -> Result<Compiled, QueryError> {
+        let mut selector = Vec::with_capacity(log.selector.len());
+        let mut matchers = Vec::new();
+        for m in &log.selector {
+            let test = StrTest::new(m.op, &m.value)?;
+            if let Some(key) = index_key(&m.name)
+                && (m.name != "service_name" || !test.test(UNKNOWN_SERVICE))
+            {
+                matchers.push(AttrMatcher {
+                    scope: AttrScope::Resource,
+                    key: key.to_owned(),
+                    op: core_op(&test),
+                });
+            }
+            selector.push((m.name.clone(), test));
+        }
+        let mut lines = Vec::new();
+        let mut trace_id = None;
+        // Stages before the first one that rewrites the line (line
+        // filters) or the labels (label filters) see what is stored.
+        let (mut line_same, mut labels_same) = (true, true);
+        for s in &log.stages {
+            match s {
+                Stage::Line(f) if line_same => lines.extend(push_line(f.op, &f.values)?),
+                Stage::LabelFilter(LabelFilter::Str {
+                    name,
+                    op: MatchOp::Eq,
+                    value,
+                }) if labels_same && name == "trace_id" => {
+                    trace_id = crate::traces::parse_trace_id(value).ok();
+                }
+                Stage::Line(_) | Stage::LabelFilter(_) => {}
+                Stage::LineFormat(_) | Stage::Decolorize | Stage::Unpack => {
+                    line_same = false;
+                    labels_same = false;
+                }
+                _ => labels_same = false,
+            }
+        }
+        Ok(Compiled {
+            matchers,
+            lines,
+            trace_id,
+            selector,
+            pipeline: Pipeline::compile(&log.stages)?,
+        })
+    }
+
+    /// The entry of a stored row after the selector and the pipeline;
+    /// None when it is filtered out.
+    fn run(&self, row: &LogRow, ts: u64) -> Option<(Entry, Option<f64>)> {
+        let mut e = entry(row, ts);
+        if !self.selector.iter().all(|(n, t)| t.test(e.get(n).unwrap_or(""))) {
+            return None;
+        }
+        let mut v = None;
+        self.pipeline.run(&mut e, &mut v).then_some((e, v))
+    }
+}
+
+fn core_op(t: &StrTest) -> CoreOp {
+    match t {
+        StrTest::Eq(v) => CoreOp::Eq(v.clone()),
+        StrTest::Ne(v) => CoreOp::Ne(v.clone()),
+        StrTest::Re(r) => CoreOp::Re(r.clone()),
+        StrTest::NotRe(r) => CoreOp::NotRe(r.clone()),
+    }
+}
+
+/// A line filter as scan filters (the alternatives of `or` as one
+/// regex).
+fn push_line(op: LineOp, values: &[LineValue]) -> Result<Vec<LineFilter>, QueryError> {
+    let strs: Vec<&str> = values
+        .iter()
+        .filter_map(|v| match v {
+            LineValue::Str(s) => Some(s.as_str()),
+            LineValue::Ip(_) => None,
+        })
+        .collect();
+    if strs.len() != values.len() {
+        return Ok(Vec::new());
+    }
+    let re = |alts: Vec<String>| -> Result<regex::Regex, QueryError> {
+        mira_core::scan::compile_regex(&alts.join("|"), false).map_err(|e| bad(format!("line filter: {e}")))
+    };
+    Ok(match (op, strs.as_slice()) {
+        (LineOp::Contains, [one]) => vec![LineFilter::Contains((*one).to_owned())],
+        (LineOp::NotContains, many) => many.iter().map(|s| LineFilter::NotContains((*s).to_owned())).collect(),
+        (LineOp::Contains, many) => vec![LineFilter::Regex(re(
+            many.iter().map(|s| regex::escape(s)).collect(),
+        )?)],
+        (LineOp::Re, many) => vec![LineFilter::Regex(re(many.iter().map(|s| format!("(?:{s})")).collect())?)],
+        (LineOp::NotRe, many) => many
+            .iter()
+            .map(|s| re(vec![(*s).to_owned()]).map(LineFilter::NotRegex))
+            .collect::<Result<_, _>>()?,
+        (LineOp::Pattern | LineOp::NotPattern, _) => Vec::new(),
+    })
+}
+
+/// The error Loki gives a metric query whose samples carry `__error__`.
+fn pipeline_error(labels: &[(String, String)]) -> QueryError {
+    let err = labels.iter().find(|(k, _)| k == ERROR).map(|(_, v)| v.as_str()).unwrap_or("");
+    let shown: Vec<String> = labels
+        .iter()
+        .filter(|(k, _)| k != ERROR_DETAILS)
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
+    bad(format!(
+        "pipeline error: '{err}' for series: '{{{}}}'. Use a label filter to intentionally skip this error. (e.g | __error__!=\"{err}\"). To skip all potential errors you can match empty errors.(e.g __error__=\"\")",
+        shown.join(", ")
+    ))
+}
+
+impl Querier {
+    /// Evaluates a LogQL query.
+    pub async fn logql(self: &Arc<Self>, q: LogqlQuery) -> Result<LogqlAnswer, QueryError> {
+        let expr = parse_query(&q.query)?;
+        if q.start > q.end {
+            return Err(bad(format!(
+                "the query time range is reversed: start {} is after end {}",
+                q.start, q.end
+            )));
+        }
+        match expr {
+            Expr::Log(log) => {
+                if q.instant {
+                    return Err(bad(
+                        "log queries are not supported as an instant query type, please change your query to a range query type"
+                            .into(),
+                    ));
+                }
+                self.logql_lines(&q, &log).await
+            }
+            Expr::Metric(m) => self.logql_metric(&q, &m).await,
+        }
+    }
+
+    /// A log query: the best `limit` lines after the pipeline.
+    async fn logql_lines(self: &Arc<Self>, q: &LogqlQuery, log: &LogExpr) -> Result<LogqlAnswer, QueryError> {
+        self.check_limit(q.limit)?;
+        let stats = Stats::default();
+        let (kept, gaps) = self
+            .collect_lines(&q.tenant, log, q.start, q.end, q.limit, q.order, &stats)
+            .await?;
+        let entries = kept.len();
+        let result = streams_json(&kept, q.categorize);
+        Ok(Answer::new(
+            LogqlData {
+                result_type: "streams",
+                result,
+                entries,
+                categorized: q.categorize,
+            },
+            gaps,
+            &stats,
+        ))
+    }
+
+    /// The newest `limit` entries of a log query in `[start, end)`.
+    pub async fn logql_entries(
+        self: &Arc<Self>,
+        tenant: &str,
+        query: &str,
+        start: u64,
+        end: u64,
+        limit: usize,
+    ) -> Result<Vec<Entry>, QueryError> {
+        let Expr::Log(log) = parse_query(query)? else {
+            return Err(bad(format!("{query:?} is not a log query")));
+        };
+        let stats = Stats::default();
+        let (entries, _) = self
+            .collect_lines(tenant, &log, start, end, limit.max(1), Order::NewestFirst, &stats)
+            .await?;
+        Ok(entries)
+    }
+
+    /// Pages through the scan until `limit` lines pass the pipeline.
+    #[allow(clippy::too_many_arguments)]
+    async fn collect_lines(
+        self: &Arc<Self>,
+        tenant: &str,
+        log: &LogExpr,
+        start: u64,
+        end: u64,
+        limit: usize,
+        order: Order,
+        stats: &Stats,
+    ) -> Result<(Vec<Entry>, Gaps), QueryError> {
+        let compiled = Arc::new(Compiled::new(log)?);
+        let mut gaps = Gaps::default();
+        let mut kept: Vec<Entry> = Vec::new();
+        let mut cursor: Option<LineKey> = None;
+        // Pages as large as the limit, larger when the pipeline filters.
+        let filters = !log.stages.is_empty() || log.selector.len() > compiled.matchers.len();
+        let page = if filters {
+            limit.max(1000).min(self.config.max_limit)
+        } else {
+            limit
+        };
+        loop {
+            let answer = self
+                .logs(LogsQuery {
+                    tenant: tenant.to_owned(),
+                    start,
+                    end,
+                    matchers: compiled.matchers.clone(),
+                    lines: compiled.lines.clone(),
+                    min_severity: None,
+                    trace_id: compiled.trace_id,
+                    limit: page,
+                    order,
+                    cursor: cursor.take(),
+                })
+                .await?;
+            stats.absorb(&answer.stats);
+            if answer.partial {
+                gaps.partial = true;
+            }
+            for w in answer.warnings {
+                if !gaps.warnings.contains(&w) {
+                    gaps.warnings.push(w);
+                }
+            }
+            let next = answer.body.cursor;
+            let lines = answer.body.lines;
+            let c = compiled.clone();
+            let passed = self
+                .on_pool(move || {
+                    lines
+                        .into_iter()
+                        .filter_map(|l| {
+                            let row = LogRow {
+                                resource: l.resource,
+                                resource_schema_url: String::new(),
+                                scope: l.scope,
+                                scope_schema_url: String::new(),
+                                record: l.record,
+                            };
+                            c.run(&row, l.time_unix_nano).map(|(e, _)| e)
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await;
+            kept.extend(passed);
+            if kept.len() >= limit {
+                kept.truncate(limit);
+                break;
+            }
+            match next {
+                Some(c) => cursor = Some(LineKey::decode(&c)?),
+                None => break,
+            }
+        }
+        Ok((kept, gaps))
+    }
+
+    /// A metric query.
+    async fn logql_metric(self: &Arc<Self>, q: &LogqlQuery, m: &MetricExpr) -> Result<LogqlAnswer, QueryError> {
+        let start_ms = (q.start / 1_000_000) as i64;
+        let end_ms = (q.end / 1_000_000) as i64;
+        let steps: Vec<i64> = if q.instant {
+            vec![end_ms]
+        } else {
+            if q.step_ms <= 0 {
+                return Err(bad("step must be positive".into()));
+            }
+            let n = (end_ms - start_ms) / q.step_ms + 1;
+            if n > promql::MAX_STEPS {
+                return Err(QueryError::TooBig(format!(
+                    "the range holds {n} steps; the limit is {}: raise step or narrow the range",
+                    promql::MAX_STEPS
+                )));
+            }
+            (0..n).map(|i| start_ms + i * q.step_ms).collect()
+        };
+        let mut ranges = Vec::new();
+        let text = render(m, &mut ranges)?;
+        let stats = Stats::default();
+        let mut gaps = Gaps::default();
+        let mut series = promql::load::SeriesMap::new();
+        for (i, r) in ranges.iter().enumerate() {
+            let from = steps[0] as u64 * 1_000_000;
+            let from = from.saturating_sub((r.range_ns + r.offset_ns).max(0) as u64);
+            let to = (*steps.last().unwrap_or(&0) as u64 * 1_000_000).saturating_sub(r.offset_ns.max(0) as u64);
+            self.check_range(from, to)?;
+            let (samples, g) = self.logql_samples(&q.tenant, r, from, to, &stats).await?;
+            if g.partial {
+                gaps.partial = true;
+            }
+            gaps.warnings.extend(g.warnings);
+            let name = format!("__logql_{i}__");
+            let r = r.clone();
+            let steps = steps.clone();
+            let part = self.on_pool(move || range_series(&r, samples, &steps, &name)).await?;
+            series.extend(part);
+        }
+        let expr = promql::parse(&text)
+            .map_err(|e| QueryError::Internal(format!("LogQL as PromQL {text:?} did not parse: {e}")))?;
+        let pq = PromQuery {
+            tenant: q.tenant.clone(),
+            query: text,
+            start_ms,
+            end_ms,
+            step_ms: q.step_ms.max(1),
+            instant: q.instant,
+        };
+        let settings = engine::Settings {
+            // Each range aggregation has a sample at every step it has a
+            // value for, and nothing between.
+            lookback_ms: 1,
+            start_ms,
+            end_ms,
+            max_samples: 5_000_000,
+        };
+        let data = self
+            .on_pool(move || promql::evaluate(expr, series, settings, &pq))
+            .await
+            .map_err(|e| bad(e.0))?;
+        let PromData { result_type, result } = data;
+        Ok(Answer::new(
+            LogqlData {
+                result_type,
+                result: strip_names(result),
+                entries: 0,
+                categorized: false,
+            },
+            gaps,
+            &stats,
+        ))
+    }
+
+    /// Every line of `r`'s window `(from, to]` that passes its pipeline,
+    /// as (labels, time, value).
+    async fn logql_samples(
+        self: &Arc<Self>,
+        tenant: &str,
+        r: &RangeAgg,
+        from: u64,
+        to: u64,
+        stats: &Stats,
+    ) -> Result<(Vec<Sampled>, Gaps), QueryError> {
+        let compiled = Arc::new(Compiled::new(&r.log)?);
+        let unwrap = compiled.pipeline.unwraps();
+        if needs_unwrap(r.op) && !unwrap {
+            return Err(bad(format!("invalid aggregation {} without unwrap", range_name(r.op))));
+        }
+        if !needs_unwrap(r.op) && unwrap && r.op != RangeOp::Rate {
+            return Err(bad(format!("invalid aggregation {} with unwrap", range_name(r.op))));
+        }
+        let plan = self
+            .plan(tenant, Signal::Logs, from.saturating_add(1), to.saturating_add(1), stats)
+            .await?;
+        let predicate = Predicate {
+            time: Some((from.saturating_add(1), to.saturating_add(1))),
+            attrs: compiled.matchers.clone(),
+            lines: compiled.lines.clone(),
+            trace_id: compiled.trace_id,
+            ..Default::default()
+        };
+        let op = r.op;
+        let grouping = r.grouping.clone();
+        let mut out: Vec<Sampled> = Vec::new();
+        let mut waves = Waves::new(plan.candidates.len(), self.config.threads);
+        while let Some(wave) = waves.next_wave() {
+            let reads = plan.candidates[wave].iter().map(|c| {
+                let compiled = compiled.clone();
+                let predicate = predicate.clone();
+                let grouping = grouping.clone();
+                async move {
+                    let req = ScanRequest {
+                        predicate,
+                        order: Order::Stored,
+                        limit: None,
+                    };
+                    let Some(found) = self.scan_candidate(c, Signal::Logs, req, stats).await? else {
+                        return Ok::<_, QueryError>(Vec::new());
+                    };
+                    if found.rows.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    let tables = self.tables(c, table_names(Signal::Logs), stats).await?;
+                    let id = c.id;
+                    self.on_pool(move || {
+                        let rows = log_rows(&tables, &found.rows)?;
+                        let mut got = Vec::new();
+                        for (row, &ts) in rows.iter().zip(&found.times) {
+                            let Some((e, v)) = compiled.run(row, ts) else { continue };
+                            let value = match op {
+                                RangeOp::BytesOverTime | RangeOp::BytesRate => e.line.len() as f64,
+                                _ if unwrap => v.unwrap_or(0.0),
+                                _ => 1.0,
+                            };
+                            let mut labels = e.sorted();
+                            if let Some(g) = &grouping {
+                                labels.retain(|(k, _)| g.labels.contains(k) != g.without);
+                            }
+                            got.push(Sampled { labels, ts, value });
+                        }
+                        Ok(got)
+                    })
+                    .await
+                    .map_err(|e: mira_core::convert::ConvertError| QueryError::corrupt(&format!("block {id}"), e))
+                }
+            });
+            for part in futures::future::try_join_all(reads).await? {
+                out.extend(part);
+            }
+            if out.len() > MAX_LINES {
+                return Err(QueryError::TooBig(format!(
+                    "the query reads more than {MAX_LINES} lines; narrow the selector or the range"
+                )));
+            }
+        }
+        if let Some(s) = out.iter().find(|s| s.labels.iter().any(|(k, _)| k == ERROR)) {
+            return Err(pipeline_error(&s.labels));
+        }
+        Ok((out, plan.gaps))
+    }
+}
+
+/// One line as a sample.
+#[derive(Debug)]
+pub(crate) struct Sampled {
+    labels: Vec<(String, String)>,
+    ts: u64,
+    value: f64,
+}
+
+fn needs_unwrap(op: RangeOp) -> bool {
+    matches!(
+        op,
+        RangeOp::SumOverTime
+            | RangeOp::AvgOverTime
+            | RangeOp::MinOverTime
+            | RangeOp::MaxOverTime
+            | RangeOp::StddevOverTime
+            | RangeOp::StdvarOverTime
+            | RangeOp::QuantileOverTime
+            | RangeOp::FirstOverTime
+            | RangeOp::LastOverTime
+            | RangeOp::RateCounter
+    )
+}
+
+fn range_name(op: RangeOp) -> &'static str {
+    match op {
+        RangeOp::CountOverTime => "count_over_time",
+        RangeOp::Rate => "rate",
+        RangeOp::RateCounter => "rate_counter",
+        RangeOp::BytesOverTime => "bytes_over_time",
+        RangeOp::BytesRate => "bytes_rate",
+        RangeOp::AbsentOverTime => "absent_over_time",
+        RangeOp::SumOverTime => "sum_over_time",
+        RangeOp::AvgOverTime => "avg_over_time",
+        RangeOp::MinOverTime => "min_over_time",
+        RangeOp::MaxOverTime => "max_over_time",
+        RangeOp::StddevOverTime => "stddev_over_time",
+        RangeOp::StdvarOverTime => "stdvar_over_time",
+        RangeOp::QuantileOverTime => "quantile_over_time",
+        RangeOp::FirstOverTime => "first_over_time",
+        RangeOp::LastOverTime => "last_over_time",
+    }
+}
+
+/// The series of one range aggregation at every step: labels with
+/// `__name__` = `name`, a sample at each step whose window `(t - range,
+/// t]` (shifted by the offset) holds a line.
+fn range_series(
+    r: &RangeAgg,
+    samples: Vec<Sampled>,
+    steps: &[i64],
+    name: &str,
+) -> Result<promql::load::SeriesMap, QueryError> {
+    let mut by_series: HashMap<Vec<(String, String)>, Vec<(u64, f64)>> = HashMap::new();
+    for s in samples {
+        by_series.entry(s.labels).or_default().push((s.ts, s.value));
+        if by_series.len() > MAX_SERIES {
+            return Err(QueryError::TooBig(format!(
+                "{} gives more than {MAX_SERIES} series; aggregate with sum by (...)",
+                range_name(r.op)
+            )));
+        }
+    }
+    let secs = r.range_ns as f64 / 1e9;
+    let mut out = promql::load::SeriesMap::new();
+    for (mut labels, mut points) in by_series {
+        points.sort_by_key(|p| p.0);
+        let mut values = Vec::new();
+        for &t in steps {
+            let hi_ns = (t as u64 * 1_000_000).saturating_sub(r.offset_ns.max(0) as u64);
+            let lo_ns = hi_ns.saturating_sub(r.range_ns.max(0) as u64);
+            let a = points.partition_point(|p| p.0 <= lo_ns);
+            let b = points.partition_point(|p| p.0 <= hi_ns);
+            if a >= b {
+                continue;
+            }
+            let w: Vec<f64> = points[a..b].iter().map(|p| p.1).collect();
+            let n = w.len() as f64;
+            let sum: f64 = w.iter().sum();
+            let v = match r.op {
+                RangeOp::CountOverTime => n,
+                RangeOp::Rate if r.log.stages.iter().any(|s| matches!(s, Stage::Unwrap(_))) => sum / secs,
+                RangeOp::Rate => n / secs,
+                RangeOp::BytesOverTime | RangeOp::SumOverTime => sum,
+                RangeOp::BytesRate => sum / secs,
+                RangeOp::AvgOverTime => sum / n,
+                RangeOp::MinOverTime => w.iter().copied().fold(f64::INFINITY, f64::min),
+                RangeOp::MaxOverTime => w.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                RangeOp::FirstOverTime => w[0],
+                RangeOp::LastOverTime => w[w.len() - 1],
+                RangeOp::StdvarOverTime | RangeOp::StddevOverTime => {
+                    let mean = sum / n;
+                    let var = w.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+                    if r.op == RangeOp::StdvarOverTime { var } else { var.sqrt() }
+                }
+                RangeOp::QuantileOverTime => quantile(r.param.unwrap_or(f64::NAN), w),
+                RangeOp::RateCounter | RangeOp::AbsentOverTime => {
+                    return Err(bad(format!("{} is not supported by Mira's LogQL evaluator", range_name(r.op))));
+                }
+            };
+            values.push((t, v));
+        }
+        if values.is_empty() {
+            continue;
+        }
+        labels.push((engine::NAME.to_owned(), name.to_owned()));
+        labels.sort();
+        out.insert(labels, values);
+    }
+    Ok(out)
+}
+
+/// φ-quantile with linear interpolation (Prometheus' and Loki's rule).
+fn quantile(q: f64, mut w: Vec<f64>) -> f64 {
+    if q.is_nan() || w.is_empty() {
+        return f64::NAN;
+    }
+    if q < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if q > 1.0 {
+        return f64::INFINITY;
+    }
+    w.sort_by(f64::total_cmp);
+    let rank = q * (w.len() - 1) as f64;
+    let lo = rank.floor() as usize;
+    let hi = (lo + 1).min(w.len() - 1);
+    let weight = rank - lo as f64;
+    w[lo] * (1.0 - weight) + w[hi] * weight
+}
+
+fn num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Inf".into() } else { "-Inf".into() }
+    } else {
+        format!("{v:?}")
+    }
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+fn labels_list(l: &[String]) -> String {
+    l.join(", ")
+}
+
+/// The metric expression as PromQL, each range aggregation a selector of
+/// its own (`__logql_<i>__`, collected in `ranges`).
+fn render(m: &MetricExpr, ranges: &mut Vec<RangeAgg>) -> Result<String, QueryError> {
+    Ok(match m {
+        MetricExpr::Range(r) => {
+            if matches!(r.op, RangeOp::RateCounter | RangeOp::AbsentOverTime) {
+                return Err(bad(format!(
+                    "{} is not supported by Mira's LogQL evaluator",
+                    range_name(r.op)
+                )));
+            }
+            ranges.push(r.clone());
+            format!("__logql_{}__", ranges.len() - 1)
+        }
+        MetricExpr::Vector(v) => {
+            let inner = render(&v.inner, ranges)?;
+            let name = match v.op {
+                VectorOp::Sum => "sum",
+                VectorOp::Avg => "avg",
+                VectorOp::Min => "min",
+                VectorOp::Max => "max",
+                VectorOp::Count => "count",
+                VectorOp::Stddev => "stddev",
+                VectorOp::Stdvar => "stdvar",
+                VectorOp::Topk => "topk",
+                VectorOp::Bottomk => "bottomk",
+                VectorOp::Sort => return Ok(format!("sort({inner})")),
+                VectorOp::SortDesc => return Ok(format!("sort_desc({inner})")),
+            };
+            let grouping = match &v.grouping {
+                None => String::new(),
+                Some(g) => format!(
+                    " {} ({})",
+                    if g.without { "without" } else { "by" },
+                    labels_list(&g.labels)
+                ),
+            };
+            match v.param {
+                Some(p) => format!("{name}{grouping} ({}, {inner})", num(p)),
+                None => format!("{name}{grouping} ({inner})"),
+            }
+        }
+        MetricExpr::Binary(b) => {
+            let op = match b.op {
+                BinOp::Add => "+",
+                BinOp::Sub => "-",
+                BinOp::Mul => "*",
+                BinOp::Div => "/",
+                BinOp::Mod => "%",
+                BinOp::Pow => "^",
+                BinOp::Eq => "==",
+                BinOp::Ne => "!=",
+                BinOp::Gt => ">",
+                BinOp::Ge => ">=",
+                BinOp::Lt => "<",
+                BinOp::Le => "<=",
+                BinOp::And => "and",
+                BinOp::Or => "or",
+                BinOp::Unless => "unless",
+            };
+            let mut mods = String::new();
+            if b.return_bool {
+                mods.push_str(" bool");
+            }
+            if let Some(vm) = &b.matching {
+                mods.push_str(&format!(
+                    " {} ({})",
+                    if vm.on { "on" } else { "ignoring" },
+                    labels_list(&vm.labels)
+                ));
+                if let Some(g) = &vm.group {
+                    mods.push_str(&format!(
+                        " {} ({})",
+                        if g.left { "group_left" } else { "group_right" },
+                        labels_list(&g.labels)
+                    ));
+                }
+            }
+            format!("({}) {op}{mods} ({})", render(&b.lhs, ranges)?, render(&b.rhs, ranges)?)
+        }
+        MetricExpr::Literal(v) => num(*v),
+        MetricExpr::VectorOf(v) => format!("vector({})", num(*v)),
+        MetricExpr::LabelReplace(l) => format!(
+            "label_replace({}, {}, {}, {}, {})",
+            render(&l.inner, ranges)?,
+            quote(&l.dst),
+            quote(&l.replacement),
+            quote(&l.src),
+            quote(&l.regex)
+        ),
+        MetricExpr::Paren(inner) => format!("({})", render(inner, ranges)?),
+    })
+}
+
+/// Drops the placeholder `__name__` of a bare range aggregation's series.
+fn strip_names(mut v: Value) -> Value {
+    if let Value::Array(items) = &mut v {
+        for it in items {
+            if let Some(Value::Object(m)) = it.get_mut("metric") {
+                m.remove(engine::NAME);
+            }
+        }
+    }
+    v
+}
+
+fn object(labels: &[(String, String)]) -> Value {
+    Value::Object(labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
+}
+
+/// Streams in Loki's shape, entries in the order given: grouped by all
+/// labels, or (categorized) by stream labels with the others in a third
+/// element.
+pub(crate) fn streams_json(entries: &[Entry], categorize: bool) -> Value {
+    let mut order: Vec<Vec<(String, String)>> = Vec::new();
+    let mut streams: HashMap<Vec<(String, String)>, Vec<Value>> = HashMap::new();
+    for e in entries {
+        let key = if categorize { e.of(Cat::Stream) } else { e.sorted() };
+        let value = if categorize {
+            let mut extra = serde_json::Map::new();
+            let meta = e.of(Cat::Meta);
+            let parsed = e.of(Cat::Parsed);
+            if !meta.is_empty() {
+                extra.insert("structuredMetadata".into(), object(&meta));
+            }
+            if !parsed.is_empty() {
+                extra.insert("parsed".into(), object(&parsed));
+            }
+            json!([e.ts.to_string(), e.line, Value::Object(extra)])
+        } else {
+            json!([e.ts.to_string(), e.line])
+        };
+        let list = streams.entry(key.clone()).or_insert_with(|| {
+            order.push(key);
+            Vec::new()
+        });
+        list.push(value);
+    }
+    Value::Array(
+        order
+            .into_iter()
+            .map(|k| {
+                let values = streams.remove(&k).unwrap_or_default();
+                json!({"stream": object(&k), "values": values})
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logql::ast::{Grouping, LogExpr, Matcher, VectorAgg};
+
+    fn count(range_ns: i64) -> RangeAgg {
+        RangeAgg {
+            op: RangeOp::CountOverTime,
+            param: None,
+            log: LogExpr {
+                selector: vec![Matcher {
+                    name: "service_name".into(),
+                    op: MatchOp::Eq,
+                    value: "x".into(),
+                }],
+                stages: vec![],
+            },
+            range_ns,
+            offset_ns: 0,
+            grouping: None,
+        }
+    }
+
+    #[test]
+    fn renders_as_promql_with_placeholders() {
+        let m = MetricExpr::Vector(VectorAgg {
+            op: VectorOp::Topk,
+            grouping: Some(Grouping {
+                without: false,
+                labels: vec!["level".into(), "detected_level".into()],
+            }),
+            param: Some(5.0),
+            inner: Box::new(MetricExpr::Range(count(60_000_000_000))),
+        });
+        let mut ranges = Vec::new();
+        let text = render(&m, &mut ranges).expect("render");
+        assert_eq!(text, "topk by (level, detected_level) (5.0, __logql_0__)");
+        assert_eq!(ranges.len(), 1);
+        assert!(promql::parse(&text).is_ok());
+    }
+
+    #[test]
+    fn windows_are_left_open_right_closed() {
+        let s = |ts: u64| Sampled {
+            labels: vec![("a".into(), "b".into())],
+            ts,
+            value: 1.0,
+        };
+        // Lines at 1s, 2s, 3s; range 2s; steps at 2s, 3s, 5s, 6s.
+        let samples = vec![s(1_000_000_000), s(2_000_000_000), s(3_000_000_000)];
+        let out = range_series(&count(2_000_000_000), samples, &[2000, 3000, 5000, 6000], "__logql_0__")
+            .expect("series");
+        let (labels, points) = out.into_iter().next().expect("one series");
+        assert!(labels.contains(&("__name__".to_owned(), "__logql_0__".to_owned())));
+        // (0,2] holds 1s and 2s; (1,3] holds 2s and 3s; (3,5] none shown
+        // as no point; (4,6] none.
+        assert_eq!(points, vec![(2000, 2.0), (3000, 2.0)]);
+    }
+
+    #[test]
+    fn quantiles_interpolate() {
+        assert_eq!(quantile(0.5, vec![1.0, 2.0, 3.0, 4.0]), 2.5);
+        assert_eq!(quantile(1.0, vec![3.0, 1.0]), 3.0);
+        assert!(quantile(0.5, vec![]).is_nan());
+    }
+}

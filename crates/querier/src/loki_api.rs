@@ -1,0 +1,566 @@
+//! Loki's HTTP API under `/loki/api/v1/`, as Grafana's Loki data source
+//! calls it: `query` and `query_range` (LogQL, [`crate::logql`]), `labels`,
+//! `label/{name}/values`, `series`, `tail` (a WebSocket), `index/stats`,
+//! `index/volume`, `index/volume_range`, `status/buildinfo`; the
+//! `detected_*` and `patterns` paths answer 404, which makes Grafana fall
+//! back to `labels` and data samples (a 200 of another shape would hide
+//! every label). Times are Unix nanoseconds (or seconds, or RFC 3339);
+//! steps are durations or seconds; the tenant is `X-Scope-OrgID`. Errors
+//! are plain text with Loki's codes (400 for a bad query or a limit, 404,
+//! 503, 500).
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use mira_core::Signal;
+use mira_core::scan::Order;
+use serde_json::{Value, json};
+
+use crate::api::{P, parse_duration, tenant};
+use crate::logql::ast::Expr;
+use crate::logql::eval::{LogqlData, LogqlQuery, parse_query};
+use crate::logql::model::{FIELDS, INDEX, index_key, label_name};
+use crate::{Answer, Querier, QueryError};
+
+/// Loki's default `limit` of `query` and `query_range`.
+const DEFAULT_LIMIT: usize = 100;
+/// The window of labels, values and series without `start` (Loki: 6h).
+const META_WINDOW_NS: u64 = 6 * 3_600_000_000_000;
+/// The window of a query without `start` (Loki: 1h).
+const QUERY_WINDOW_NS: u64 = 3_600_000_000_000;
+/// Lines read to find label names and values not in the attribute index
+/// (severity, trace and span ids, `detected_level`) or of a selector.
+const SAMPLE_LINES: usize = 2_000;
+/// How often a tail looks for new lines, and how far back it looks.
+const TAIL_EVERY: Duration = Duration::from_secs(1);
+const TAIL_LOOKBACK_NS: u64 = 120_000_000_000;
+
+/// The routes, to be merged into the querier's router.
+pub fn router(q: Arc<Querier>) -> axum::Router {
+    axum::Router::new()
+        .route("/loki/api/v1/query", get(query))
+        .route("/loki/api/v1/query_range", get(query_range))
+        .route("/loki/api/v1/labels", get(labels))
+        .route("/loki/api/v1/label", get(labels))
+        .route("/loki/api/v1/label/{name}/values", get(label_values))
+        .route("/loki/api/v1/series", get(series).post(series))
+        .route("/loki/api/v1/tail", get(tail))
+        .route("/loki/api/v1/index/stats", get(index_stats))
+        .route("/loki/api/v1/index/volume", get(volume))
+        .route("/loki/api/v1/index/volume_range", get(volume_range))
+        .route("/loki/api/v1/status/buildinfo", get(buildinfo))
+        .route("/prometheus/api/v1/rules", get(rules))
+        .route("/loki/api/v1/{*rest}", get(not_found).post(not_found))
+        .with_state(q)
+}
+
+/// An error as Loki answers it: the status and a line of text.
+pub struct LokiError(Box<QueryError>);
+
+impl From<QueryError> for LokiError {
+    fn from(e: QueryError) -> Self {
+        LokiError(Box::new(e))
+    }
+}
+
+impl IntoResponse for LokiError {
+    fn into_response(self) -> Response {
+        let code = match self.0.error_code().http_status() {
+            // Loki answers limits with 400 too.
+            422 => 400,
+            c => c,
+        };
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, self.0.public_message()).into_response()
+    }
+}
+
+type Result<T> = std::result::Result<T, LokiError>;
+
+type Params = Query<Vec<(String, String)>>;
+
+fn bad(msg: String) -> LokiError {
+    QueryError::BadRequest(msg).into()
+}
+
+fn now(q: &Querier) -> u64 {
+    u64::try_from(q.now_ns()).unwrap_or(0)
+}
+
+/// A time: nanoseconds, seconds or RFC 3339.
+fn time(p: &P, name: &str) -> Result<Option<u64>> {
+    let Some(v) = p.one(name).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    if let Ok(t) = crate::api::parse_time(name, v) {
+        return Ok(Some(t));
+    }
+    humantime::parse_rfc3339_weak(v)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| Some(d.as_nanos() as u64))
+        .ok_or_else(|| bad(format!("{name}={v:?}: expected Unix nanoseconds, seconds or RFC 3339")))
+}
+
+/// `[start, end]` with Loki's defaults (`end` now, `start` `window`
+/// before it).
+fn window(q: &Querier, p: &P, window: u64) -> Result<(u64, u64)> {
+    let end = time(p, "end")?.unwrap_or_else(|| now(q));
+    let start = time(p, "start")?.unwrap_or(end.saturating_sub(window));
+    if start > end {
+        return Err(bad(format!(
+            "the query time range is reversed: start ({start}) is after end ({end})"
+        )));
+    }
+    Ok((start, end))
+}
+
+fn limit(p: &P) -> Result<usize> {
+    Ok(p.num::<usize>("limit")?.unwrap_or(DEFAULT_LIMIT))
+}
+
+fn order(p: &P) -> Result<Order> {
+    match p.one("direction").unwrap_or("backward") {
+        "backward" | "BACKWARD" | "" => Ok(Order::NewestFirst),
+        "forward" | "FORWARD" => Ok(Order::OldestFirst),
+        other => Err(bad(format!("direction={other:?}: expected forward or backward"))),
+    }
+}
+
+fn categorize(h: &HeaderMap) -> bool {
+    h.get_all("x-loki-response-encoding-flags")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|f| f.trim() == "categorize-labels"))
+}
+
+/// Loki's `stats.summary` (with Mira's own counters beside it).
+fn stats_json(a: &Answer<LogqlData>) -> Value {
+    let s = &a.stats;
+    let secs = (s.elapsed_us as f64 / 1e6).max(1e-9);
+    json!({
+        "summary": {
+            "bytesProcessedPerSecond": ((s.bytes_from_store + s.bytes_from_cache) as f64 / secs) as u64,
+            "linesProcessedPerSecond": (s.rows_scanned as f64 / secs) as u64,
+            "totalBytesProcessed": s.bytes_from_store + s.bytes_from_cache,
+            "totalLinesProcessed": s.rows_scanned,
+            "totalEntriesReturned": a.body.entries,
+            "execTime": secs,
+            "queueTime": 0,
+        },
+        "mira": s,
+    })
+}
+
+fn answer(a: Answer<LogqlData>) -> Response {
+    let mut data = json!({
+        "resultType": a.body.result_type,
+        "result": a.body.result,
+        "stats": stats_json(&a),
+    });
+    if a.body.categorized {
+        data["encodingFlags"] = json!(["categorize-labels"]);
+    }
+    let mut body = json!({"status": "success", "data": data});
+    if !a.warnings.is_empty() {
+        body["warnings"] = json!(a.warnings);
+    }
+    axum::Json(body).into_response()
+}
+
+fn required<'a>(p: &'a P, name: &str) -> Result<&'a str> {
+    p.one(name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| bad(format!("{name} is required")))
+}
+
+/// A step: a duration (`15000ms`, `1m`) or seconds; Loki's default makes
+/// about 250 steps, at least one second.
+fn step(p: &P, start: u64, end: u64) -> Result<i64> {
+    match p.one("step").filter(|v| !v.is_empty()) {
+        Some(v) => Ok(crate::api::parse_step(v)?),
+        None => Ok((((end - start) / 250 / 1_000_000_000).max(1) * 1000) as i64),
+    }
+}
+
+async fn query(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let t = time(&p, "time")?.unwrap_or_else(|| now(&q));
+    let a = q
+        .logql(LogqlQuery {
+            tenant: tenant(&headers)?,
+            query: required(&p, "query")?.to_owned(),
+            start: t,
+            end: t,
+            step_ms: 0,
+            instant: true,
+            limit: limit(&p)?,
+            order: order(&p)?,
+            categorize: categorize(&headers),
+        })
+        .await?;
+    Ok(answer(a))
+}
+
+async fn query_range(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let (start, end) = window(&q, &p, QUERY_WINDOW_NS)?;
+    let a = q
+        .logql(LogqlQuery {
+            tenant: tenant(&headers)?,
+            query: required(&p, "query")?.to_owned(),
+            start,
+            end,
+            step_ms: step(&p, start, end)?,
+            instant: false,
+            limit: limit(&p)?,
+            order: order(&p)?,
+            categorize: categorize(&headers),
+        })
+        .await?;
+    Ok(answer(a))
+}
+
+fn success(data: Value) -> Response {
+    axum::Json(json!({"status": "success", "data": data})).into_response()
+}
+
+/// The entries of up to `n` newest lines of `selector` (all lines when
+/// None) in `[start, end)`.
+async fn sample(
+    q: &Arc<Querier>,
+    tenant: &str,
+    selector: Option<&str>,
+    start: u64,
+    end: u64,
+    n: usize,
+) -> Result<Vec<crate::logql::model::Entry>> {
+    let selector = selector.unwrap_or("{}");
+    match parse_query(selector)? {
+        Expr::Log(_) => {}
+        Expr::Metric(_) => return Err(bad(format!("{selector:?} is not a log selector"))),
+    }
+    Ok(q.logql_entries(tenant, selector, start, end, n.min(q.config.max_limit)).await?)
+}
+
+/// Label names: the attribute names of the blocks in the window (as Loki
+/// label names) and the names the newest lines carry; with `query`, the
+/// names of that selector's lines.
+async fn labels(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let (start, end) = window(&q, &p, META_WINDOW_NS)?;
+    let selector = p.one("query").filter(|v| !v.is_empty());
+    let mut names = BTreeSet::new();
+    let lines = sample(&q, &tenant, selector, start, end, SAMPLE_LINES).await?;
+    for e in &lines {
+        names.extend(e.labels.iter().map(|l| l.name.clone()));
+    }
+    if selector.is_none() {
+        let listed = q.labels(&tenant, Signal::Logs, start, end).await?;
+        for n in listed.body.data {
+            names.insert(label_name(n.strip_prefix("resource.").unwrap_or(&n)));
+        }
+        if !names.is_empty() {
+            names.insert("service_name".into());
+            names.insert("detected_level".into());
+        }
+    }
+    names.retain(|n| !n.starts_with("__"));
+    Ok(success(json!(names)))
+}
+
+/// The values of a label in the window: from the attribute index for
+/// the attributes that give the name, and from the newest lines (all of
+/// a selector's, with `query`).
+async fn label_values(
+    State(q): State<Arc<Querier>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(params): Params,
+) -> Result<Response> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let (start, end) = window(&q, &p, META_WINDOW_NS)?;
+    let selector = p.one("query").filter(|v| !v.is_empty());
+    let mut values = BTreeSet::new();
+    for e in sample(&q, &tenant, selector, start, end, SAMPLE_LINES).await? {
+        if let Some(v) = e.get(&name) {
+            values.insert(v.to_owned());
+        }
+    }
+    if selector.is_none() && !FIELDS.contains(&name.as_str()) {
+        // Every attribute whose Loki name is `name`.
+        let listed = q.labels(&tenant, Signal::Logs, start, end).await?;
+        for native in listed.body.data {
+            let key = native.strip_prefix("resource.").unwrap_or(&native);
+            let is_resource = native.starts_with("resource.");
+            let is_index = INDEX.iter().any(|(l, _)| *l == name);
+            if label_name(key) != name || (is_index && !(is_resource && index_key(&name) == Some(key))) {
+                continue;
+            }
+            let got = q.label_values(&tenant, Signal::Logs, &native, start, end).await?;
+            values.extend(got.body.data);
+        }
+    }
+    values.retain(|v| !v.is_empty());
+    Ok(success(json!(values)))
+}
+
+/// The stream label sets of the lines of every `match[]` selector.
+async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let (start, end) = window(&q, &p, META_WINDOW_NS)?;
+    let matches: Vec<String> = p.all("match[]").chain(p.all("match")).map(str::to_owned).collect();
+    if matches.is_empty() {
+        return Err(bad("match[] is required".into()));
+    }
+    let mut sets = BTreeSet::new();
+    for m in &matches {
+        for e in sample(&q, &tenant, Some(m), start, end, q.config.max_limit).await? {
+            sets.insert(e.of(crate::logql::model::Cat::Stream));
+        }
+    }
+    let data: Vec<Value> = sets
+        .iter()
+        .map(|s| Value::Object(s.iter().map(|(k, v)| (k.clone(), json!(v))).collect()))
+        .collect();
+    Ok(success(json!(data)))
+}
+
+/// A metric query over one window ending at `end`, as Loki's volume and
+/// stats endpoints compute them.
+async fn over_window(q: &Arc<Querier>, tenant: &str, expr: String, end: u64) -> Result<Value> {
+    let a = q
+        .logql(LogqlQuery {
+            tenant: tenant.to_owned(),
+            query: expr,
+            start: end,
+            end,
+            step_ms: 0,
+            instant: true,
+            limit: DEFAULT_LIMIT,
+            order: Order::NewestFirst,
+            categorize: false,
+        })
+        .await?;
+    Ok(a.body.result)
+}
+
+/// The log selector of a stats or volume request.
+fn selector_param(p: &P) -> Result<String> {
+    let s = required(p, "query")?;
+    match parse_query(s)? {
+        Expr::Log(_) => Ok(s.to_owned()),
+        Expr::Metric(_) => Err(bad(format!("query={s:?}: expected a log selector"))),
+    }
+}
+
+fn range_ms(start: u64, end: u64) -> u64 {
+    ((end - start) / 1_000_000).max(1)
+}
+
+fn first_value(v: &Value) -> f64 {
+    v.get(0)
+        .and_then(|s| s.get("value"))
+        .and_then(|v| v.get(1))
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `{"streams","chunks","entries","bytes"}` of a selector in the window
+/// (chunks: the streams, as Mira has no chunks).
+async fn index_stats(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let (start, end) = window(&q, &p, QUERY_WINDOW_NS)?;
+    let sel = selector_param(&p)?;
+    let r = range_ms(start, end);
+    let by: Vec<&str> = INDEX.iter().map(|(l, _)| *l).collect();
+    let entries = first_value(&over_window(&q, &tenant, format!("sum(count_over_time({sel} [{r}ms]))"), end).await?);
+    let bytes = first_value(&over_window(&q, &tenant, format!("sum(bytes_over_time({sel} [{r}ms]))"), end).await?);
+    let streams = first_value(
+        &over_window(
+            &q,
+            &tenant,
+            format!("count(sum by ({}) (count_over_time({sel} [{r}ms])))", by.join(", ")),
+            end,
+        )
+        .await?,
+    );
+    Ok(axum::Json(json!({
+        "streams": streams as u64,
+        "chunks": streams as u64,
+        "entries": entries as u64,
+        "bytes": bytes as u64,
+    }))
+    .into_response())
+}
+
+/// The labels a volume groups by: `targetLabels`, else the selector's.
+fn volume_by(p: &P, sel: &str) -> Result<Vec<String>> {
+    if let Some(t) = p.one("targetLabels").filter(|v| !v.is_empty()) {
+        return Ok(t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
+    }
+    match parse_query(sel)? {
+        Expr::Log(l) => Ok(l.selector.iter().map(|m| m.name.clone()).collect()),
+        Expr::Metric(_) => Ok(Vec::new()),
+    }
+}
+
+/// Bytes of lines by the selector's labels over the window, the largest
+/// `limit` first.
+async fn volume(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let (start, end) = window(&q, &p, QUERY_WINDOW_NS)?;
+    let sel = selector_param(&p)?;
+    let by = volume_by(&p, &sel)?;
+    let expr = format!(
+        "topk({}, sum by ({}) (bytes_over_time({sel} [{}ms])))",
+        limit(&p)?,
+        by.join(", "),
+        range_ms(start, end)
+    );
+    let mut result = over_window(&q, &tenant, expr, end).await?;
+    if let Value::Array(items) = &mut result {
+        items.sort_by(|a, b| first_value(&json!([b])).total_cmp(&first_value(&json!([a]))));
+    }
+    Ok(success(json!({"resultType": "vector", "result": result})))
+}
+
+async fn volume_range(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params): Params) -> Result<Response> {
+    let p = P(params);
+    let tenant = tenant(&headers)?;
+    let (start, end) = window(&q, &p, QUERY_WINDOW_NS)?;
+    let sel = selector_param(&p)?;
+    let by = volume_by(&p, &sel)?;
+    let step_ms = step(&p, start, end)?;
+    let expr = format!("sum by ({}) (bytes_over_time({sel} [{step_ms}ms]))", by.join(", "));
+    let a = q
+        .logql(LogqlQuery {
+            tenant,
+            query: expr,
+            start,
+            end,
+            step_ms,
+            instant: false,
+            limit: DEFAULT_LIMIT,
+            order: Order::NewestFirst,
+            categorize: false,
+        })
+        .await?;
+    Ok(answer(a))
+}
+
+async fn buildinfo() -> Response {
+    axum::Json(json!({
+        "version": "3.4.0",
+        "revision": concat!("mira-", env!("CARGO_PKG_VERSION")),
+        "branch": "main",
+        "buildUser": "mira",
+        "buildDate": "",
+        "goVersion": "none (Mira, Rust)",
+    }))
+    .into_response()
+}
+
+async fn rules() -> Response {
+    success(json!({"groups": []}))
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+}
+
+/// Live tail: the newest `limit` lines of the last hour (or since
+/// `start`), then every new line once, each batch a text message
+/// `{"streams": [...], "dropped_entries": null}`. A query that cannot run
+/// closes the socket with 1008 and the reason.
+async fn tail(
+    State(q): State<Arc<Querier>>,
+    headers: HeaderMap,
+    Query(params): Params,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let p = P(params);
+    let setup = (|| -> Result<(String, String, u64, usize)> {
+        let tenant = tenant(&headers)?;
+        let query = required(&p, "query")?.to_owned();
+        match parse_query(&query)? {
+            Expr::Log(_) => {}
+            Expr::Metric(_) => return Err(bad("tail takes a log query, not a metric query".into())),
+        }
+        let start = time(&p, "start")?.unwrap_or_else(|| now(&q).saturating_sub(QUERY_WINDOW_NS));
+        let limit = limit(&p)?;
+        Ok((tenant, query, start, limit))
+    })();
+    ws.on_upgrade(move |socket| async move {
+        match setup {
+            Ok((tenant, query, start, limit)) => run_tail(q, socket, tenant, query, start, limit).await,
+            Err(e) => close(socket, 1008, &e.0.public_message()).await,
+        }
+    })
+}
+
+async fn close(mut socket: WebSocket, code: u16, reason: &str) {
+    // A close reason holds at most 123 bytes.
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let frame = CloseFrame {
+        code,
+        reason: reason[..end].to_owned().into(),
+    };
+    let _ = socket.send(Message::Close(Some(frame))).await;
+}
+
+type Seen = HashSet<(u64, String, Vec<(String, String)>)>;
+
+async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, tenant: String, query: String, start: u64, limit: usize) {
+    let mut seen: Seen = HashSet::new();
+    let mut from = start;
+    let mut first = true;
+    loop {
+        let end = now(&q).saturating_add(1);
+        let n = if first { limit } else { q.config.max_limit };
+        let got = q.logql_entries(&tenant, &query, from, end, n.min(q.config.max_limit)).await;
+        let mut entries = match got {
+            Ok(e) => e,
+            Err(e) => return close(socket, 1011, &e.public_message()).await,
+        };
+        entries.reverse();
+        entries.retain(|e| seen.insert((e.ts, e.line.clone(), e.sorted())));
+        if !entries.is_empty() {
+            let msg = json!({
+                "streams": crate::logql::eval::streams_json(&entries, false),
+                "dropped_entries": null,
+            });
+            if socket.send(Message::Text(msg.to_string().into())).await.is_err() {
+                return;
+            }
+        }
+        first = false;
+        // Lines are looked for again for a while, as they may arrive
+        // late; those already sent are remembered until they leave that
+        // window.
+        from = from.max(now(&q).saturating_sub(TAIL_LOOKBACK_NS));
+        seen.retain(|(ts, _, _)| *ts >= from);
+        tokio::select! {
+            _ = tokio::time::sleep(TAIL_EVERY) => {}
+            msg = socket.recv() => match msg {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
