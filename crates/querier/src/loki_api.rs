@@ -22,7 +22,8 @@ use mira_core::Signal;
 use mira_core::scan::Order;
 use serde_json::{Value, json};
 
-use crate::api::{P, parse_duration, tenant};
+use crate::api::{P, tenant};
+use crate::error::ServiceError;
 use crate::logql::ast::Expr;
 use crate::logql::eval::{LogqlData, LogqlQuery, parse_query};
 use crate::logql::model::{FIELDS, INDEX, index_key, label_name};
@@ -61,6 +62,7 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
 }
 
 /// An error as Loki answers it: the status and a line of text.
+#[derive(Debug)]
 pub struct LokiError(Box<QueryError>);
 
 impl From<QueryError> for LokiError {

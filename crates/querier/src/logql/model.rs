@@ -170,6 +170,7 @@ fn json_of(v: &AnyValue) -> serde_json::Value {
         Some(Value::DoubleValue(d)) => serde_json::Number::from_f64(*d).map_or(J::Null, J::Number),
         Some(Value::BytesValue(b)) => J::String(hex(b)),
         Some(Value::ArrayValue(a)) => J::Array(a.values.iter().map(json_of).collect()),
+        Some(Value::StringValueStrindex(i)) => J::from(*i),
         Some(Value::KvlistValue(kv)) => J::Object(
             kv.values
                 .iter()
@@ -189,6 +190,7 @@ fn text_of(v: &AnyValue) -> Option<String> {
         Some(Value::DoubleValue(d)) => d.to_string(),
         Some(Value::BytesValue(b)) => hex(b),
         Some(Value::ArrayValue(_)) => json_of(v).to_string(),
+        Some(Value::StringValueStrindex(i)) => i.to_string(),
         Some(Value::KvlistValue(_)) => return None,
     })
 }
