@@ -43,6 +43,7 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .route("/api/status/buildinfo", get(buildinfo))
         .route("/api/v2/traces/{id}", get(trace))
         .route("/api/traces/{id}", get(trace))
+        .route("/api/search", get(search))
         .route("/api/v2/search/tags", get(tags_v2))
         .route("/api/search/tags", get(tags_v1))
         .route("/api/v2/search/tag/{tag}/values", get(tag_values))
@@ -161,6 +162,43 @@ async fn trace(
             protobuf(out)
         }
     })
+}
+
+/// TraceQL search (`q`, `limit` 20, `spss` 3, `start`, `end` in Unix
+/// seconds; without a window, the last hour). No query is `{}`.
+async fn search(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(p): Params) -> Result<Response> {
+    let num = |name: &str, default: usize| -> Result<usize> {
+        match last(&p, name).filter(|v| !v.is_empty()) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<usize>()
+                .map_err(|_| QueryError::BadRequest(format!("{name}={v:?}: expected a positive integer")).into()),
+        }
+    };
+    let (start, end) = window(&q, &p, 3_600_000_000_000)?;
+    let query = last(&p, "q").filter(|v| !v.trim().is_empty()).unwrap_or("{}").to_owned();
+    let a = q
+        .traceql_search(crate::traceql::search::TraceqlSearch {
+            tenant: tenant(&headers)?,
+            query,
+            start,
+            end,
+            limit: num("limit", 20)?.max(1),
+            spss: num("spss", 3)?.max(1),
+        })
+        .await?;
+    Ok(axum::Json(json!({
+        "traces": a.body.traces,
+        "metrics": {
+            "inspectedTraces": a.body.inspected_traces,
+            "inspectedBytes": (a.stats.bytes_from_store + a.stats.bytes_from_cache).to_string(),
+            "totalBlocks": a.stats.blocks_considered,
+            "completedJobs": 1,
+            "totalJobs": 1,
+        },
+        "stats": a.stats,
+    }))
+    .into_response())
 }
 
 /// Attribute names of traces in the window, split by scope: Mira's

@@ -108,7 +108,7 @@ impl Querier {
         Ok(Answer::new(Trace { trace, span_count }, gaps, &stats))
     }
 
-    async fn trace_spans(
+    pub(crate) async fn trace_spans(
         &self,
         tenant: &str,
         id: [u8; 16],
@@ -231,7 +231,7 @@ impl Querier {
     }
 
     /// (trace id, span start) of the matching spans of one block.
-    async fn matching_traces(
+    pub(crate) async fn matching_traces(
         &self,
         c: &Candidate,
         predicate: &Predicate,

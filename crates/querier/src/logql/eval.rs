@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::ast::{
     BinOp, Expr, LabelFilter, LineOp, LineValue, LogExpr, MatchOp, MetricExpr, RangeAgg, RangeOp, Stage, VectorOp,
 };
-use super::model::{Cat, Entry, UNKNOWN_SERVICE, entry, index_key};
+use super::model::{Cat, Entry, FIELDS, UNKNOWN_SERVICE, entry, index_key, label_name};
 use super::parse::parse;
 use super::pipeline::{ERROR, ERROR_DETAILS, Pipeline, StrTest};
 use crate::answer::{Answer, Gaps};
@@ -87,21 +87,56 @@ pub(crate) struct Compiled {
     pipeline: Pipeline,
 }
 
+/// Label names that only attributes give, and the attributes (scope,
+/// key) that give each: a matcher on such a name that only one attribute
+/// can satisfy runs in the scan.
+pub(crate) type Names = HashMap<String, Vec<(AttrScope, String)>>;
+
+/// Whether a query has a matcher the attribute names could push down.
+fn wants_names(log: &LogExpr) -> bool {
+    let attr_only = |n: &str| index_key(n).is_none() && !FIELDS.contains(&n);
+    log.selector.iter().any(|m| attr_only(&m.name))
+        || log
+            .stages
+            .iter()
+            .any(|s| matches!(s, Stage::LabelFilter(LabelFilter::Str { name, .. }) if attr_only(name)))
+}
+
+/// The scan matcher for `name op value`, when the scan can decide it: a
+/// stream label's resource attribute, or the one attribute that gives
+/// an attribute-only name (then only for a test that "" fails, as a
+/// line without the attribute reads "").
+fn push_matcher(name: &str, test: &StrTest, names: &Names) -> Option<AttrMatcher> {
+    if let Some(key) = index_key(name) {
+        if name == "service_name" && test.test(UNKNOWN_SERVICE) {
+            return None;
+        }
+        return Some(AttrMatcher {
+            scope: AttrScope::Resource,
+            key: key.to_owned(),
+            op: core_op(test),
+        });
+    }
+    if FIELDS.contains(&name) || test.test("") {
+        return None;
+    }
+    match names.get(name).map(Vec::as_slice) {
+        Some([(scope, key)]) => Some(AttrMatcher {
+            scope: *scope,
+            key: key.clone(),
+            op: core_op(test),
+        }),
+        _ => None,
+    }
+}
+
 impl Compiled {
-    pub fn new(log: &LogExpr) -> Result<Compiled, QueryError> {
+    pub fn new(log: &LogExpr, names: &Names) -> Result<Compiled, QueryError> {
         let mut selector = Vec::with_capacity(log.selector.len());
         let mut matchers = Vec::new();
         for m in &log.selector {
             let test = StrTest::new(m.op, &m.value)?;
-            if let Some(key) = index_key(&m.name)
-                && (m.name != "service_name" || !test.test(UNKNOWN_SERVICE))
-            {
-                matchers.push(AttrMatcher {
-                    scope: AttrScope::Resource,
-                    key: key.to_owned(),
-                    op: core_op(&test),
-                });
-            }
+            matchers.extend(push_matcher(&m.name, &test, names));
             selector.push((m.name.clone(), test));
         }
         let mut lines = Vec::new();
@@ -118,6 +153,9 @@ impl Compiled {
                     value,
                 }) if labels_same && name == "trace_id" => {
                     trace_id = crate::traces::parse_trace_id(value).ok();
+                }
+                Stage::LabelFilter(LabelFilter::Str { name, op, value }) if labels_same => {
+                    matchers.extend(push_matcher(name, &StrTest::new(*op, value)?, names));
                 }
                 Stage::Line(_) | Stage::LabelFilter(_) => {}
                 Stage::LineFormat(_) | Stage::Decolorize | Stage::Unpack => {
@@ -226,6 +264,30 @@ impl Querier {
         }
     }
 
+    /// The attribute names of the logs in `[start, end)` by the label
+    /// name they give (read only when the query can use them).
+    async fn attribute_names(
+        self: &Arc<Self>,
+        tenant: &str,
+        log: &LogExpr,
+        start: u64,
+        end: u64,
+    ) -> Result<Names, QueryError> {
+        let mut names = Names::new();
+        if !wants_names(log) {
+            return Ok(names);
+        }
+        for native in self.labels(tenant, Signal::Logs, start, end).await?.body.data {
+            let (scope, key) = crate::selector::scope_of(&native);
+            let label = label_name(key);
+            if scope == AttrScope::Resource && index_key(&label) == Some(key) {
+                continue;
+            }
+            names.entry(label).or_default().push((scope, key.to_owned()));
+        }
+        Ok(names)
+    }
+
     /// A log query: the best `limit` lines after the pipeline.
     async fn logql_lines(self: &Arc<Self>, q: &LogqlQuery, log: &LogExpr) -> Result<LogqlAnswer, QueryError> {
         self.check_limit(q.limit)?;
@@ -278,7 +340,8 @@ impl Querier {
         order: Order,
         stats: &Stats,
     ) -> Result<(Vec<Entry>, Gaps), QueryError> {
-        let compiled = Arc::new(Compiled::new(log)?);
+        let names = self.attribute_names(tenant, log, start, end).await?;
+        let compiled = Arc::new(Compiled::new(log, &names)?);
         let mut gaps = Gaps::default();
         let mut kept: Vec<Entry> = Vec::new();
         let mut cursor: Option<LineKey> = None;
@@ -431,7 +494,8 @@ impl Querier {
         to: u64,
         stats: &Stats,
     ) -> Result<(Vec<Sampled>, Gaps), QueryError> {
-        let compiled = Arc::new(Compiled::new(&r.log)?);
+        let names = self.attribute_names(tenant, &r.log, from, to.saturating_add(1)).await?;
+        let compiled = Arc::new(Compiled::new(&r.log, &names)?);
         let unwrap = compiled.pipeline.unwraps();
         if needs_unwrap(r.op) && !unwrap {
             return Err(bad(format!("invalid aggregation {} without unwrap", range_name(r.op))));

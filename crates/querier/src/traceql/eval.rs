@@ -1,0 +1,781 @@
+//! Evaluating a TraceQL query over one whole trace.
+//!
+//! A trace starts as one span set holding all its spans. A filter `{c}`
+//! keeps, in each span set, the spans where `c` holds (a span set left
+//! empty is dropped); `a && b` keeps the spans of both when both match,
+//! `a || b` those of either; the structural operators keep the right-hand
+//! spans related to a left-hand one (`>` child, `<` parent, `>>`
+//! descendant, `<<` ancestor, `~` sibling; `!` negates the relation, `&`
+//! keeps both sides). Pipeline stages then filter span sets by an
+//! aggregate (`| count() > 2`, `| avg(duration) > 1s`), group them
+//! (`by`), merge them (`coalesce`) or name attributes to return
+//! (`select`). Comparisons are typed: a string never equals a number, and
+//! a missing attribute (`nil`) only satisfies `= nil`. Regexes are RE2,
+//! anchored.
+
+use std::collections::HashMap;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use regex::Regex;
+
+use super::ast::{
+    Aggregate, ArithOp, Attribute, BinOp, CmpOp, FieldExpr, Intrinsic, Kind, Query, ScalarExpr, Scope, SpansetExpr,
+    Stage, Static, Status, StructOp,
+};
+use crate::QueryError;
+
+fn unsupported(what: &str) -> QueryError {
+    QueryError::BadRequest(format!("{what} is not supported by Mira's TraceQL evaluator"))
+}
+
+/// One span of a trace, with what its conditions read.
+#[derive(Debug)]
+pub struct Span<'a> {
+    pub span: &'a opentelemetry_proto::tonic::trace::v1::Span,
+    pub resource: &'a [KeyValue],
+    pub scope_name: &'a str,
+    pub scope_version: &'a str,
+    pub scope_attrs: &'a [KeyValue],
+    pub service: &'a str,
+    pub parent: Option<usize>,
+}
+
+impl Span<'_> {
+    pub fn duration(&self) -> i64 {
+        self.span.end_time_unix_nano.saturating_sub(self.span.start_time_unix_nano) as i64
+    }
+}
+
+/// A trace ready to evaluate.
+#[derive(Debug)]
+pub struct TraceView<'a> {
+    pub spans: Vec<Span<'a>>,
+    pub trace_id: Vec<u8>,
+    pub root: Option<usize>,
+    pub start: u64,
+    pub end: u64,
+    pub children: Vec<Vec<usize>>,
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn service_of(attrs: &[KeyValue]) -> &str {
+    attrs
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .and_then(|kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        })
+        .unwrap_or("")
+}
+
+impl<'a> TraceView<'a> {
+    pub fn new(t: &'a ExportTraceServiceRequest) -> TraceView<'a> {
+        let mut spans = Vec::new();
+        for rs in &t.resource_spans {
+            let resource: &[KeyValue] = rs.resource.as_ref().map_or(&[], |r| &r.attributes);
+            for ss in &rs.scope_spans {
+                let (name, version, attrs): (&str, &str, &[KeyValue]) = match &ss.scope {
+                    Some(s) => (&s.name, &s.version, &s.attributes),
+                    None => ("", "", &[]),
+                };
+                for span in &ss.spans {
+                    spans.push(Span {
+                        span,
+                        resource,
+                        scope_name: name,
+                        scope_version: version,
+                        scope_attrs: attrs,
+                        service: service_of(resource),
+                        parent: None,
+                    });
+                }
+            }
+        }
+        let by_id: HashMap<&[u8], usize> = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.span.span_id.as_slice(), i))
+            .collect();
+        let mut children = vec![Vec::new(); spans.len()];
+        for i in 0..spans.len() {
+            let p = &spans[i].span.parent_span_id;
+            if !p.is_empty()
+                && let Some(&pi) = by_id.get(p.as_slice())
+                && pi != i
+            {
+                spans[i].parent = Some(pi);
+                children[pi].push(i);
+            }
+        }
+        // The root: a span without a parent id, else the earliest.
+        let root = (0..spans.len()).min_by_key(|&i| {
+            (
+                !spans[i].span.parent_span_id.is_empty(),
+                spans[i].span.start_time_unix_nano,
+            )
+        });
+        let start = spans.iter().map(|s| s.span.start_time_unix_nano).min().unwrap_or(0);
+        let end = spans.iter().map(|s| s.span.end_time_unix_nano).max().unwrap_or(0);
+        let trace_id = spans.first().map(|s| s.span.trace_id.clone()).unwrap_or_default();
+        TraceView {
+            spans,
+            trace_id,
+            root,
+            start,
+            end,
+            children,
+        }
+    }
+
+    pub fn root_name(&self) -> &str {
+        self.root.map_or("", |r| self.spans[r].span.name.as_str())
+    }
+
+    pub fn root_service(&self) -> &str {
+        self.root.map_or("", |r| self.spans[r].service)
+    }
+
+    fn ancestors(&self, mut i: usize) -> impl Iterator<Item = usize> + '_ {
+        let mut guard = 0;
+        std::iter::from_fn(move || {
+            let p = self.spans[i].parent?;
+            guard += 1;
+            if guard > self.spans.len() {
+                return None;
+            }
+            i = p;
+            Some(p)
+        })
+    }
+}
+
+/// A value a condition reads or compares.
+#[derive(Debug, Clone, PartialEq)]
+pub enum V {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Dur(i64),
+    Status(Status),
+    Kind(Kind),
+    Nil,
+}
+
+impl V {
+    fn num(&self) -> Option<f64> {
+        match self {
+            V::Int(i) => Some(*i as f64),
+            V::Float(f) => Some(*f),
+            V::Dur(d) => Some(*d as f64),
+            _ => None,
+        }
+    }
+
+    /// OTLP/JSON of the value, as Tempo's search answers carry it.
+    pub fn json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            V::Str(s) => json!({"stringValue": s}),
+            V::Int(i) => json!({"intValue": i.to_string()}),
+            V::Float(f) => json!({"doubleValue": f}),
+            V::Bool(b) => json!({"boolValue": b}),
+            V::Dur(d) => json!({"stringValue": format!("{}", humantime::format_duration(std::time::Duration::from_nanos((*d).max(0) as u64)))}),
+            V::Status(s) => json!({"stringValue": status_word(*s)}),
+            V::Kind(k) => json!({"stringValue": kind_word(*k)}),
+            V::Nil => json!({}),
+        }
+    }
+}
+
+pub fn status_word(s: Status) -> &'static str {
+    match s {
+        Status::Error => "error",
+        Status::Ok => "ok",
+        Status::Unset => "unset",
+    }
+}
+
+pub fn kind_word(k: Kind) -> &'static str {
+    match k {
+        Kind::Unspecified => "unspecified",
+        Kind::Internal => "internal",
+        Kind::Server => "server",
+        Kind::Client => "client",
+        Kind::Producer => "producer",
+        Kind::Consumer => "consumer",
+    }
+}
+
+fn of_any(v: &AnyValue) -> V {
+    match &v.value {
+        Some(any_value::Value::StringValue(s)) => V::Str(s.clone()),
+        Some(any_value::Value::IntValue(i)) => V::Int(*i),
+        Some(any_value::Value::DoubleValue(d)) => V::Float(*d),
+        Some(any_value::Value::BoolValue(b)) => V::Bool(*b),
+        None => V::Nil,
+        // Arrays, maps and bytes compare as nothing.
+        Some(_) => V::Nil,
+    }
+}
+
+fn find(attrs: &[KeyValue], key: &str) -> Option<V> {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .map(|kv| kv.value.as_ref().map_or(V::Nil, of_any))
+}
+
+fn status_of(code: i32) -> Status {
+    match code {
+        1 => Status::Ok,
+        2 => Status::Error,
+        _ => Status::Unset,
+    }
+}
+
+fn kind_of(k: i32) -> Kind {
+    match k {
+        1 => Kind::Internal,
+        2 => Kind::Server,
+        3 => Kind::Client,
+        4 => Kind::Producer,
+        5 => Kind::Consumer,
+        _ => Kind::Unspecified,
+    }
+}
+
+/// A compiled query: regexes compiled once, unsupported parts refused.
+#[derive(Debug)]
+pub struct Compiled {
+    query: Query,
+    regexes: HashMap<String, Regex>,
+}
+
+impl Compiled {
+    pub fn new(query: Query) -> Result<Compiled, QueryError> {
+        if query.metrics().is_some() {
+            return Err(unsupported("a metrics query (rate(), count_over_time(), ...)"));
+        }
+        let mut c = Compiled {
+            query,
+            regexes: HashMap::new(),
+        };
+        let mut pats = Vec::new();
+        check_spanset(&c.query.expr, &mut pats)?;
+        for p in pats {
+            let re = mira_core::scan::compile_regex(&p, true)
+                .map_err(|e| QueryError::BadRequest(format!("regex {p:?}: {e}")))?;
+            c.regexes.insert(p, re);
+        }
+        Ok(c)
+    }
+
+    pub fn query(&self) -> &Query {
+        &self.query
+    }
+
+    /// The span sets of the trace that the query keeps.
+    pub fn run(&self, t: &TraceView<'_>) -> Vec<Vec<usize>> {
+        let all: Vec<usize> = (0..t.spans.len()).collect();
+        self.spanset(&self.query.expr, t, vec![all])
+    }
+
+    fn spanset(&self, e: &SpansetExpr, t: &TraceView<'_>, input: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+        match e {
+            SpansetExpr::Filter(f) => input
+                .into_iter()
+                .map(|set| set.into_iter().filter(|&i| self.truthy(f, t, i)).collect::<Vec<_>>())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            SpansetExpr::And(a, b) => {
+                let l = self.spanset(a, t, input.clone());
+                let r = self.spanset(b, t, input);
+                if l.is_empty() || r.is_empty() {
+                    return Vec::new();
+                }
+                vec![union(l.into_iter().chain(r))]
+            }
+            SpansetExpr::Or(a, b) => {
+                let l = self.spanset(a, t, input.clone());
+                let r = self.spanset(b, t, input);
+                if l.is_empty() && r.is_empty() {
+                    return Vec::new();
+                }
+                vec![union(l.into_iter().chain(r))]
+            }
+            SpansetExpr::Structural { op, lhs, rhs } => {
+                let l = union(self.spanset(lhs, t, input.clone()));
+                let r = union(self.spanset(rhs, t, input));
+                let out = structural(*op, t, &l, &r);
+                if out.is_empty() { Vec::new() } else { vec![out] }
+            }
+            SpansetExpr::Pipeline(first, stages) => {
+                let mut sets = self.spanset(first, t, input);
+                for s in stages {
+                    sets = self.stage(s, t, sets);
+                    if sets.is_empty() {
+                        break;
+                    }
+                }
+                sets
+            }
+        }
+    }
+
+    fn stage(&self, s: &Stage, t: &TraceView<'_>, sets: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+        match s {
+            Stage::Filter(e) => sets.into_iter().flat_map(|set| self.spanset(e, t, vec![set])).collect(),
+            Stage::Scalar { lhs, op, rhs } => sets
+                .into_iter()
+                .filter(|set| {
+                    match (self.scalar(lhs, t, set), self.scalar(rhs, t, set)) {
+                        (Some(a), Some(b)) => compare_num(*op, a, b),
+                        _ => false,
+                    }
+                })
+                .collect(),
+            // Select only names what to return; coalesce merges.
+            Stage::Select(_) => sets,
+            Stage::Coalesce => vec![union(sets)],
+            Stage::By(f) => {
+                let mut groups: Vec<(V, Vec<usize>)> = Vec::new();
+                for set in sets {
+                    for i in set {
+                        let v = self.value(f, t, i);
+                        match groups.iter_mut().find(|(g, _)| *g == v) {
+                            Some((_, m)) => m.push(i),
+                            None => groups.push((v, vec![i])),
+                        }
+                    }
+                }
+                groups.into_iter().map(|(_, m)| m).collect()
+            }
+            Stage::Metrics(_) => Vec::new(),
+        }
+    }
+
+    fn scalar(&self, e: &ScalarExpr, t: &TraceView<'_>, set: &[usize]) -> Option<f64> {
+        match e {
+            ScalarExpr::Static(s) => static_value(s).num(),
+            ScalarExpr::Neg(x) => self.scalar(x, t, set).map(|v| -v),
+            ScalarExpr::Binary { op, lhs, rhs } => {
+                arith(*op, self.scalar(lhs, t, set)?, self.scalar(rhs, t, set)?)
+            }
+            ScalarExpr::Aggregate(a) => {
+                let vals = |f: &FieldExpr| -> Vec<f64> {
+                    set.iter().filter_map(|&i| self.value(f, t, i).num()).collect()
+                };
+                match a {
+                    Aggregate::Count => Some(set.len() as f64),
+                    Aggregate::Sum(f) => Some(vals(f).iter().sum()),
+                    Aggregate::Avg(f) => {
+                        let v = vals(f);
+                        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+                    }
+                    Aggregate::Min(f) => vals(f).into_iter().reduce(f64::min),
+                    Aggregate::Max(f) => vals(f).into_iter().reduce(f64::max),
+                }
+            }
+        }
+    }
+
+    fn truthy(&self, f: &FieldExpr, t: &TraceView<'_>, i: usize) -> bool {
+        self.value(f, t, i) == V::Bool(true)
+    }
+
+    fn value(&self, f: &FieldExpr, t: &TraceView<'_>, i: usize) -> V {
+        match f {
+            FieldExpr::Static(s) => static_value(s),
+            FieldExpr::Attr(a) => attr(a, t, i),
+            FieldExpr::Not(x) => match self.value(x, t, i) {
+                V::Bool(b) => V::Bool(!b),
+                _ => V::Nil,
+            },
+            FieldExpr::Neg(x) => match self.value(x, t, i) {
+                V::Int(v) => V::Int(-v),
+                V::Float(v) => V::Float(-v),
+                V::Dur(v) => V::Dur(-v),
+                _ => V::Nil,
+            },
+            FieldExpr::Binary { op, lhs, rhs } => match op {
+                BinOp::And => V::Bool(self.truthy(lhs, t, i) && self.truthy(rhs, t, i)),
+                BinOp::Or => V::Bool(self.truthy(lhs, t, i) || self.truthy(rhs, t, i)),
+                BinOp::Cmp(c) => V::Bool(compare(*c, &self.value(lhs, t, i), &self.value(rhs, t, i))),
+                BinOp::Re | BinOp::NotRe => {
+                    let (V::Str(s), Some(re)) = (self.value(lhs, t, i), self.regex_of(rhs)) else {
+                        return V::Bool(false);
+                    };
+                    V::Bool(re.is_match(&s) == (*op == BinOp::Re))
+                }
+                BinOp::Arith(a) => {
+                    let (l, r) = (self.value(lhs, t, i), self.value(rhs, t, i));
+                    match (&l, &r) {
+                        (V::Int(x), V::Int(y)) if *a != ArithOp::Div && *a != ArithOp::Pow => {
+                            arith(*a, *x as f64, *y as f64).map_or(V::Nil, |v| V::Int(v as i64))
+                        }
+                        (V::Dur(_), _) | (_, V::Dur(_)) => match (l.num(), r.num()) {
+                            (Some(x), Some(y)) => arith(*a, x, y).map_or(V::Nil, |v| V::Dur(v as i64)),
+                            _ => V::Nil,
+                        },
+                        _ => match (l.num(), r.num()) {
+                            (Some(x), Some(y)) => arith(*a, x, y).map_or(V::Nil, V::Float),
+                            _ => V::Nil,
+                        },
+                    }
+                }
+            },
+        }
+    }
+
+    fn regex_of(&self, e: &FieldExpr) -> Option<&Regex> {
+        match e {
+            FieldExpr::Static(Static::Str(p)) => self.regexes.get(p),
+            _ => None,
+        }
+    }
+}
+
+/// Refuses what is not evaluated; gathers the regex patterns.
+fn check_spanset(e: &SpansetExpr, pats: &mut Vec<String>) -> Result<(), QueryError> {
+    match e {
+        SpansetExpr::Filter(f) => check_field(f, pats),
+        SpansetExpr::And(a, b) | SpansetExpr::Or(a, b) => {
+            check_spanset(a, pats)?;
+            check_spanset(b, pats)
+        }
+        SpansetExpr::Structural { lhs, rhs, .. } => {
+            check_spanset(lhs, pats)?;
+            check_spanset(rhs, pats)
+        }
+        SpansetExpr::Pipeline(first, stages) => {
+            check_spanset(first, pats)?;
+            for s in stages {
+                match s {
+                    Stage::Filter(e) => check_spanset(e, pats)?,
+                    Stage::By(f) => check_field(f, pats)?,
+                    Stage::Select(attrs) => {
+                        for a in attrs {
+                            check_attr(a)?;
+                        }
+                    }
+                    Stage::Scalar { lhs, rhs, .. } => {
+                        check_scalar(lhs, pats)?;
+                        check_scalar(rhs, pats)?;
+                    }
+                    Stage::Coalesce => {}
+                    Stage::Metrics(_) => return Err(unsupported("a metrics stage")),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check_scalar(e: &ScalarExpr, pats: &mut Vec<String>) -> Result<(), QueryError> {
+    match e {
+        ScalarExpr::Static(_) => Ok(()),
+        ScalarExpr::Neg(x) => check_scalar(x, pats),
+        ScalarExpr::Binary { lhs, rhs, .. } => {
+            check_scalar(lhs, pats)?;
+            check_scalar(rhs, pats)
+        }
+        ScalarExpr::Aggregate(Aggregate::Count) => Ok(()),
+        ScalarExpr::Aggregate(
+            Aggregate::Avg(f) | Aggregate::Min(f) | Aggregate::Max(f) | Aggregate::Sum(f),
+        ) => check_field(f, pats),
+    }
+}
+
+fn check_field(f: &FieldExpr, pats: &mut Vec<String>) -> Result<(), QueryError> {
+    match f {
+        FieldExpr::Static(_) => Ok(()),
+        FieldExpr::Attr(a) => check_attr(a),
+        FieldExpr::Not(x) | FieldExpr::Neg(x) => check_field(x, pats),
+        FieldExpr::Binary { op, lhs, rhs } => {
+            if matches!(op, BinOp::Re | BinOp::NotRe) {
+                match &**rhs {
+                    FieldExpr::Static(Static::Str(p)) => pats.push(p.clone()),
+                    _ => {
+                        return Err(QueryError::BadRequest(
+                            "the right side of =~ and !~ must be a string".into(),
+                        ));
+                    }
+                }
+            }
+            check_field(lhs, pats)?;
+            check_field(rhs, pats)
+        }
+    }
+}
+
+fn check_attr(a: &Attribute) -> Result<(), QueryError> {
+    match a {
+        Attribute::Intrinsic(
+            i @ (Intrinsic::EventName
+            | Intrinsic::EventTimeSinceStart
+            | Intrinsic::LinkSpanId
+            | Intrinsic::LinkTraceId
+            | Intrinsic::Parent),
+        ) => Err(unsupported(&format!("the intrinsic {}", i.as_str()))),
+        Attribute::Named { parent: true, .. } => Err(unsupported("parent. attributes")),
+        Attribute::Named {
+            scope: Scope::Event | Scope::Link,
+            ..
+        } => Err(unsupported("event. and link. attributes")),
+        _ => Ok(()),
+    }
+}
+
+pub fn static_value(s: &Static) -> V {
+    match s {
+        Static::Str(x) => V::Str(x.clone()),
+        Static::Int(i) => V::Int(*i),
+        Static::Float(f) => V::Float(*f),
+        Static::Bool(b) => V::Bool(*b),
+        Static::Duration(d) => V::Dur(*d),
+        Static::Status(s) => V::Status(*s),
+        Static::Kind(k) => V::Kind(*k),
+        Static::Nil => V::Nil,
+    }
+}
+
+/// The value of an attribute on span `i`.
+pub fn attr(a: &Attribute, t: &TraceView<'_>, i: usize) -> V {
+    let s = &t.spans[i];
+    match a {
+        Attribute::Intrinsic(x) => match x {
+            Intrinsic::Name => V::Str(s.span.name.clone()),
+            Intrinsic::Status => V::Status(status_of(s.span.status.as_ref().map_or(0, |st| st.code))),
+            Intrinsic::StatusMessage => V::Str(s.span.status.as_ref().map_or(String::new(), |st| st.message.clone())),
+            Intrinsic::Duration => V::Dur(s.duration()),
+            Intrinsic::Kind => V::Kind(kind_of(s.span.kind)),
+            Intrinsic::SpanId => V::Str(hex(&s.span.span_id)),
+            Intrinsic::ParentId => V::Str(hex(&s.span.parent_span_id)),
+            Intrinsic::ChildCount => V::Int(t.children[i].len() as i64),
+            Intrinsic::TraceDuration => V::Dur(t.end.saturating_sub(t.start) as i64),
+            Intrinsic::RootName => V::Str(t.root_name().to_owned()),
+            Intrinsic::RootServiceName => V::Str(t.root_service().to_owned()),
+            Intrinsic::TraceId => V::Str(hex(&t.trace_id)),
+            Intrinsic::InstrumentationName => V::Str(s.scope_name.to_owned()),
+            Intrinsic::InstrumentationVersion => V::Str(s.scope_version.to_owned()),
+            Intrinsic::EventName
+            | Intrinsic::EventTimeSinceStart
+            | Intrinsic::LinkSpanId
+            | Intrinsic::LinkTraceId
+            | Intrinsic::Parent => V::Nil,
+        },
+        Attribute::Named { scope, name, .. } => match scope {
+            Scope::Span => find(&s.span.attributes, name).unwrap_or(V::Nil),
+            Scope::Resource => find(s.resource, name).unwrap_or(V::Nil),
+            Scope::Instrumentation => find(s.scope_attrs, name).unwrap_or(V::Nil),
+            Scope::Unscoped => find(&s.span.attributes, name)
+                .or_else(|| find(s.resource, name))
+                .unwrap_or(V::Nil),
+            Scope::Event | Scope::Link => V::Nil,
+        },
+    }
+}
+
+fn compare_num(op: CmpOp, a: f64, b: f64) -> bool {
+    match op {
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
+    }
+}
+
+/// Typed comparison: numbers with numbers (ints and floats mix),
+/// durations with durations (or numbers), strings with strings, keywords
+/// with their kind; `nil` only equals a missing value. Anything else is
+/// false, `!=` included.
+pub fn compare(op: CmpOp, a: &V, b: &V) -> bool {
+    use std::cmp::Ordering;
+    let ord: Option<Ordering> = match (a, b) {
+        (V::Nil, V::Nil) => Some(Ordering::Equal),
+        // `x != nil`: x exists. A missing attribute satisfies nothing
+        // else (`span.a != "b"` needs an `a`).
+        (_, V::Nil) => return op == CmpOp::Ne,
+        (V::Nil, _) => return false,
+        (V::Str(x), V::Str(y)) => Some(x.cmp(y)),
+        (V::Bool(x), V::Bool(y)) => {
+            return match op {
+                CmpOp::Eq => x == y,
+                CmpOp::Ne => x != y,
+                _ => false,
+            };
+        }
+        (V::Status(x), V::Status(y)) => {
+            return match op {
+                CmpOp::Eq => x == y,
+                CmpOp::Ne => x != y,
+                _ => false,
+            };
+        }
+        (V::Kind(x), V::Kind(y)) => {
+            return match op {
+                CmpOp::Eq => x == y,
+                CmpOp::Ne => x != y,
+                _ => false,
+            };
+        }
+        (V::Int(_) | V::Float(_) | V::Dur(_), V::Int(_) | V::Float(_) | V::Dur(_)) => {
+            a.num().and_then(|x| b.num().and_then(|y| x.partial_cmp(&y)))
+        }
+        _ => None,
+    };
+    let Some(o) = ord else { return false };
+    match op {
+        CmpOp::Eq => o == Ordering::Equal,
+        CmpOp::Ne => o != Ordering::Equal,
+        CmpOp::Lt => o == Ordering::Less,
+        CmpOp::Le => o != Ordering::Greater,
+        CmpOp::Gt => o == Ordering::Greater,
+        CmpOp::Ge => o != Ordering::Less,
+    }
+}
+
+fn arith(op: ArithOp, a: f64, b: f64) -> Option<f64> {
+    Some(match op {
+        ArithOp::Add => a + b,
+        ArithOp::Sub => a - b,
+        ArithOp::Mul => a * b,
+        ArithOp::Div => {
+            if b == 0.0 {
+                return None;
+            }
+            a / b
+        }
+        ArithOp::Mod => {
+            if b == 0.0 {
+                return None;
+            }
+            a % b
+        }
+        ArithOp::Pow => a.powf(b),
+    })
+}
+
+fn union(sets: impl IntoIterator<Item = Vec<usize>>) -> Vec<usize> {
+    let mut all: Vec<usize> = sets.into_iter().flatten().collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+fn structural(op: StructOp, t: &TraceView<'_>, l: &[usize], r: &[usize]) -> Vec<usize> {
+    let in_l = |i: usize| l.binary_search(&i).is_ok();
+    let related = |j: usize| -> bool {
+        match op {
+            StructOp::Child | StructOp::NotChild | StructOp::UnionChild => t.spans[j].parent.is_some_and(in_l),
+            StructOp::Parent | StructOp::NotParent | StructOp::UnionParent => {
+                t.children[j].iter().any(|&c| in_l(c))
+            }
+            StructOp::Descendant | StructOp::NotDescendant | StructOp::UnionDescendant => {
+                t.ancestors(j).any(in_l)
+            }
+            StructOp::Ancestor | StructOp::NotAncestor | StructOp::UnionAncestor => {
+                l.iter().any(|&i| t.ancestors(i).any(|a| a == j))
+            }
+            StructOp::Sibling | StructOp::NotSibling | StructOp::UnionSibling => {
+                let p = t.spans[j].parent;
+                p.is_some() && l.iter().any(|&i| i != j && t.spans[i].parent == p)
+            }
+        }
+    };
+    match op {
+        StructOp::NotChild
+        | StructOp::NotParent
+        | StructOp::NotDescendant
+        | StructOp::NotAncestor
+        | StructOp::NotSibling => r.iter().copied().filter(|&j| !related(j)).collect(),
+        StructOp::UnionChild
+        | StructOp::UnionParent
+        | StructOp::UnionDescendant
+        | StructOp::UnionAncestor
+        | StructOp::UnionSibling => {
+            let rs: Vec<usize> = r.iter().copied().filter(|&j| related(j)).collect();
+            if rs.is_empty() {
+                return Vec::new();
+            }
+            // The left spans that take part in a relation, and those right.
+            let mut ls: Vec<usize> = l
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    rs.iter().any(|&j| match op {
+                        StructOp::UnionChild => t.spans[j].parent == Some(i),
+                        StructOp::UnionParent => t.spans[i].parent == Some(j),
+                        StructOp::UnionDescendant => t.ancestors(j).any(|a| a == i),
+                        StructOp::UnionAncestor => t.ancestors(i).any(|a| a == j),
+                        _ => i != j && t.spans[i].parent.is_some() && t.spans[i].parent == t.spans[j].parent,
+                    })
+                })
+                .collect();
+            ls.extend(rs);
+            union([ls])
+        }
+        _ => r.iter().copied().filter(|&j| related(j)).collect(),
+    }
+}
+
+/// The attributes a query names (conditions, `by`, `select`), to return
+/// with each matched span.
+pub fn named_attributes(q: &Query) -> Vec<Attribute> {
+    let mut out = Vec::new();
+    fn field(f: &FieldExpr, out: &mut Vec<Attribute>) {
+        match f {
+            FieldExpr::Attr(a) => {
+                if !out.contains(a) {
+                    out.push(a.clone());
+                }
+            }
+            FieldExpr::Not(x) | FieldExpr::Neg(x) => field(x, out),
+            FieldExpr::Binary { lhs, rhs, .. } => {
+                field(lhs, out);
+                field(rhs, out);
+            }
+            FieldExpr::Static(_) => {}
+        }
+    }
+    fn spanset(e: &SpansetExpr, out: &mut Vec<Attribute>) {
+        match e {
+            SpansetExpr::Filter(f) => field(f, out),
+            SpansetExpr::And(a, b) | SpansetExpr::Or(a, b) => {
+                spanset(a, out);
+                spanset(b, out);
+            }
+            SpansetExpr::Structural { lhs, rhs, .. } => {
+                spanset(lhs, out);
+                spanset(rhs, out);
+            }
+            SpansetExpr::Pipeline(first, stages) => {
+                spanset(first, out);
+                for s in stages {
+                    match s {
+                        Stage::Filter(e) => spanset(e, out),
+                        Stage::By(f) => field(f, out),
+                        Stage::Select(attrs) => {
+                            for a in attrs {
+                                if !out.contains(a) {
+                                    out.push(a.clone());
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    spanset(&q.expr, &mut out);
+    out
+}
