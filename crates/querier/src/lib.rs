@@ -33,6 +33,7 @@ pub mod server;
 pub mod settings;
 pub mod stats;
 pub mod tempo_api;
+pub mod traceql;
 pub mod traces;
 
 use std::path::PathBuf;
