@@ -96,6 +96,14 @@ class Serve:
             assert json.loads(r.read())["status"] == "success"
         return (time.perf_counter() - t) * 1000
 
+    def raw(self, path, params):
+        """(milliseconds, parsed JSON) of a GET on any path (Loki, Tempo)."""
+        t = time.perf_counter()
+        with urllib.request.urlopen(f"http://{self.query}{path}?{urllib.parse.urlencode(params)}",
+                                    timeout=300) as r:
+            body = json.loads(r.read())
+        return (time.perf_counter() - t) * 1000, body
+
     def stop(self):
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=120)
@@ -275,7 +283,58 @@ def main():
         native.append(serve.get("metrics/query_range", rate)[0])
         prom.append(serve.prom_post("query_range", rate))
     n_ms, p_ms = statistics.median(native[1:]), statistics.median(prom[1:])
+    # The Loki and Tempo paths against the native one on the same logical
+    # query, interleaved, warm (medians of 15 after one warm-up each).
+    ns = lambda s: str(s * 10**9)  # noqa: E731
+    loki_range = {"start": ns(T0), "end": ns(END + 1), "limit": 100, "direction": "backward"}
+    pairs = [
+        ("newest 100 log lines", ("logs", dict(hour, limit=100)),
+         ("/loki/api/v1/query_range", dict(loki_range, query='{service_name=~".+"}'))),
+        ("body matches nothing", ("logs", dict(hour, limit=100, contains="no-such-token")),
+         ("/loki/api/v1/query_range", dict(loki_range, query='{service_name=~".+"} |= "no-such-token"'))),
+        ("attribute predicate", ("logs", dict(hour, limit=100, selector='{http.method="PATCH"}')),
+         ("/loki/api/v1/query_range", dict(loki_range, query='{service_name=~".+"} | http_method="PATCH"'))),
+        ("trace by id", ("traces/" + tid, dict(hour)),
+         ("/api/traces/" + tid, {"start": T0, "end": END + 1})),
+        ("search svc + duration", ("traces/search", dict(hour, service="svc-3", min_duration="40ms", limit=20)),
+         ("/api/search", {"q": '{resource.service.name="svc-3" && duration > 40ms}', "limit": 20,
+                          "start": T0, "end": END + 1})),
+    ]
+    grafana = []
+    for name, (npath, nparams), (gpath, gparams) in pairs:
+        nat, gra = [], []
+        for _ in range(16):
+            nat.append(serve.get(npath, nparams)[0])
+            if gpath.startswith("/api/traces/"):
+                t = time.perf_counter()
+                urllib.request.urlopen(f"http://{serve.query}{gpath}?{urllib.parse.urlencode(gparams)}",
+                                       timeout=300).read()
+                gra.append((time.perf_counter() - t) * 1000)
+            else:
+                gra.append(serve.raw(gpath, gparams)[0])
+        grafana.append((name, statistics.median(nat[1:]), statistics.median(gra[1:])))
+    # Loki's log-volume query over the hour (Grafana's histogram: a count
+    # by level per minute) and ClickHouse's equivalent.
+    volume = {"query": 'sum by (detected_level) (count_over_time({service_name="svc-3"}[1m]))',
+              "start": ns(T0 + 60), "end": ns(END), "step": "60000ms"}
+    vol = [serve.raw("/loki/api/v1/query_range", volume) for _ in range(8)][1:]
+    vol_sql = ("SELECT toStartOfMinute(Timestamp) AS t, SeverityNumber, count() FROM otel.otel_logs "
+               "WHERE ServiceName = 'svc-3' GROUP BY t, SeverityNumber ORDER BY t")
+    vol_ch = [timed_ch(sess, vol_sql) for _ in range(8)][1:]
+    search_sql = ("SELECT TraceId, min(Timestamp) FROM otel.otel_traces WHERE ServiceName = 'svc-3' "
+                  "AND Duration > 40000000 GROUP BY TraceId ORDER BY min(Timestamp) DESC LIMIT 20")
+    search_ch = [timed_ch(sess, search_sql) for _ in range(8)][1:]
+    tq = [serve.raw("/api/search", pairs[-1][2][1]) for _ in range(8)][1:]
     serve.stop()
+    print("# Grafana paths against the native path on the same query (warm medians, interleaved)")
+    for name, n, g in grafana:
+        print(f"#   {name:<24} native {n:>8.1f}ms  grafana path {g:>8.1f}ms  ratio {g / n:.2f}")
+    v_ms, vch_ms = statistics.median(v[0] for v in vol), statistics.median(c[0] for c in vol_ch)
+    print(f"# Loki log volume (count by level per minute, one service, 1 h): {v_ms:.1f}ms; "
+          f"ClickHouse {vch_ms:.1f}ms; ratio {v_ms / vch_ms:.2f}")
+    t_ms, tch_ms = statistics.median(t[0] for t in tq), statistics.median(c[0] for c in search_ch)
+    print(f"# TraceQL search by service and duration (limit 20): {t_ms:.1f}ms; "
+          f"ClickHouse {tch_ms:.1f}ms; ratio {t_ms / tch_ms:.2f}")
     print(f"# sum by rate through /api/v1/query_range (form POST, as Grafana): {p_ms:.1f}ms; "
           f"native path {n_ms:.1f}ms; ratio {p_ms / n_ms:.2f}")
     print(f"{'query':<24} {'mira warm':>10} {'(querier)':>10} {'mira cold':>10} {'clickhouse':>11} {'ratio':>7}  "

@@ -76,6 +76,37 @@ impl Querier {
         Ok(Answer::new(LabelList { data }, plan.gaps, &stats))
     }
 
+    /// Distinct values of a block field the attribute index lists (span
+    /// names, severity texts, metric names), sorted, at most
+    /// [`MAX_VALUES`]; a block with too many to list is noted.
+    pub async fn field_values(
+        self: &Arc<Self>,
+        tenant: &str,
+        signal: Signal,
+        field: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<LabelsAnswer, QueryError> {
+        self.check_range(start, end)?;
+        let stats = Stats::default();
+        let plan = self.plan(tenant, signal, start, end, &stats).await?;
+        let reads = plan.candidates.iter().map(|c| self.block_sidecars(c, &stats));
+        let mut values = BTreeSet::new();
+        let mut gaps = plan.gaps;
+        let mut unlisted = false;
+        for s in futures::future::try_join_all(reads).await? {
+            match s.attrs.values(AttrScope::Field, field) {
+                Some(v) => values.extend(v.iter().cloned()),
+                None => unlisted = true,
+            }
+        }
+        if unlisted {
+            gaps.note(format!("some blocks hold too many values of {field} to list"));
+        }
+        let data = values.into_iter().take(MAX_VALUES).collect();
+        Ok(Answer::new(LabelList { data }, gaps, &stats))
+    }
+
     /// Distinct values of one attribute (as text), sorted, at most
     /// [`MAX_VALUES`].
     pub async fn label_values(

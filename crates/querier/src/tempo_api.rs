@@ -247,8 +247,30 @@ async fn tags_v1(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(p): Pa
 /// colon forms) from Mira's native label names (`resource.x`, `x`);
 /// intrinsics with fixed values answer them.
 async fn values(q: &Arc<Querier>, headers: &HeaderMap, tag: &str, p: &[(String, String)]) -> Result<Vec<Value>> {
-    let tag = tag.replacen(':', ".", 1);
+    let tag = match tag {
+        "span:name" | "trace:rootName" => "name".to_owned(),
+        "trace:rootService" => "rootServiceName".to_owned(),
+        other => other.replacen(':', ".", 1),
+    };
     match tag.as_str() {
+        // Span names (root names are among them).
+        "name" | "intrinsic.name" | "rootName" | "intrinsic.rootName" => {
+            let tenant = tenant(headers)?;
+            let (start, end) = window(q, p, 3_600_000_000_000)?;
+            let names = q
+                .field_values(&tenant, Signal::Traces, mira_core::sidecar::field::SPAN_NAME, start, end)
+                .await?;
+            return Ok(names
+                .body
+                .data
+                .into_iter()
+                .filter(|v| !v.is_empty())
+                .map(|v| json!({"type": "string", "value": v}))
+                .collect());
+        }
+        "rootServiceName" | "intrinsic.rootServiceName" => {
+            return Box::pin(values(q, headers, "resource.service.name", p)).await;
+        }
         "status" | "intrinsic.status" => {
             return Ok(["error", "ok", "unset"]
                 .map(|v| json!({"type": "keyword", "value": v}))

@@ -1,6 +1,6 @@
-//! TraceQL: the syntax tree ([`ast`]) and the parser ([`parse`]). The
-//! evaluator, which runs a query over one whole trace at a time, comes
-//! later.
+//! TraceQL: the syntax tree ([`ast`]), the parser ([`parse`]), the
+//! evaluator that runs a query over one whole trace ([`eval`]) and search
+//! over the stored traces ([`search`]).
 //!
 //! The parser follows Tempo's own grammar (`pkg/traceql/expr.y` and its
 //! lexer) rather than the looser grammar of Grafana's editor
@@ -10,7 +10,9 @@
 //! side).
 
 pub mod ast;
+pub mod eval;
 pub mod parse;
+pub mod search;
 
 pub use ast::Query;
 pub use parse::{ParseError, parse};

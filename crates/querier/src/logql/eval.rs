@@ -345,13 +345,10 @@ impl Querier {
         let mut gaps = Gaps::default();
         let mut kept: Vec<Entry> = Vec::new();
         let mut cursor: Option<LineKey> = None;
-        // Pages as large as the limit, larger when the pipeline filters.
-        let filters = !log.stages.is_empty() || log.selector.len() > compiled.matchers.len();
-        let page = if filters {
-            limit.max(1000).min(self.config.max_limit)
-        } else {
-            limit
-        };
+        // The first page is the limit; when the pipeline filters lines
+        // out, each next page is four times larger (up to the largest
+        // limit).
+        let mut page = limit.min(self.config.max_limit);
         loop {
             let answer = self
                 .logs(LogsQuery {
@@ -405,6 +402,7 @@ impl Querier {
                 Some(c) => cursor = Some(LineKey::decode(&c)?),
                 None => break,
             }
+            page = page.saturating_mul(4).min(self.config.max_limit);
         }
         Ok((kept, gaps))
     }

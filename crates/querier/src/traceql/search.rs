@@ -260,10 +260,10 @@ impl Querier {
         let hour = 3_600_000_000_000u64;
         for batch in ids.chunks(s.limit.max(8)) {
             let reads = batch.iter().map(|(id, _)| {
-                let stats = &stats;
+                let (stats, tenant) = (&stats, &s.tenant);
                 async move {
                     self.trace_spans(
-                        &s.tenant,
+                        tenant,
                         *id,
                         s.start.saturating_sub(hour),
                         s.end.saturating_add(hour),
