@@ -313,6 +313,7 @@ mod tests {
         KeyValue {
             key: k.into(),
             value: Some(AnyValue { value: Some(v) }),
+            ..Default::default()
         }
     }
 

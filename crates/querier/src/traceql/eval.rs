@@ -779,3 +779,117 @@ pub fn named_attributes(q: &Query) -> Vec<Attribute> {
     spanset(&q.expr, &mut out);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span as OtlpSpan, Status as OtlpStatus};
+
+    fn kv(k: &str, v: any_value::Value) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(v) }),
+            ..Default::default()
+        }
+    }
+
+    fn span(id: u8, parent: u8, name: &str, kind: i32, ms: u64, code: i32, attrs: Vec<KeyValue>) -> OtlpSpan {
+        OtlpSpan {
+            trace_id: vec![7; 16],
+            span_id: vec![id; 8],
+            parent_span_id: if parent == 0 { vec![] } else { vec![parent; 8] },
+            name: name.into(),
+            kind,
+            start_time_unix_nano: 1_000_000_000 + u64::from(id),
+            end_time_unix_nano: 1_000_000_000 + u64::from(id) + ms * 1_000_000,
+            attributes: attrs,
+            status: Some(OtlpStatus {
+                code,
+                message: String::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// shop: root(1, server, 300ms) > db(2, client, error) and cache(3,
+    /// client) ; db > row(4, internal).
+    fn trace() -> ExportTraceServiceRequest {
+        let spans = vec![
+            span(1, 0, "GET /", 2, 300, 0, vec![kv("http.status_code", any_value::Value::IntValue(500))]),
+            span(2, 1, "db", 3, 50, 2, vec![kv("db.system", any_value::Value::StringValue("pg".into()))]),
+            span(3, 1, "cache", 3, 5, 1, vec![]),
+            span(4, 2, "row", 1, 1, 0, vec![]),
+        ];
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![kv("service.name", any_value::Value::StringValue("shop".into()))],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    /// The span ids of each kept span set.
+    fn run(q: &str) -> Vec<Vec<u8>> {
+        let t = trace();
+        let view = TraceView::new(&t);
+        let c = Compiled::new(super::super::parse(q).expect("parses")).expect("compiles");
+        c.run(&view)
+            .into_iter()
+            .map(|set| set.into_iter().map(|i| view.spans[i].span.span_id[0]).collect())
+            .collect()
+    }
+
+    #[test]
+    fn filters_are_typed_and_nil_aware() {
+        assert_eq!(run("{}"), vec![vec![1, 2, 3, 4]]);
+        assert_eq!(run("{span.http.status_code = 500}"), vec![vec![1]]);
+        // A string never equals a number.
+        assert!(run(r#"{span.http.status_code = "500"}"#).is_empty());
+        // A missing attribute satisfies no comparison but `= nil`.
+        assert_eq!(run(r#"{span.db.system != "mysql"}"#), vec![vec![2]]);
+        assert_eq!(run("{span.db.system != nil}"), vec![vec![2]]);
+        assert_eq!(run("{span.db.system = nil}"), vec![vec![1, 3, 4]]);
+        assert_eq!(run(r#"{.service.name = "shop" && status = error}"#), vec![vec![2]]);
+        assert_eq!(run("{duration > 10ms && kind = client}"), vec![vec![2]]);
+        assert_eq!(run(r#"{name =~ "c.*"}"#), vec![vec![3]]);
+        // Anchored: "b" is inside "db" but is not all of it.
+        assert!(run(r#"{name =~ "b"}"#).is_empty());
+        assert_eq!(run(r#"{rootName = "GET /" && traceDuration >= 300ms && name = "row"}"#), vec![vec![4]]);
+    }
+
+    #[test]
+    fn spanset_and_structural_operators() {
+        assert_eq!(run("{kind = server} > {kind = client}"), vec![vec![2, 3]]);
+        assert_eq!(run("{kind = server} >> {kind = internal}"), vec![vec![4]]);
+        assert!(run("{kind = server} > {kind = internal}").is_empty());
+        assert_eq!(run(r#"{name = "row"} < {}"#), vec![vec![2]]);
+        assert_eq!(run(r#"{name = "row"} << {}"#), vec![vec![1, 2]]);
+        assert_eq!(run(r#"{name = "db"} ~ {}"#), vec![vec![3]]);
+        assert_eq!(run("{kind = server} !> {}"), vec![vec![1, 4]]);
+        assert_eq!(run(r#"{name = "db"} && {name = "cache"}"#), vec![vec![2, 3]]);
+        assert!(run(r#"{name = "db"} && {name = "nope"}"#).is_empty());
+        assert_eq!(run(r#"{name = "db"} || {name = "nope"}"#), vec![vec![2]]);
+    }
+
+    #[test]
+    fn pipelines_aggregate_group_and_refuse_metrics() {
+        assert_eq!(run("{kind = client} | count() > 1"), vec![vec![2, 3]]);
+        assert!(run("{kind = client} | count() > 2").is_empty());
+        assert_eq!(run("{kind = client} | avg(duration) > 20ms"), vec![vec![2, 3]]);
+        assert!(run("{kind = client} | max(duration) < 20ms").is_empty());
+        assert_eq!(run("{} | by(kind)"), vec![vec![1], vec![2, 3], vec![4]]);
+        assert_eq!(run("{} | by(kind) | coalesce()"), vec![vec![1, 2, 3, 4]]);
+        let e = Compiled::new(super::super::parse("{} | rate()").expect("parses")).expect_err("metrics");
+        assert!(e.to_string().contains("not supported"), "{e}");
+        let e = Compiled::new(super::super::parse(r#"{name =~ "("}"#).expect("parses")).expect_err("regex");
+        assert!(e.to_string().contains("regex"), "{e}");
+    }
+}
