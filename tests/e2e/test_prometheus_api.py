@@ -153,8 +153,15 @@ def test_the_endpoints_grafana_probes_answer_in_prometheus_shape(serve):
         == (200, {"status": "success", "data": []})
     assert call(serve, "/api/v1/rules", method="GET") == (200, {"status": "success", "data": {"groups": []}})
     assert call(serve, "/api/v1/alerts", method="GET") == (200, {"status": "success", "data": {"alerts": []}})
+    # Metadata: each metric's Prometheus type, as Grafana's builder shows it.
     status, r = call(serve, "/api/v1/metadata", method="GET")
-    assert (status, r["status"], type(r["data"])) == (200, "success", dict)
+    assert (status, r["status"]) == (200, "success"), r
+    assert r["data"]["shop_orders_total"] == [{"type": "counter", "help": "", "unit": ""}], r
+    assert r["data"]["shop_latency_seconds"] == [{"type": "histogram", "help": "", "unit": ""}], r
+    status, r = call(serve, "/api/v1/metadata", {"metric": "shop_orders_total"}, method="GET")
+    assert list(r["data"]) == ["shop_orders_total"], r
+    # Another tenant sees none of them.
+    assert call(serve, "/api/v1/metadata", method="GET", tenant="nobody") == (200, {"status": "success", "data": {}})
 
 
 @pytest.mark.parametrize("path, params, code, kind, says", [

@@ -30,6 +30,8 @@ const DEFAULT_WINDOW_MS: i64 = 3_600_000;
 /// How far past now a labels or series window may reach (records are
 /// accepted up to the ingester's `--max-future`, 10 minutes by default).
 const FUTURE_MARGIN_MS: i64 = 3_600_000;
+/// The window `metadata` reads: the last day.
+const METADATA_WINDOW_MS: i64 = 86_400_000;
 /// The largest form body (a query string is at most 64 KiB).
 const MAX_FORM_BYTES: usize = 256 * 1024;
 
@@ -294,10 +296,29 @@ async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> R
     Ok(success(json!(data), &warnings))
 }
 
-/// Metric metadata is not kept yet: an empty map, which Grafana takes as
-/// "no hints".
-async fn metadata() -> Response {
-    success(json!({}), &[])
+/// Type and help of the metrics of the last day (`metric` to ask for
+/// one, `limit` to cut the list), as Prometheus lists them (the unit is
+/// in the name, so `unit` is empty).
+async fn metadata(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> Result<Response> {
+    let end = u64::try_from(q.now_ns()).unwrap_or(0).saturating_add(FUTURE_MARGIN_MS as u64 * 1_000_000);
+    let range = (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX));
+    let metric = f.one("metric").filter(|m| !m.is_empty());
+    let (found, gaps) = q
+        .metric_metadata(&tenant(&headers)?, metric, end.saturating_sub(range), end)
+        .await?;
+    let limit = f.limit()?.unwrap_or(usize::MAX);
+    let data: serde_json::Map<String, Value> = found
+        .into_iter()
+        .take(limit)
+        .map(|(name, v)| {
+            let list = v
+                .into_iter()
+                .map(|(kind, help)| json!({"type": kind, "help": help, "unit": ""}))
+                .collect();
+            (name, Value::Array(list))
+        })
+        .collect();
+    Ok(success(Value::Object(data), &gaps.warnings))
 }
 
 async fn exemplars() -> Response {

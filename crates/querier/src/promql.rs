@@ -294,6 +294,40 @@ impl Querier {
         Ok((out, gaps))
     }
 
+    /// Metric metadata in `[start, end)` ns: name -> distinct (type, help),
+    /// optionally of one metric only.
+    pub async fn metric_metadata(
+        self: &Arc<Self>,
+        tenant: &str,
+        metric: Option<&str>,
+        start: u64,
+        end: u64,
+    ) -> Result<(std::collections::BTreeMap<String, Vec<(&'static str, String)>>, Gaps), QueryError> {
+        self.check_range(start, end)?;
+        let stats = Stats::default();
+        let plan = self.plan(tenant, Signal::Metrics, start, end, &stats).await?;
+        let reads = plan.candidates.iter().map(|c| async {
+            let tables = self.scan_tables(c, &[mira_core::schema::SERIES], &stats).await?;
+            let id = c.id;
+            self.on_pool(move || load::read_metadata(&tables))
+                .await
+                .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))
+        });
+        let mut out: std::collections::BTreeMap<String, Vec<(&'static str, String)>> = Default::default();
+        for part in futures::future::try_join_all(reads).await? {
+            for (name, kind, help) in part {
+                if metric.is_some_and(|m| m != name) {
+                    continue;
+                }
+                let e = out.entry(name).or_default();
+                if !e.iter().any(|(k, h)| *k == kind && *h == help) {
+                    e.push((kind, help));
+                }
+            }
+        }
+        Ok((out, plan.gaps))
+    }
+
     /// Metric label names (Prometheus form, `__name__` included) in
     /// `[start, end)` ns, or the values of label `name`, sorted.
     pub async fn metric_labels(

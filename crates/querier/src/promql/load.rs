@@ -92,6 +92,34 @@ pub fn format_float(v: f64) -> String {
     }
 }
 
+/// Prometheus metadata of a block's metrics: (name, type, help), the
+/// type as Prometheus names it (`counter` for a monotonic sum, `gauge`
+/// for a gauge or another sum, `histogram`, `summary`).
+pub fn read_metadata(tables: &TableSet) -> Result<Vec<(String, &'static str, String)>, ConvertError> {
+    let series = tables.get(schema::SERIES)?;
+    let t = schema::SERIES;
+    let names = DictStr::new(series, t, "metric_name")?;
+    let units = DictStr::new(series, t, "metric_unit")?;
+    let help = DictStr::new(series, t, "metric_description")?;
+    let types: &UInt8Array = col(series, t, "metric_type")?;
+    let monotonic: &BooleanArray = col(series, t, "is_monotonic")?;
+    let mut out = Vec::new();
+    for i in 0..series.num_rows() {
+        let kind = types.value(i);
+        let counter = kind == metric_type::SUM && monotonic.value(i);
+        let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !counter);
+        let name = metric_name(names.get(i).unwrap_or(""), units.get(i).unwrap_or(""), is_gauge, counter);
+        let kind = match kind {
+            metric_type::HISTOGRAM | metric_type::EXP_HISTOGRAM => "histogram",
+            metric_type::SUMMARY => "summary",
+            _ if counter => "counter",
+            _ => "gauge",
+        };
+        out.push((name, kind, help.get(i).unwrap_or("").to_owned()));
+    }
+    Ok(out)
+}
+
 /// Adds the block's samples with time in `[from_ms, to_ms]` of the series
 /// `wanted` accepts into `into`; returns the points read.
 pub fn read_block(
