@@ -3,4 +3,5 @@
 //! evaluator (pipelines over lines; metric queries on the PromQL engine).
 
 pub mod ast;
+mod lex;
 pub mod parse;
