@@ -256,6 +256,8 @@ pub enum VectorOp {
     Bottomk,
     Sort,
     SortDesc,
+    /// `approx_topk(5, x)`: Loki's probabilistic topk (no grouping).
+    ApproxTopk,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -745,7 +745,8 @@ fn render(m: &MetricExpr, ranges: &mut Vec<RangeAgg>) -> Result<String, QueryErr
                 VectorOp::Count => "count",
                 VectorOp::Stddev => "stddev",
                 VectorOp::Stdvar => "stdvar",
-                VectorOp::Topk => "topk",
+                // Mira's topk is exact; approx_topk answers the same.
+                VectorOp::Topk | VectorOp::ApproxTopk => "topk",
                 VectorOp::Bottomk => "bottomk",
                 VectorOp::Sort => return Ok(format!("sort({inner})")),
                 VectorOp::SortDesc => return Ok(format!("sort_desc({inner})")),
