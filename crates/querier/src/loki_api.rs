@@ -95,19 +95,33 @@ fn now(q: &Querier) -> u64 {
     u64::try_from(q.now_ns()).unwrap_or(0)
 }
 
-/// A time: nanoseconds, seconds or RFC 3339.
+/// A time as Loki reads one: a decimal is Unix seconds; an integer of at
+/// most 10 digits is seconds, a longer one nanoseconds; else RFC 3339.
 fn time(p: &P, name: &str) -> Result<Option<u64>> {
     let Some(v) = p.one(name).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    if let Ok(t) = crate::api::parse_time(name, v) {
-        return Ok(Some(t));
+    let bad_time = || bad(format!("{name}={v:?}: expected Unix nanoseconds, seconds or RFC 3339"));
+    if v.contains('.')
+        && let Ok(secs) = v.parse::<f64>()
+    {
+        if !secs.is_finite() || secs < 0.0 || secs > (u64::MAX / 1_000_000_000) as f64 {
+            return Err(bad_time());
+        }
+        return Ok(Some((secs * 1e9).round() as u64));
+    }
+    if let Ok(n) = v.parse::<u64>() {
+        return if v.len() <= 10 {
+            n.checked_mul(1_000_000_000).map(Some).ok_or_else(bad_time)
+        } else {
+            Ok(Some(n))
+        };
     }
     humantime::parse_rfc3339_weak(v)
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| Some(d.as_nanos() as u64))
-        .ok_or_else(|| bad(format!("{name}={v:?}: expected Unix nanoseconds, seconds or RFC 3339")))
+        .ok_or_else(bad_time)
 }
 
 /// `[start, end]` with Loki's defaults (`end` now, `start` `window`
@@ -564,5 +578,43 @@ async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, tenant: String, query:
                 Some(Ok(_)) => {}
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pairs: &[(&str, &str)]) -> P {
+        P(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+    }
+
+    #[test]
+    fn times_are_read_as_loki_reads_them() {
+        let t = |v: &str| time(&p(&[("time", v)]), "time").map_err(|e| e.0.to_string());
+        // Grafana's health check sends 4 s as nanoseconds; ten digits are
+        // seconds to Loki, so this is 4e9 seconds.
+        assert_eq!(t("4000000000").ok(), Some(Some(4_000_000_000_000_000_000)));
+        assert_eq!(t("1700000000123456789").ok(), Some(Some(1_700_000_000_123_456_789)));
+        assert_eq!(t("17000000001").ok(), Some(Some(17_000_000_001)));
+        assert_eq!(t("1700000000.5").ok(), Some(Some(1_700_000_000_500_000_000)));
+        assert_eq!(t("2026-12-01T00:00:00Z").ok(), Some(Some(1_796_083_200_000_000_000)));
+        assert_eq!(t("").ok(), Some(None));
+        for bad in ["soon", "-1", "1e300.0", "99999999999999999999999"] {
+            assert!(t(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn steps_default_to_about_250_and_directions_parse() {
+        let hour = 3_600_000_000_000;
+        assert_eq!(step(&p(&[]), 0, hour).ok(), Some(14_000));
+        assert_eq!(step(&p(&[]), 0, 1_000_000_000).ok(), Some(1_000));
+        assert_eq!(step(&p(&[("step", "15000ms")]), 0, hour).ok(), Some(15_000));
+        assert_eq!(step(&p(&[("step", "30")]), 0, hour).ok(), Some(30_000));
+        assert!(step(&p(&[("step", "-5")]), 0, hour).is_err());
+        assert_eq!(order(&p(&[("direction", "forward")])).ok(), Some(Order::OldestFirst));
+        assert_eq!(order(&p(&[])).ok(), Some(Order::NewestFirst));
+        assert!(order(&p(&[("direction", "sideways")])).is_err());
     }
 }
