@@ -262,7 +262,8 @@ async fn sample(
         Expr::Log(_) => {}
         Expr::Metric(_) => return Err(bad(format!("{selector:?} is not a log selector"))),
     }
-    Ok(q.logql_entries(tenant, selector, start, end, n.min(q.config.max_limit)).await?)
+    Ok(q.logql_entries(tenant, selector, start, end, n.min(q.config.max_limit))
+        .await?)
 }
 
 /// Label names: the attribute names of the blocks in the window (as Loki
@@ -424,7 +425,11 @@ async fn index_stats(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(pa
 /// The labels a volume groups by: `targetLabels`, else the selector's.
 fn volume_by(p: &P, sel: &str) -> Result<Vec<String>> {
     if let Some(t) = p.one("targetLabels").filter(|v| !v.is_empty()) {
-        return Ok(t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect());
+        return Ok(t
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect());
     }
     match parse_query(sel)? {
         Expr::Log(l) => Ok(l.selector.iter().map(|m| m.name.clone()).collect()),
@@ -549,7 +554,9 @@ async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, tenant: String, query:
     loop {
         let end = now(&q).saturating_add(1);
         let n = if first { limit } else { q.config.max_limit };
-        let got = q.logql_entries(&tenant, &query, from, end, n.min(q.config.max_limit)).await;
+        let got = q
+            .logql_entries(&tenant, &query, from, end, n.min(q.config.max_limit))
+            .await;
         let mut entries = match got {
             Ok(e) => e,
             Err(e) => return close(socket, 1011, &e.public_message()).await,

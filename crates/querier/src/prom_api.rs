@@ -300,8 +300,11 @@ async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> R
 /// one, `limit` to cut the list), as Prometheus lists them (the unit is
 /// in the name, so `unit` is empty).
 async fn metadata(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> Result<Response> {
-    let end = u64::try_from(q.now_ns()).unwrap_or(0).saturating_add(FUTURE_MARGIN_MS as u64 * 1_000_000);
-    let range = (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX));
+    let end = u64::try_from(q.now_ns())
+        .unwrap_or(0)
+        .saturating_add(FUTURE_MARGIN_MS as u64 * 1_000_000);
+    let range =
+        (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX));
     let metric = f.one("metric").filter(|m| !m.is_empty());
     let (found, gaps) = q
         .metric_metadata(&tenant(&headers)?, metric, end.saturating_sub(range), end)

@@ -412,7 +412,12 @@ impl Querier {
     }
 }
 
-pub(crate) fn evaluate(expr: Expr, series: SeriesMap, settings: Settings, q: &PromQuery) -> Result<PromData, eval::EvalError> {
+pub(crate) fn evaluate(
+    expr: Expr,
+    series: SeriesMap,
+    settings: Settings,
+    q: &PromQuery,
+) -> Result<PromData, eval::EvalError> {
     let series: Vec<eval::Series> = series
         .into_iter()
         .map(|(labels, mut samples)| {

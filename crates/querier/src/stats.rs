@@ -100,7 +100,10 @@ impl Stats {
             (PruneRule::AttrIndex, p.attr_index),
             (PruneRule::Bloom, p.bloom),
         ] {
-            add(&self.pruned[PruneRule::ALL.iter().position(|x| *x == rule).unwrap_or(0)], n);
+            add(
+                &self.pruned[PruneRule::ALL.iter().position(|x| *x == rule).unwrap_or(0)],
+                n,
+            );
         }
         add(&self.blocks_fetched, s.blocks_fetched);
         add(&self.sections_verified, s.sections_verified);

@@ -176,7 +176,10 @@ async fn search(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(p): Par
         }
     };
     let (start, end) = window(&q, &p, 3_600_000_000_000)?;
-    let query = last(&p, "q").filter(|v| !v.trim().is_empty()).unwrap_or("{}").to_owned();
+    let query = last(&p, "q")
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or("{}")
+        .to_owned();
     let a = q
         .traceql_search(crate::traceql::search::TraceqlSearch {
             tenant: tenant(&headers)?,
@@ -258,7 +261,13 @@ async fn values(q: &Arc<Querier>, headers: &HeaderMap, tag: &str, p: &[(String, 
             let tenant = tenant(headers)?;
             let (start, end) = window(q, p, 3_600_000_000_000)?;
             let names = q
-                .field_values(&tenant, Signal::Traces, mira_core::sidecar::field::SPAN_NAME, start, end)
+                .field_values(
+                    &tenant,
+                    Signal::Traces,
+                    mira_core::sidecar::field::SPAN_NAME,
+                    start,
+                    end,
+                )
                 .await?;
             return Ok(names
                 .body

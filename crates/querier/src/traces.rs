@@ -118,16 +118,29 @@ impl Querier {
     ) -> Result<(ExportTraceServiceRequest, Gaps), QueryError> {
         self.check_range(start, end)?;
         let plan = self.plan(tenant, Signal::Traces, start, end, stats).await?;
+        let trace = self.trace_in(&plan.candidates, id, stats).await?;
+        Ok((trace, plan.gaps))
+    }
+
+    /// The spans of trace `id` in `candidates` (blocks pruned by their
+    /// trace-id Bloom filters). Several traces read from one plan ask the
+    /// ingesters for their recent data once.
+    pub(crate) async fn trace_in(
+        &self,
+        candidates: &[Candidate],
+        id: [u8; 16],
+        stats: &Stats,
+    ) -> Result<ExportTraceServiceRequest, QueryError> {
         let predicate = Predicate {
             trace_id: Some(id),
             ..Default::default()
         };
-        let reads = plan.candidates.iter().map(|c| self.spans_of(c, &predicate, stats));
+        let reads = candidates.iter().map(|c| self.spans_of(c, &predicate, stats));
         let mut out = ExportTraceServiceRequest::default();
         for part in futures::future::try_join_all(reads).await?.into_iter().flatten() {
             out.resource_spans.extend(part.resource_spans);
         }
-        Ok((out, plan.gaps))
+        Ok(out)
     }
 
     /// The spans of one block matching `predicate`, as OTLP (None when
@@ -208,26 +221,47 @@ impl Querier {
         let mut ids: Vec<([u8; 16], u64, usize)> = found.into_iter().map(|(id, (t, n))| (id, t, n)).collect();
         ids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         ids.truncate(s.limit);
+        // The whole traces, within the search range widened by an hour
+        // each side for spans that started earlier or later: one plan.
+        let (wide, gaps) = self.wide_plan(&s.tenant, s.start, s.end, plan.gaps, &stats).await?;
         let summaries = ids.iter().map(|(id, _, matched)| {
-            let (stats, s) = (&stats, &s);
+            let (stats, wide) = (&stats, &wide);
             async move {
-                // The whole trace, within the search range widened by an
-                // hour each side for spans that started earlier or later.
-                let hour = 3_600_000_000_000u64;
-                let (t, _) = self
-                    .trace_spans(
-                        &s.tenant,
-                        *id,
-                        s.start.saturating_sub(hour),
-                        s.end.saturating_add(hour),
-                        stats,
-                    )
-                    .await?;
+                let t = self.trace_in(wide, *id, stats).await?;
                 Ok::<_, QueryError>(summarize(id, &t, *matched))
             }
         });
         let traces = futures::future::try_join_all(summaries).await?;
-        Ok(Answer::new(TraceList { traces }, plan.gaps, &stats))
+        Ok(Answer::new(TraceList { traces }, gaps, &stats))
+    }
+
+    /// The blocks whole traces of a search in `[start, end)` are read
+    /// from: that window widened by [`TRACE_MARGIN_NS`] each side, with
+    /// the search plan's gaps and its own merged.
+    pub(crate) async fn wide_plan(
+        &self,
+        tenant: &str,
+        start: u64,
+        end: u64,
+        mut gaps: Gaps,
+        stats: &Stats,
+    ) -> Result<(Vec<Candidate>, Gaps), QueryError> {
+        let wide = self
+            .plan(
+                tenant,
+                Signal::Traces,
+                start.saturating_sub(TRACE_MARGIN_NS),
+                end.saturating_add(TRACE_MARGIN_NS),
+                stats,
+            )
+            .await?;
+        gaps.partial |= wide.gaps.partial;
+        for w in wide.gaps.warnings {
+            if !gaps.warnings.contains(&w) {
+                gaps.warnings.push(w);
+            }
+        }
+        Ok((wide.candidates, gaps))
     }
 
     /// (trace id, span start) of the matching spans of one block.
@@ -275,6 +309,10 @@ impl Querier {
         Ok(res)
     }
 }
+
+/// How far before or after a search window a trace's other spans are
+/// looked for (the longest trace searches see whole).
+pub const TRACE_MARGIN_NS: u64 = 3_600_000_000_000;
 
 fn count_spans(t: &ExportTraceServiceRequest) -> usize {
     t.resource_spans

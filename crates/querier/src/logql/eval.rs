@@ -214,10 +214,11 @@ fn push_line(op: LineOp, values: &[LineValue]) -> Result<Vec<LineFilter>, QueryE
     Ok(match (op, strs.as_slice()) {
         (LineOp::Contains, [one]) => vec![LineFilter::Contains((*one).to_owned())],
         (LineOp::NotContains, many) => many.iter().map(|s| LineFilter::NotContains((*s).to_owned())).collect(),
-        (LineOp::Contains, many) => vec![LineFilter::Regex(re(
-            many.iter().map(|s| regex::escape(s)).collect(),
-        )?)],
-        (LineOp::Re, many) => vec![LineFilter::Regex(re(many.iter().map(|s| format!("(?:{s})")).collect())?)],
+        (LineOp::Contains, many) => vec![LineFilter::Regex(re(many.iter().map(|s| regex::escape(s)).collect())?)],
+        (LineOp::Re, many) => vec![LineFilter::Regex(re(many
+            .iter()
+            .map(|s| format!("(?:{s})"))
+            .collect())?)],
         (LineOp::NotRe, many) => many
             .iter()
             .map(|s| re(vec![(*s).to_owned()]).map(LineFilter::NotRegex))
@@ -228,7 +229,11 @@ fn push_line(op: LineOp, values: &[LineValue]) -> Result<Vec<LineFilter>, QueryE
 
 /// The error Loki gives a metric query whose samples carry `__error__`.
 fn pipeline_error(labels: &[(String, String)]) -> QueryError {
-    let err = labels.iter().find(|(k, _)| k == ERROR).map(|(_, v)| v.as_str()).unwrap_or("");
+    let err = labels
+        .iter()
+        .find(|(k, _)| k == ERROR)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("");
     let shown: Vec<String> = labels
         .iter()
         .filter(|(k, _)| k != ERROR_DETAILS)
@@ -502,7 +507,13 @@ impl Querier {
             return Err(bad(format!("invalid aggregation {} with unwrap", range_name(r.op))));
         }
         let plan = self
-            .plan(tenant, Signal::Logs, from.saturating_add(1), to.saturating_add(1), stats)
+            .plan(
+                tenant,
+                Signal::Logs,
+                from.saturating_add(1),
+                to.saturating_add(1),
+                stats,
+            )
             .await?;
         let predicate = Predicate {
             time: Some((from.saturating_add(1), to.saturating_add(1))),
@@ -572,6 +583,9 @@ impl Querier {
     }
 }
 
+/// A series' labels, sorted.
+type SeriesLabels = Vec<(String, String)>;
+
 /// One line as a sample.
 #[derive(Debug)]
 pub(crate) struct Sampled {
@@ -625,7 +639,7 @@ fn range_series(
     steps: &[i64],
     name: &str,
 ) -> Result<promql::load::SeriesMap, QueryError> {
-    let mut by_series: HashMap<Vec<(String, String)>, Vec<(u64, f64)>> = HashMap::new();
+    let mut by_series: HashMap<SeriesLabels, Vec<(u64, f64)>> = HashMap::new();
     for s in samples {
         by_series.entry(s.labels).or_default().push((s.ts, s.value));
         if by_series.len() > MAX_SERIES {
@@ -665,11 +679,18 @@ fn range_series(
                 RangeOp::StdvarOverTime | RangeOp::StddevOverTime => {
                     let mean = sum / n;
                     let var = w.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-                    if r.op == RangeOp::StdvarOverTime { var } else { var.sqrt() }
+                    if r.op == RangeOp::StdvarOverTime {
+                        var
+                    } else {
+                        var.sqrt()
+                    }
                 }
                 RangeOp::QuantileOverTime => quantile(r.param.unwrap_or(f64::NAN), w),
                 RangeOp::RateCounter | RangeOp::AbsentOverTime => {
-                    return Err(bad(format!("{} is not supported by Mira's LogQL evaluator", range_name(r.op))));
+                    return Err(bad(format!(
+                        "{} is not supported by Mira's LogQL evaluator",
+                        range_name(r.op)
+                    )));
                 }
             };
             values.push((t, v));
@@ -921,8 +942,8 @@ mod tests {
         };
         // Lines at 1s, 2s, 3s; range 2s; steps at 2s, 3s, 5s, 6s.
         let samples = vec![s(1_000_000_000), s(2_000_000_000), s(3_000_000_000)];
-        let out = range_series(&count(2_000_000_000), samples, &[2000, 3000, 5000, 6000], "__logql_0__")
-            .expect("series");
+        let out =
+            range_series(&count(2_000_000_000), samples, &[2000, 3000, 5000, 6000], "__logql_0__").expect("series");
         let (labels, points) = out.into_iter().next().expect("one series");
         assert!(labels.contains(&("__name__".to_owned(), "__logql_0__".to_owned())));
         // (0,2] holds 1s and 2s; (1,3] holds 2s and 3s; (3,5] none shown

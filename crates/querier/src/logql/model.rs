@@ -259,7 +259,10 @@ pub fn entry(row: &LogRow, ts: u64) -> Entry {
     };
     let resource: &[KeyValue] = row.resource.as_ref().map_or(&[], |r| &r.attributes);
     for (label, key) in INDEX {
-        if let Some(v) = resource.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref())
+        if let Some(v) = resource
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref())
             && let Some(t) = text_of(v)
         {
             e.add(label.to_owned(), t, Cat::Stream);
@@ -293,7 +296,11 @@ pub fn entry(row: &LogRow, ts: u64) -> Entry {
         e.add("flags".into(), r.flags.to_string(), Cat::Meta);
     }
     if r.observed_time_unix_nano != 0 {
-        e.add("observed_timestamp".into(), r.observed_time_unix_nano.to_string(), Cat::Meta);
+        e.add(
+            "observed_timestamp".into(),
+            r.observed_time_unix_nano.to_string(),
+            Cat::Meta,
+        );
     }
     e.add(
         "detected_level".into(),

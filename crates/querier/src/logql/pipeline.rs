@@ -10,8 +10,7 @@ use mira_core::scan::compile_regex;
 use regex::Regex;
 
 use super::ast::{
-    CmpOp, LabelFilter, LabelFmtValue, LineOp, LineValue, MatchOp, NamedMatcher, ParserParam, Stage, Unwrap,
-    UnwrapConv,
+    CmpOp, LabelFilter, LabelFmtValue, LineOp, LineValue, MatchOp, NamedMatcher, ParserParam, Stage, Unwrap, UnwrapConv,
 };
 use super::model::{Cat, Entry, label_name};
 use crate::QueryError;
@@ -84,7 +83,11 @@ enum Template {
 enum Step {
     Line(LineTest),
     Json(Vec<(String, Vec<PathPart>)>),
-    Logfmt { strict: bool, keep_empty: bool, params: Vec<(String, String)> },
+    Logfmt {
+        strict: bool,
+        keep_empty: bool,
+        params: Vec<(String, String)>,
+    },
     Regexp(Regex),
     Unpack,
     Filter(Filter),
@@ -222,8 +225,12 @@ impl Pipeline {
                 Step::Decolorize => {
                     e.line = decolorize(&e.line);
                 }
-                Step::Drop(items) => e.labels.retain(|l| !items.iter().any(|(n, t)| named_hit(n, t, &l.name, &l.value))),
-                Step::Keep(items) => e.labels.retain(|l| items.iter().any(|(n, t)| named_hit(n, t, &l.name, &l.value))),
+                Step::Drop(items) => e
+                    .labels
+                    .retain(|l| !items.iter().any(|(n, t)| named_hit(n, t, &l.name, &l.value))),
+                Step::Keep(items) => e
+                    .labels
+                    .retain(|l| items.iter().any(|(n, t)| named_hit(n, t, &l.name, &l.value))),
                 Step::Unwrap(u) => {
                     let raw = e.get(&u.label).map(str::to_owned);
                     *value = raw.as_deref().and_then(|v| convert(v, u.conv));
@@ -353,10 +360,14 @@ pub fn duration_seconds(v: &str) -> Option<f64> {
     let mut total = 0.0;
     let mut any = false;
     while !rest.is_empty() {
-        let n = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let num: f64 = rest[..n].parse().ok()?;
         rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let scale = match &rest[..u] {
             "ns" => 1e-9,
             "us" | "µs" | "μs" => 1e-6,
@@ -412,9 +423,9 @@ fn template(t: &str) -> Result<Vec<Template>, QueryError> {
             .find("}}")
             .ok_or_else(|| QueryError::BadRequest(format!("template {t:?}: unclosed {{{{")))?;
         let inner = after[..j].trim().trim_start_matches('-').trim_end_matches('-').trim();
-        let field = inner.strip_prefix('.').filter(|f| {
-            !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        });
+        let field = inner
+            .strip_prefix('.')
+            .filter(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
         match field {
             Some(f) => out.push(Template::Field(f.to_owned())),
             None if inner == "__line__" || inner == ".__line__" => out.push(Template::Field("__line__".into())),
@@ -515,7 +526,11 @@ fn flatten(e: &mut Entry, prefix: &str, v: &serde_json::Value) {
     match v {
         serde_json::Value::Object(m) => {
             for (k, v) in m {
-                let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}_{k}") };
+                let name = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}_{k}")
+                };
                 flatten(e, &name, v);
             }
         }
@@ -551,7 +566,9 @@ fn json_stage(e: &mut Entry, params: &[(String, Vec<PathPart>)]) {
                 PathPart::Index(i) => c.get(i),
             });
         }
-        let text = cur.map(|c| json_text(c).unwrap_or_else(|| c.to_string())).unwrap_or_default();
+        let text = cur
+            .map(|c| json_text(c).unwrap_or_else(|| c.to_string()))
+            .unwrap_or_default();
         e.set(&label_name(label), text, Cat::Parsed);
     }
 }

@@ -108,7 +108,12 @@ pub fn read_metadata(tables: &TableSet) -> Result<Vec<(String, &'static str, Str
         let kind = types.value(i);
         let counter = kind == metric_type::SUM && monotonic.value(i);
         let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !counter);
-        let name = metric_name(names.get(i).unwrap_or(""), units.get(i).unwrap_or(""), is_gauge, counter);
+        let name = metric_name(
+            names.get(i).unwrap_or(""),
+            units.get(i).unwrap_or(""),
+            is_gauge,
+            counter,
+        );
         let kind = match kind {
             metric_type::HISTOGRAM | metric_type::EXP_HISTOGRAM => "histogram",
             metric_type::SUMMARY => "summary",

@@ -43,7 +43,9 @@ pub struct Span<'a> {
 
 impl Span<'_> {
     pub fn duration(&self) -> i64 {
-        self.span.end_time_unix_nano.saturating_sub(self.span.start_time_unix_nano) as i64
+        self.span
+            .end_time_unix_nano
+            .saturating_sub(self.span.start_time_unix_nano) as i64
     }
 }
 
@@ -102,13 +104,13 @@ impl<'a> TraceView<'a> {
             .map(|(i, s)| (s.span.span_id.as_slice(), i))
             .collect();
         let mut children = vec![Vec::new(); spans.len()];
-        for i in 0..spans.len() {
-            let p = &spans[i].span.parent_span_id;
+        for (i, s) in spans.iter_mut().enumerate() {
+            let p = &s.span.parent_span_id;
             if !p.is_empty()
                 && let Some(&pi) = by_id.get(p.as_slice())
                 && pi != i
             {
-                spans[i].parent = Some(pi);
+                s.parent = Some(pi);
                 children[pi].push(i);
             }
         }
@@ -185,7 +187,9 @@ impl V {
             V::Int(i) => json!({"intValue": i.to_string()}),
             V::Float(f) => json!({"doubleValue": f}),
             V::Bool(b) => json!({"boolValue": b}),
-            V::Dur(d) => json!({"stringValue": format!("{}", humantime::format_duration(std::time::Duration::from_nanos((*d).max(0) as u64)))}),
+            V::Dur(d) => {
+                json!({"stringValue": format!("{}", humantime::format_duration(std::time::Duration::from_nanos((*d).max(0) as u64)))})
+            }
             V::Status(s) => json!({"stringValue": status_word(*s)}),
             V::Kind(k) => json!({"stringValue": kind_word(*k)}),
             V::Nil => json!({}),
@@ -333,11 +337,9 @@ impl Compiled {
             Stage::Filter(e) => sets.into_iter().flat_map(|set| self.spanset(e, t, vec![set])).collect(),
             Stage::Scalar { lhs, op, rhs } => sets
                 .into_iter()
-                .filter(|set| {
-                    match (self.scalar(lhs, t, set), self.scalar(rhs, t, set)) {
-                        (Some(a), Some(b)) => compare_num(*op, a, b),
-                        _ => false,
-                    }
+                .filter(|set| match (self.scalar(lhs, t, set), self.scalar(rhs, t, set)) {
+                    (Some(a), Some(b)) => compare_num(*op, a, b),
+                    _ => false,
                 })
                 .collect(),
             // Select only names what to return; coalesce merges.
@@ -364,13 +366,10 @@ impl Compiled {
         match e {
             ScalarExpr::Static(s) => static_value(s).num(),
             ScalarExpr::Neg(x) => self.scalar(x, t, set).map(|v| -v),
-            ScalarExpr::Binary { op, lhs, rhs } => {
-                arith(*op, self.scalar(lhs, t, set)?, self.scalar(rhs, t, set)?)
-            }
+            ScalarExpr::Binary { op, lhs, rhs } => arith(*op, self.scalar(lhs, t, set)?, self.scalar(rhs, t, set)?),
             ScalarExpr::Aggregate(a) => {
-                let vals = |f: &FieldExpr| -> Vec<f64> {
-                    set.iter().filter_map(|&i| self.value(f, t, i).num()).collect()
-                };
+                let vals =
+                    |f: &FieldExpr| -> Vec<f64> { set.iter().filter_map(|&i| self.value(f, t, i).num()).collect() };
                 match a {
                     Aggregate::Count => Some(set.len() as f64),
                     Aggregate::Sum(f) => Some(vals(f).iter().sum()),
@@ -486,9 +485,9 @@ fn check_scalar(e: &ScalarExpr, pats: &mut Vec<String>) -> Result<(), QueryError
             check_scalar(rhs, pats)
         }
         ScalarExpr::Aggregate(Aggregate::Count) => Ok(()),
-        ScalarExpr::Aggregate(
-            Aggregate::Avg(f) | Aggregate::Min(f) | Aggregate::Max(f) | Aggregate::Sum(f),
-        ) => check_field(f, pats),
+        ScalarExpr::Aggregate(Aggregate::Avg(f) | Aggregate::Min(f) | Aggregate::Max(f) | Aggregate::Sum(f)) => {
+            check_field(f, pats)
+        }
     }
 }
 
@@ -676,12 +675,8 @@ fn structural(op: StructOp, t: &TraceView<'_>, l: &[usize], r: &[usize]) -> Vec<
     let related = |j: usize| -> bool {
         match op {
             StructOp::Child | StructOp::NotChild | StructOp::UnionChild => t.spans[j].parent.is_some_and(in_l),
-            StructOp::Parent | StructOp::NotParent | StructOp::UnionParent => {
-                t.children[j].iter().any(|&c| in_l(c))
-            }
-            StructOp::Descendant | StructOp::NotDescendant | StructOp::UnionDescendant => {
-                t.ancestors(j).any(in_l)
-            }
+            StructOp::Parent | StructOp::NotParent | StructOp::UnionParent => t.children[j].iter().any(|&c| in_l(c)),
+            StructOp::Descendant | StructOp::NotDescendant | StructOp::UnionDescendant => t.ancestors(j).any(in_l),
             StructOp::Ancestor | StructOp::NotAncestor | StructOp::UnionAncestor => {
                 l.iter().any(|&i| t.ancestors(i).any(|a| a == j))
             }
@@ -816,8 +811,24 @@ mod tests {
     /// client) ; db > row(4, internal).
     fn trace() -> ExportTraceServiceRequest {
         let spans = vec![
-            span(1, 0, "GET /", 2, 300, 0, vec![kv("http.status_code", any_value::Value::IntValue(500))]),
-            span(2, 1, "db", 3, 50, 2, vec![kv("db.system", any_value::Value::StringValue("pg".into()))]),
+            span(
+                1,
+                0,
+                "GET /",
+                2,
+                300,
+                0,
+                vec![kv("http.status_code", any_value::Value::IntValue(500))],
+            ),
+            span(
+                2,
+                1,
+                "db",
+                3,
+                50,
+                2,
+                vec![kv("db.system", any_value::Value::StringValue("pg".into()))],
+            ),
             span(3, 1, "cache", 3, 5, 1, vec![]),
             span(4, 2, "row", 1, 1, 0, vec![]),
         ];
@@ -862,7 +873,10 @@ mod tests {
         assert_eq!(run(r#"{name =~ "c.*"}"#), vec![vec![3]]);
         // Anchored: "b" is inside "db" but is not all of it.
         assert!(run(r#"{name =~ "b"}"#).is_empty());
-        assert_eq!(run(r#"{rootName = "GET /" && traceDuration >= 300ms && name = "row"}"#), vec![vec![4]]);
+        assert_eq!(
+            run(r#"{rootName = "GET /" && traceDuration >= 300ms && name = "row"}"#),
+            vec![vec![4]]
+        );
     }
 
     #[test]

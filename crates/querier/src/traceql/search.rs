@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use mira_core::Signal;
 use mira_core::scan::{AttrMatcher, AttrScope, MatchOp, Predicate};
 use serde_json::{Value, json};
 
@@ -86,14 +85,22 @@ fn pushdown(q: &Query) -> Pushed {
     conjuncts(filter, &mut parts);
     let mut p = Pushed::default();
     for c in parts {
-        let FieldExpr::Binary { op, lhs, rhs } = c else { continue };
+        let FieldExpr::Binary { op, lhs, rhs } = c else {
+            continue;
+        };
         let (FieldExpr::Attr(a), FieldExpr::Static(v)) = (&**lhs, &**rhs) else {
             continue;
         };
         match (a, op, v) {
-            (Attribute::Named { scope, name, parent: false }, BinOp::Cmp(CmpOp::Eq), Static::Str(s))
-                if matches!(scope, Scope::Resource | Scope::Span) =>
-            {
+            (
+                Attribute::Named {
+                    scope,
+                    name,
+                    parent: false,
+                },
+                BinOp::Cmp(CmpOp::Eq),
+                Static::Str(s),
+            ) if matches!(scope, Scope::Resource | Scope::Span) => {
                 p.attrs.push(AttrMatcher {
                     scope: if *scope == Scope::Resource {
                         AttrScope::Resource
@@ -142,6 +149,11 @@ fn attr_key(a: &Attribute) -> Option<String> {
         Attribute::Named { name, .. } => Some(name.clone()),
         // Name and duration are fields of the span already.
         Attribute::Intrinsic(Intrinsic::Name | Intrinsic::Duration) => None,
+        // Trace-level values describe the trace, not the span (Tempo
+        // leaves them out too).
+        Attribute::Intrinsic(
+            Intrinsic::TraceDuration | Intrinsic::RootName | Intrinsic::RootServiceName | Intrinsic::TraceId,
+        ) => None,
         Attribute::Intrinsic(i) => Some(i.as_str().to_owned()),
     }
 }
@@ -221,11 +233,16 @@ impl Querier {
         let named = named_attributes(&query);
         let compiled = Arc::new(Compiled::new(query)?);
         let stats = Stats::default();
-        let mut plan = self.plan(&s.tenant, Signal::Traces, s.start, s.end, &stats).await?;
-        plan.candidates
-            .sort_by(|a, b| (b.max_time, &b.id).cmp(&(a.max_time, &a.id)));
+        // Tempo finds the traces that overlap the window: a kept span may
+        // start before or after it. Candidate spans are looked for in the
+        // window widened as whole traces are read, and a trace is kept
+        // when it overlaps the window.
+        let (wide, gaps) = self
+            .wide_plan(&s.tenant, s.start, s.end, Gaps::default(), &stats)
+            .await?;
+        let mut candidates = wide.clone();
+        candidates.sort_by(|a, b| (b.max_time, &b.id).cmp(&(a.max_time, &a.id)));
         let predicate = Predicate {
-            time: Some((s.start, s.end)),
             attrs: pushed.attrs,
             span_name: pushed.span_name,
             min_duration: pushed.min_duration,
@@ -234,9 +251,9 @@ impl Querier {
         };
         // Trace ids by their newest matching span, newest first.
         let mut found: std::collections::HashMap<[u8; 16], u64> = std::collections::HashMap::new();
-        let mut waves = Waves::new(plan.candidates.len(), self.config.threads);
+        let mut waves = Waves::new(candidates.len(), self.config.threads);
         while let Some(wave) = waves.next_wave() {
-            let scans = plan.candidates[wave]
+            let scans = candidates[wave]
                 .iter()
                 .map(|c| self.matching_traces(c, &predicate, pushed.status, &stats));
             for part in futures::future::try_join_all(scans).await? {
@@ -248,42 +265,35 @@ impl Querier {
         }
         let mut ids: Vec<([u8; 16], u64)> = found.into_iter().collect();
         ids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut gaps: Gaps = plan.gaps;
+        let mut gaps = gaps;
         if ids.len() > MAX_TRACES_READ {
             gaps.note(format!(
                 "more than {MAX_TRACES_READ} traces hold candidate spans; the newest {MAX_TRACES_READ} were searched"
             ));
             ids.truncate(MAX_TRACES_READ);
         }
+        let wide = Arc::new(wide);
         let mut traces = Vec::new();
         let mut inspected = 0;
-        let hour = 3_600_000_000_000u64;
         for batch in ids.chunks(s.limit.max(8)) {
             let reads = batch.iter().map(|(id, _)| {
-                let (stats, tenant) = (&stats, &s.tenant);
-                async move {
-                    self.trace_spans(
-                        tenant,
-                        *id,
-                        s.start.saturating_sub(hour),
-                        s.end.saturating_add(hour),
-                        stats,
-                    )
-                    .await
-                    .map(|(t, _)| t)
-                }
+                let (stats, wide) = (&stats, &wide);
+                async move { self.trace_in(wide, *id, stats).await }
             });
             let whole = futures::future::try_join_all(reads).await?;
             inspected += whole.len();
             let c = compiled.clone();
             let named = named.clone();
-            let spss = s.spss;
+            let (spss, start, end) = (s.spss, s.start, s.end);
             let got: Vec<Value> = self
                 .on_pool(move || {
                     whole
                         .iter()
                         .filter_map(|t| {
                             let view = TraceView::new(t);
+                            if view.spans.is_empty() || view.start >= end || view.end < start {
+                                return None;
+                            }
                             let sets = c.run(&view);
                             (!sets.is_empty()).then(|| trace_json(&view, &sets, &named, spss))
                         })
