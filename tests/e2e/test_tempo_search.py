@@ -1108,6 +1108,8 @@ def test_search_matches_the_reference(sealed, case):
     assert_same(body["traces"], want, q)
     if not want:
         assert body["traces"] == []
+    # Everything of this tenant is in published blocks.
+    assert body["stats"]["recent_blocks"] == 0, body["stats"]
 
 
 # A sample of the cases, answered from open (unsealed) blocks.
@@ -1125,6 +1127,16 @@ def test_search_of_open_blocks_matches_the_reference(fresh, case):
     body, want = fresh.ask(q, **extra)
     assert_same(body["traces"], want, q)
     assert body["stats"]["recent_blocks"] > 0, body["stats"]
+
+
+def test_a_search_reading_many_open_traces_at_once_is_complete(fresh):
+    """`limit=40` reads up to 40 whole traces at once, each from the
+    ingester's open blocks (which answers 8 recent-data requests at a
+    time). Every trace must be there, every time."""
+    for attempt in range(3):
+        body, want = fresh.ask("{}", limit=40, spss=1)
+        assert len(want) == 40
+        assert_same(body["traces"], want, f"{{}} limit=40, attempt {attempt + 1}")
 
 
 def test_defaults_are_limit_20_and_3_spans_per_set(sealed):
@@ -1175,17 +1187,20 @@ def test_spss_1_returns_the_newest_span_and_counts_all(sealed):
         assert st["spans"][0]["spanID"] == max(spans, key=lambda s: s.start).id.hex()
 
 
-def test_a_trace_is_read_whole_when_part_of_it_is_in_the_window(sealed):
-    """Only the root of the `window` trace starts inside [start, end]; its
-    other spans still count, for conditions and counts alike."""
+@pytest.mark.parametrize("q", ['{} | count() = 4', '{kind=client} > {resource.service.name="inventory"}',
+                               '{name="late-child"}', '{name="late-child" && status=error}'])
+def test_a_trace_is_read_whole_when_part_of_it_is_in_the_window(sealed, q):
+    """Only the root of the `window` trace (and a child 5 ms later) start
+    inside [start, end] (one second); its other spans start 1.5 s later and
+    still count, for conditions and counts alike, as in Tempo, which
+    searches the traces overlapping the window."""
     w = next(t for t in sealed.traces if any(s.name == "late-child" for s in t))
     second = w[0].start // SEC
-    for q in ('{} | count() = 4', '{name="late-child"}', '{kind=client} > {resource.service.name="inventory"}'):
-        body, want = sealed.ask(q, window=(second, second))
-        assert [t["traceID"] for t in want] == [w[0].trace.hex().lstrip("0")], q
-        assert_same(body["traces"], want, q)
+    body, want = sealed.ask(q, window=(second, second))
+    assert [t["traceID"] for t in want] == [w[0].trace.hex().lstrip("0")], q
+    assert_same(body["traces"], want, q)
     # A window with none of its spans finds nothing.
-    body, want = sealed.ask('{name="late-child"}', window=(second - 10, second - 10))
+    body, want = sealed.ask(q, window=(second - 10, second - 10))
     assert want == [] and body["traces"] == []
 
 
