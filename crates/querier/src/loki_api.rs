@@ -280,10 +280,7 @@ async fn labels(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params)
         names.extend(e.labels.iter().map(|l| l.name.clone()));
     }
     if selector.is_none() {
-        let listed = q.labels(&tenant, Signal::Logs, start, end).await?;
-        for n in listed.body.data {
-            names.insert(label_name(n.strip_prefix("resource.").unwrap_or(&n)));
-        }
+        names.extend(q.loki_attribute_names(&tenant, start, end).await?);
         if !names.is_empty() {
             names.insert("service_name".into());
             names.insert("detected_level".into());

@@ -293,6 +293,37 @@ impl Querier {
         Ok(names)
     }
 
+    /// The Loki label names the attributes of the logs in `[start, end)`
+    /// give: every attribute with a string value (or too many values to
+    /// list), by its Loki name. An attribute with only other values may be
+    /// a map, whose names are its flattened keys, so it is left to the
+    /// names lines carry.
+    pub async fn loki_attribute_names(
+        self: &Arc<Self>,
+        tenant: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<std::collections::BTreeSet<String>, QueryError> {
+        self.check_range(start, end)?;
+        let stats = Stats::default();
+        let plan = self.plan(tenant, Signal::Logs, start, end, &stats).await?;
+        let reads = plan.candidates.iter().map(|c| self.block_sidecars(c, &stats));
+        let mut names = std::collections::BTreeSet::new();
+        for sidecars in futures::future::try_join_all(reads).await? {
+            for scope in [AttrScope::Resource, AttrScope::Record] {
+                for key in sidecars.attrs.keys(scope) {
+                    let listed = sidecars.attrs.entry(scope, key).is_some_and(|e| {
+                        e.string_values().is_none_or(|v| !v.is_empty())
+                    });
+                    if listed {
+                        names.insert(label_name(key));
+                    }
+                }
+            }
+        }
+        Ok(names)
+    }
+
     /// A log query: the best `limit` lines after the pipeline.
     async fn logql_lines(self: &Arc<Self>, q: &LogqlQuery, log: &LogExpr) -> Result<LogqlAnswer, QueryError> {
         self.check_limit(q.limit)?;
@@ -557,7 +588,9 @@ impl Querier {
                             };
                             let mut labels = e.sorted();
                             if let Some(g) = &grouping {
-                                labels.retain(|(k, _)| g.labels.contains(k) != g.without);
+                                // `__error__` outlives the grouping (as in
+                                // Loki), so the query still fails on it.
+                                labels.retain(|(k, _)| k == ERROR || g.labels.contains(k) != g.without);
                             }
                             got.push(Sampled { labels, ts, value });
                         }
