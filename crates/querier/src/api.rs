@@ -52,6 +52,19 @@ pub(crate) fn tenant(headers: &HeaderMap) -> Result<String, QueryError> {
     }
 }
 
+/// The build info Prometheus, Loki and Tempo answer, claiming `version`
+/// of the API they serve (Grafana reads only `version`).
+pub(crate) fn buildinfo(version: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": version,
+        "revision": concat!("mira-", env!("CARGO_PKG_VERSION")),
+        "branch": "main",
+        "buildUser": "mira",
+        "buildDate": "",
+        "goVersion": "none (Mira, Rust)",
+    })
+}
+
 /// The last value of `name` in request parameters (every API's rule for a
 /// repeated parameter that is not documented as repeatable).
 pub(crate) fn last<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {

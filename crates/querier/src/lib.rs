@@ -24,6 +24,7 @@ pub mod labels;
 pub mod logql;
 pub mod logs;
 pub mod loki_api;
+mod parse_error;
 mod plan;
 pub mod prom_api;
 pub mod promql;

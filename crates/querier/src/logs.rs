@@ -68,6 +68,20 @@ pub struct LogsQuery {
     pub cursor: Option<LineKey>,
 }
 
+impl LogsQuery {
+    /// `[start, end)` narrowed by the cursor.
+    fn window(&self) -> (u64, u64) {
+        let (mut start, mut end) = (self.start, self.end);
+        if let Some(c) = &self.cursor {
+            match self.order {
+                Order::OldestFirst => start = start.max(c.time),
+                _ => end = end.min(c.time.saturating_add(1)),
+            }
+        }
+        (start, end)
+    }
+}
+
 /// One line of the answer.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -110,21 +124,29 @@ impl Querier {
         self.check_range(q.start, q.end)?;
         self.check_limit(q.limit)?;
         let stats = Stats::default();
-        let (mut start, mut end) = (q.start, q.end);
-        if let Some(c) = &q.cursor {
-            match q.order {
-                Order::OldestFirst => start = start.max(c.time),
-                _ => end = end.min(c.time.saturating_add(1)),
-            }
-        }
-        let mut plan = self.plan(&q.tenant, Signal::Logs, start, end, &stats).await?;
+        let (start, end) = q.window();
+        let plan = self.plan(&q.tenant, Signal::Logs, start, end, &stats).await?;
+        let lines = self.logs_in(&plan.candidates, &q, &stats).await?;
+        Ok(Answer::new(lines, plan.gaps, &stats))
+    }
+
+    /// A page of `q` from the blocks of a plan made for its window (or a
+    /// wider one: pages after the first may reuse the first page's plan).
+    pub(crate) async fn logs_in(
+        &self,
+        planned: &[Candidate],
+        q: &LogsQuery,
+        stats: &Stats,
+    ) -> Result<LogLines, QueryError> {
+        let (start, end) = q.window();
+        let mut candidates: Vec<Candidate> = planned
+            .iter()
+            .filter(|c| c.max_time >= start && c.min_time < end)
+            .cloned()
+            .collect();
         match q.order {
-            Order::OldestFirst => plan
-                .candidates
-                .sort_by(|a, b| (a.min_time, &a.id).cmp(&(b.min_time, &b.id))),
-            _ => plan
-                .candidates
-                .sort_by(|a, b| (b.max_time, &b.id).cmp(&(a.max_time, &a.id))),
+            Order::OldestFirst => candidates.sort_by(|a, b| (a.min_time, &a.id).cmp(&(b.min_time, &b.id))),
+            _ => candidates.sort_by(|a, b| (b.max_time, &b.id).cmp(&(a.max_time, &a.id))),
         }
         let predicate = Predicate {
             time: Some((start, end)),
@@ -134,7 +156,7 @@ impl Querier {
             trace_id: q.trace_id,
             ..Default::default()
         };
-        let candidates = Arc::new(plan.candidates);
+        let candidates = Arc::new(candidates);
         let mut waves = Waves::new(candidates.len(), self.config.threads);
         let mut hits: Vec<Hit> = Vec::new();
         loop {
@@ -152,7 +174,7 @@ impl Querier {
                 }
             }
             let Some(batch) = waves.next_wave() else { break };
-            let scans = batch.map(|i| self.scan_block(&candidates[i], i, &predicate, &q, &stats));
+            let scans = batch.map(|i| self.scan_block(&candidates[i], i, &predicate, q, stats));
             for found in futures::future::try_join_all(scans).await? {
                 hits.extend(found);
             }
@@ -163,8 +185,8 @@ impl Querier {
             hits.truncate(q.limit);
         }
         let cursor = (hits.len() == q.limit).then(|| hits[q.limit - 1].key.encode());
-        let lines = self.materialize(&candidates, hits, &stats).await?;
-        Ok(Answer::new(LogLines { lines, cursor }, plan.gaps, &stats))
+        let lines = self.materialize(&candidates, hits, stats).await?;
+        Ok(LogLines { lines, cursor })
     }
 
     /// The best `limit` matching lines of one block, after the cursor.

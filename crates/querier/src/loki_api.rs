@@ -480,15 +480,7 @@ async fn volume_range(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(p
 }
 
 async fn buildinfo() -> Response {
-    axum::Json(json!({
-        "version": "3.4.0",
-        "revision": concat!("mira-", env!("CARGO_PKG_VERSION")),
-        "branch": "main",
-        "buildUser": "mira",
-        "buildDate": "",
-        "goVersion": "none (Mira, Rust)",
-    }))
-    .into_response()
+    axum::Json(crate::api::buildinfo("3.4.0")).into_response()
 }
 
 async fn rules() -> Response {

@@ -331,17 +331,7 @@ async fn exemplars() -> Response {
 /// Prometheus' build info, without `features` (a non-empty `features`
 /// makes Grafana assume a Mimir ruler).
 async fn buildinfo() -> Response {
-    success(
-        json!({
-            "version": "2.53.0",
-            "revision": concat!("mira-", env!("CARGO_PKG_VERSION")),
-            "branch": "main",
-            "buildUser": "mira",
-            "buildDate": "",
-            "goVersion": "none (Mira, Rust)",
-        }),
-        &[],
-    )
+    success(crate::api::buildinfo("2.53.0"), &[])
 }
 
 async fn rules() -> Response {

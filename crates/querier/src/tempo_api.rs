@@ -347,15 +347,7 @@ async fn tag_values(
 /// A Tempo version below 2.2: Grafana then keeps search and metrics
 /// streaming (gRPC, which Mira does not serve) off.
 async fn buildinfo() -> Response {
-    axum::Json(json!({
-        "version": "2.1.0",
-        "revision": concat!("mira-", env!("CARGO_PKG_VERSION")),
-        "branch": "main",
-        "buildUser": "mira",
-        "buildDate": "",
-        "goVersion": "none (Mira, Rust)",
-    }))
-    .into_response()
+    axum::Json(crate::api::buildinfo("2.1.0")).into_response()
 }
 
 #[cfg(test)]

@@ -289,6 +289,29 @@ pub enum BinOp {
     Unless,
 }
 
+impl BinOp {
+    /// The operator as written.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Mod => "%",
+            BinOp::Pow => "^",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::And => "and",
+            BinOp::Or => "or",
+            BinOp::Unless => "unless",
+        }
+    }
+}
+
 /// `on (a)` / `ignoring (a)`, with an optional `group_left (b)` /
 /// `group_right (b)`.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,14 +20,14 @@ use mira_core::scan::{AttrMatcher, AttrScope, LineFilter, MatchOp as CoreOp, Ord
 use serde_json::{Value, json};
 
 use super::ast::{
-    BinOp, Expr, LabelFilter, LineOp, LineValue, LogExpr, MatchOp, MetricExpr, RangeAgg, RangeOp, Stage, VectorOp,
+    Expr, Grouping, LabelFilter, LineOp, LineValue, LogExpr, MatchOp, MetricExpr, RangeAgg, RangeOp, Stage, VectorOp,
 };
 use super::model::{Cat, Entry, FIELDS, UNKNOWN_SERVICE, entry, index_key, label_name};
 use super::parse::parse;
 use super::pipeline::{ERROR, ERROR_DETAILS, Pipeline, StrTest};
 use crate::answer::{Answer, Gaps};
 use crate::logs::{LineKey, LogsQuery};
-use crate::plan::Waves;
+use crate::plan::{Candidate, Waves};
 use crate::promql::{self, PromData, PromQuery, eval as engine};
 use crate::stats::Stats;
 use crate::{Querier, QueryError};
@@ -269,26 +269,32 @@ impl Querier {
         }
     }
 
-    /// The attribute names of the logs in `[start, end)` by the label
-    /// name they give (read only when the query can use them).
+    /// The attribute names of the planned blocks by the label name they
+    /// give (read only when the query can use them).
     async fn attribute_names(
-        self: &Arc<Self>,
-        tenant: &str,
+        &self,
+        candidates: &[Candidate],
         log: &LogExpr,
-        start: u64,
-        end: u64,
+        stats: &Stats,
     ) -> Result<Names, QueryError> {
         let mut names = Names::new();
         if !wants_names(log) {
             return Ok(names);
         }
-        for native in self.labels(tenant, Signal::Logs, start, end).await?.body.data {
-            let (scope, key) = crate::selector::scope_of(&native);
-            let label = label_name(key);
-            if scope == AttrScope::Resource && index_key(&label) == Some(key) {
-                continue;
+        let reads = candidates.iter().map(|c| self.block_sidecars(c, stats));
+        for sidecars in futures::future::try_join_all(reads).await? {
+            for scope in [AttrScope::Resource, AttrScope::Record] {
+                for key in sidecars.attrs.keys(scope) {
+                    let label = label_name(key);
+                    if scope == AttrScope::Resource && index_key(&label) == Some(key) {
+                        continue;
+                    }
+                    let keys = names.entry(label).or_default();
+                    if !keys.iter().any(|(s, k)| *s == scope && k == key) {
+                        keys.push((scope, key.to_owned()));
+                    }
+                }
             }
-            names.entry(label).or_default().push((scope, key.to_owned()));
         }
         Ok(names)
     }
@@ -312,9 +318,10 @@ impl Querier {
         for sidecars in futures::future::try_join_all(reads).await? {
             for scope in [AttrScope::Resource, AttrScope::Record] {
                 for key in sidecars.attrs.keys(scope) {
-                    let listed = sidecars.attrs.entry(scope, key).is_some_and(|e| {
-                        e.string_values().is_none_or(|v| !v.is_empty())
-                    });
+                    let listed = sidecars
+                        .attrs
+                        .entry(scope, key)
+                        .is_some_and(|e| e.string_values().is_none_or(|v| !v.is_empty()));
                     if listed {
                         names.insert(label_name(key));
                     }
@@ -376,9 +383,13 @@ impl Querier {
         order: Order,
         stats: &Stats,
     ) -> Result<(Vec<Entry>, Gaps), QueryError> {
-        let names = self.attribute_names(tenant, log, start, end).await?;
+        // One plan for every page: the ingesters are asked for their
+        // recent data once, and the blocks' attribute names come from it.
+        self.check_range(start, end)?;
+        let plan = self.plan(tenant, Signal::Logs, start, end, stats).await?;
+        let names = self.attribute_names(&plan.candidates, log, stats).await?;
         let compiled = Arc::new(Compiled::new(log, &names)?);
-        let mut gaps = Gaps::default();
+        let gaps = plan.gaps;
         let mut kept: Vec<Entry> = Vec::new();
         let mut cursor: Option<LineKey> = None;
         // The first page is the limit; when the pipeline filters lines
@@ -386,31 +397,21 @@ impl Querier {
         // limit).
         let mut page = limit.min(self.config.max_limit);
         loop {
-            let answer = self
-                .logs(LogsQuery {
-                    tenant: tenant.to_owned(),
-                    start,
-                    end,
-                    matchers: compiled.matchers.clone(),
-                    lines: compiled.lines.clone(),
-                    min_severity: None,
-                    trace_id: compiled.trace_id,
-                    limit: page,
-                    order,
-                    cursor: cursor.take(),
-                })
-                .await?;
-            stats.absorb(&answer.stats);
-            if answer.partial {
-                gaps.partial = true;
-            }
-            for w in answer.warnings {
-                if !gaps.warnings.contains(&w) {
-                    gaps.warnings.push(w);
-                }
-            }
-            let next = answer.body.cursor;
-            let lines = answer.body.lines;
+            let q = LogsQuery {
+                tenant: tenant.to_owned(),
+                start,
+                end,
+                matchers: compiled.matchers.clone(),
+                lines: compiled.lines.clone(),
+                min_severity: None,
+                trace_id: compiled.trace_id,
+                limit: page,
+                order,
+                cursor: cursor.take(),
+            };
+            let page_lines = self.logs_in(&plan.candidates, &q, stats).await?;
+            let next = page_lines.cursor;
+            let lines = page_lines.lines;
             let c = compiled.clone();
             let passed = self
                 .on_pool(move || {
@@ -528,15 +529,6 @@ impl Querier {
         to: u64,
         stats: &Stats,
     ) -> Result<(Vec<Sampled>, Gaps), QueryError> {
-        let names = self.attribute_names(tenant, &r.log, from, to.saturating_add(1)).await?;
-        let compiled = Arc::new(Compiled::new(&r.log, &names)?);
-        let unwrap = compiled.pipeline.unwraps();
-        if needs_unwrap(r.op) && !unwrap {
-            return Err(bad(format!("invalid aggregation {} without unwrap", range_name(r.op))));
-        }
-        if !needs_unwrap(r.op) && unwrap && r.op != RangeOp::Rate {
-            return Err(bad(format!("invalid aggregation {} with unwrap", range_name(r.op))));
-        }
         let plan = self
             .plan(
                 tenant,
@@ -546,6 +538,15 @@ impl Querier {
                 stats,
             )
             .await?;
+        let names = self.attribute_names(&plan.candidates, &r.log, stats).await?;
+        let compiled = Arc::new(Compiled::new(&r.log, &names)?);
+        let unwrap = compiled.pipeline.unwraps();
+        if needs_unwrap(r.op) && !unwrap {
+            return Err(bad(format!("invalid aggregation {} without unwrap", range_name(r.op))));
+        }
+        if !needs_unwrap(r.op) && unwrap && r.op != RangeOp::Rate {
+            return Err(bad(format!("invalid aggregation {} with unwrap", range_name(r.op))));
+        }
         let predicate = Predicate {
             time: Some((from.saturating_add(1), to.saturating_add(1))),
             attrs: compiled.matchers.clone(),
@@ -718,7 +719,7 @@ fn range_series(
                         var.sqrt()
                     }
                 }
-                RangeOp::QuantileOverTime => quantile(r.param.unwrap_or(f64::NAN), w),
+                RangeOp::QuantileOverTime => engine::quantile(r.param.unwrap_or(f64::NAN), w),
                 RangeOp::RateCounter | RangeOp::AbsentOverTime => {
                     return Err(bad(format!(
                         "{} is not supported by Mira's LogQL evaluator",
@@ -736,25 +737,6 @@ fn range_series(
         out.insert(labels, values);
     }
     Ok(out)
-}
-
-/// φ-quantile with linear interpolation (Prometheus' and Loki's rule).
-fn quantile(q: f64, mut w: Vec<f64>) -> f64 {
-    if q.is_nan() || w.is_empty() {
-        return f64::NAN;
-    }
-    if q < 0.0 {
-        return f64::NEG_INFINITY;
-    }
-    if q > 1.0 {
-        return f64::INFINITY;
-    }
-    w.sort_by(f64::total_cmp);
-    let rank = q * (w.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = (lo + 1).min(w.len() - 1);
-    let weight = rank - lo as f64;
-    w[lo] * (1.0 - weight) + w[hi] * weight
 }
 
 fn num(v: f64) -> String {
@@ -775,6 +757,21 @@ fn labels_list(l: &[String]) -> String {
     l.join(", ")
 }
 
+/// Whether `op` over the series of `r` equals `r` over the lines grouped
+/// as `op` groups: sums of additive aggregations, the largest of maxima,
+/// the smallest of minima.
+fn merges(op: VectorOp, r: &RangeAgg) -> bool {
+    match op {
+        VectorOp::Sum => matches!(
+            r.op,
+            RangeOp::CountOverTime | RangeOp::Rate | RangeOp::BytesOverTime | RangeOp::BytesRate | RangeOp::SumOverTime
+        ),
+        VectorOp::Max => r.op == RangeOp::MaxOverTime,
+        VectorOp::Min => r.op == RangeOp::MinOverTime,
+        _ => false,
+    }
+}
+
 /// The metric expression as PromQL, each range aggregation a selector of
 /// its own (`__logql_<i>__`, collected in `ranges`).
 fn render(m: &MetricExpr, ranges: &mut Vec<RangeAgg>) -> Result<String, QueryError> {
@@ -790,7 +787,22 @@ fn render(m: &MetricExpr, ranges: &mut Vec<RangeAgg>) -> Result<String, QueryErr
             format!("__logql_{}__", ranges.len() - 1)
         }
         MetricExpr::Vector(v) => {
-            let inner = render(&v.inner, ranges)?;
+            // `sum by (l) (count_over_time(...))` and the like: the range
+            // aggregation may as well group its lines by `l` first (the
+            // same sums; one series per group instead of one per label
+            // set, which with per-line labels such as trace_id is one per
+            // line).
+            let inner = match &*v.inner {
+                MetricExpr::Range(r) if r.grouping.is_none() && merges(v.op, r) => {
+                    let mut r = r.clone();
+                    r.grouping = Some(v.grouping.clone().unwrap_or(Grouping {
+                        without: false,
+                        labels: Vec::new(),
+                    }));
+                    render(&MetricExpr::Range(r), ranges)?
+                }
+                other => render(other, ranges)?,
+            };
             let name = match v.op {
                 VectorOp::Sum => "sum",
                 VectorOp::Avg => "avg",
@@ -819,23 +831,7 @@ fn render(m: &MetricExpr, ranges: &mut Vec<RangeAgg>) -> Result<String, QueryErr
             }
         }
         MetricExpr::Binary(b) => {
-            let op = match b.op {
-                BinOp::Add => "+",
-                BinOp::Sub => "-",
-                BinOp::Mul => "*",
-                BinOp::Div => "/",
-                BinOp::Mod => "%",
-                BinOp::Pow => "^",
-                BinOp::Eq => "==",
-                BinOp::Ne => "!=",
-                BinOp::Gt => ">",
-                BinOp::Ge => ">=",
-                BinOp::Lt => "<",
-                BinOp::Le => "<=",
-                BinOp::And => "and",
-                BinOp::Or => "or",
-                BinOp::Unless => "unless",
-            };
+            let op = b.op.symbol();
             let mut mods = String::new();
             if b.return_bool {
                 mods.push_str(" bool");
@@ -928,7 +924,7 @@ pub(crate) fn streams_json(entries: &[Entry], categorize: bool) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logql::ast::{Grouping, LogExpr, Matcher, VectorAgg};
+    use crate::logql::ast::{LogExpr, Matcher, VectorAgg};
 
     fn count(range_ns: i64) -> RangeAgg {
         RangeAgg {
@@ -964,6 +960,35 @@ mod tests {
         assert_eq!(text, "topk by (level, detected_level) (5.0, __logql_0__)");
         assert_eq!(ranges.len(), 1);
         assert!(promql::parse(&text).is_ok());
+        // topk needs every series: its range aggregation keeps all labels.
+        assert_eq!(ranges[0].grouping, None);
+        // A sum of counts groups the lines before counting them.
+        let sum = |op: RangeOp| {
+            let mut r = count(60_000_000_000);
+            r.op = op;
+            MetricExpr::Vector(VectorAgg {
+                op: VectorOp::Sum,
+                grouping: Some(Grouping {
+                    without: false,
+                    labels: vec!["detected_level".into()],
+                }),
+                param: None,
+                inner: Box::new(MetricExpr::Range(r)),
+            })
+        };
+        let mut ranges = Vec::new();
+        render(&sum(RangeOp::CountOverTime), &mut ranges).expect("render");
+        assert_eq!(
+            ranges[0].grouping,
+            Some(Grouping {
+                without: false,
+                labels: vec!["detected_level".into()]
+            })
+        );
+        // A sum of averages does not.
+        let mut ranges = Vec::new();
+        render(&sum(RangeOp::AvgOverTime), &mut ranges).expect("render");
+        assert_eq!(ranges[0].grouping, None);
     }
 
     #[test]
@@ -982,12 +1007,5 @@ mod tests {
         // (0,2] holds 1s and 2s; (1,3] holds 2s and 3s; (3,5] none shown
         // as no point; (4,6] none.
         assert_eq!(points, vec![(2000, 2.0), (3000, 2.0)]);
-    }
-
-    #[test]
-    fn quantiles_interpolate() {
-        assert_eq!(quantile(0.5, vec![1.0, 2.0, 3.0, 4.0]), 2.5);
-        assert_eq!(quantile(1.0, vec![3.0, 1.0]), 3.0);
-        assert!(quantile(0.5, vec![]).is_nan());
     }
 }

@@ -45,36 +45,7 @@ pub const MAX_DEPTH: usize = 64;
 /// recurses once per level.
 pub const MAX_HEIGHT: usize = 256;
 
-/// A parse error: where (byte offset, 1-based line and column) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError {
-    pub pos: usize,
-    pub line: usize,
-    pub col: usize,
-    pub reason: String,
-}
-
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "parse error at line {}, col {}: {}",
-            self.line, self.col, self.reason
-        )
-    }
-}
-
-impl std::error::Error for ParseError {}
-
-impl ParseError {
-    /// `reason` at byte `pos` of `query`; the column counts characters.
-    fn at(query: &str, pos: usize, reason: String) -> Self {
-        let before = query.get(..pos).unwrap_or(query);
-        let line = before.matches('\n').count() + 1;
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        Self { pos, line, col, reason }
-    }
-}
+pub use crate::parse_error::ParseError;
 
 /// Parses a LogQL query.
 pub fn parse(query: &str) -> Result<Expr, ParseError> {
@@ -429,26 +400,6 @@ fn precedence(op: BinOp) -> u8 {
     }
 }
 
-fn symbol(op: BinOp) -> &'static str {
-    match op {
-        BinOp::Add => "+",
-        BinOp::Sub => "-",
-        BinOp::Mul => "*",
-        BinOp::Div => "/",
-        BinOp::Mod => "%",
-        BinOp::Pow => "^",
-        BinOp::Eq => "==",
-        BinOp::Ne => "!=",
-        BinOp::Gt => ">",
-        BinOp::Ge => ">=",
-        BinOp::Lt => "<",
-        BinOp::Le => "<=",
-        BinOp::And => "and",
-        BinOp::Or => "or",
-        BinOp::Unless => "unless",
-    }
-}
-
 /// Operands joined by binary operators (precedence climbing over two
 /// stacks), and the height of the tree.
 fn expr(i: &mut In<'_>) -> PResult<(Operand, usize)> {
@@ -479,7 +430,7 @@ fn reduce(operands: &mut Vec<(Operand, usize)>, ops: &mut Vec<PendingOp>) -> PRe
         return Err(Fail::at(0, "internal error: unbalanced binary operation"));
     };
     let height = grow(op.pos, lh, rh)?;
-    let name = symbol(op.op);
+    let name = op.op.symbol();
     let mut legs = [lhs, rhs].into_iter().map(|leg| match leg {
         Operand::Metric(m) => Ok(m),
         Operand::Log(_, pos, _) => Err(Fail::at(

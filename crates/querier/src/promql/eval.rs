@@ -687,7 +687,8 @@ fn instant_rate(p: &[(i64, f64)], per_second: bool) -> Option<f64> {
     (dt > 0.0).then(|| diff / dt)
 }
 
-fn quantile(q: f64, mut vals: Vec<f64>) -> f64 {
+/// φ-quantile with linear interpolation (Prometheus' rule; LogQL's too).
+pub(crate) fn quantile(q: f64, mut vals: Vec<f64>) -> f64 {
     if vals.is_empty() || q.is_nan() {
         return f64::NAN;
     }

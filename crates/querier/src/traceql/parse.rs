@@ -33,37 +33,7 @@ pub const MAX_NESTING: usize = 64;
 /// c` is three levels).
 pub const MAX_TREE_DEPTH: usize = 512;
 
-/// A parse error: where (byte offset, 1-based line and column in
-/// characters) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError {
-    pub pos: usize,
-    pub line: usize,
-    pub col: usize,
-    pub reason: String,
-}
-
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "parse error at line {}, col {}: {}",
-            self.line, self.col, self.reason
-        )
-    }
-}
-
-impl std::error::Error for ParseError {}
-
-impl ParseError {
-    fn at(query: &str, pos: usize, reason: String) -> ParseError {
-        let before = &query[..pos];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |n| n + 1);
-        let col = before[line_start..].chars().count() + 1;
-        ParseError { pos, line, col, reason }
-    }
-}
+pub use crate::parse_error::ParseError;
 
 /// Parses a TraceQL query.
 pub fn parse(query: &str) -> Result<Query, ParseError> {

@@ -249,63 +249,85 @@ impl Querier {
             max_duration: pushed.max_duration,
             ..Default::default()
         };
-        // Trace ids by their newest matching span, newest first.
+        // Trace ids by their newest matching span. Blocks are read newest
+        // first, in waves; once the traces found (and not yet read) could
+        // fill the limit, they are read whole, newest first, and the query
+        // runs over each; older blocks are read only while too few match.
         let mut found: std::collections::HashMap<[u8; 16], u64> = std::collections::HashMap::new();
+        let mut done: std::collections::HashSet<[u8; 16]> = std::collections::HashSet::new();
+        let mut gaps = gaps;
+        let wide = Arc::new(wide);
+        let mut traces: Vec<(u64, Value)> = Vec::new();
         let mut waves = Waves::new(candidates.len(), self.config.threads);
-        while let Some(wave) = waves.next_wave() {
-            let scans = candidates[wave]
-                .iter()
-                .map(|c| self.matching_traces(c, &predicate, pushed.status, &stats));
-            for part in futures::future::try_join_all(scans).await? {
-                for (id, t) in part {
-                    let e = found.entry(id).or_insert(0);
-                    *e = (*e).max(t);
+        loop {
+            let wave = waves.next_wave();
+            if let Some(wave) = wave.clone() {
+                let scans = candidates[wave]
+                    .iter()
+                    .map(|c| self.matching_traces(c, &predicate, pushed.status, &stats));
+                for part in futures::future::try_join_all(scans).await? {
+                    for (id, t) in part {
+                        let e = found.entry(id).or_insert(0);
+                        *e = (*e).max(t);
+                    }
                 }
             }
-        }
-        let mut ids: Vec<([u8; 16], u64)> = found.into_iter().collect();
-        ids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut gaps = gaps;
-        if ids.len() > MAX_TRACES_READ {
-            gaps.note(format!(
-                "more than {MAX_TRACES_READ} traces hold candidate spans; the newest {MAX_TRACES_READ} were searched"
-            ));
-            ids.truncate(MAX_TRACES_READ);
-        }
-        let wide = Arc::new(wide);
-        let mut traces = Vec::new();
-        let mut inspected = 0;
-        for batch in ids.chunks(s.limit.max(8)) {
-            let reads = batch.iter().map(|(id, _)| {
-                let (stats, wide) = (&stats, &wide);
-                async move { self.trace_in(wide, *id, stats).await }
-            });
-            let whole = futures::future::try_join_all(reads).await?;
-            inspected += whole.len();
-            let c = compiled.clone();
-            let named = named.clone();
-            let (spss, start, end) = (s.spss, s.start, s.end);
-            let got: Vec<Value> = self
-                .on_pool(move || {
-                    whole
-                        .iter()
-                        .filter_map(|t| {
-                            let view = TraceView::new(t);
-                            if view.spans.is_empty() || view.start >= end || view.end < start {
-                                return None;
-                            }
-                            let sets = c.run(&view);
-                            (!sets.is_empty()).then(|| trace_json(&view, &sets, &named, spss))
+            let last = wave.is_none();
+            let pending = found.len() - done.len();
+            if last || traces.len() + pending >= s.limit {
+                let mut ids: Vec<([u8; 16], u64)> = found
+                    .iter()
+                    .filter(|(id, _)| !done.contains(*id))
+                    .map(|(id, t)| (*id, *t))
+                    .collect();
+                ids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                for batch in ids.chunks(s.limit.max(8)) {
+                    if done.len() >= MAX_TRACES_READ {
+                        gaps.note(format!(
+                            "more than {MAX_TRACES_READ} traces hold candidate spans; {MAX_TRACES_READ} were searched"
+                        ));
+                        break;
+                    }
+                    done.extend(batch.iter().map(|(id, _)| *id));
+                    let reads = batch.iter().map(|(id, _)| {
+                        let (stats, wide) = (&stats, &wide);
+                        async move { self.trace_in(wide, *id, stats).await }
+                    });
+                    let whole = futures::future::try_join_all(reads).await?;
+                    let times: Vec<u64> = batch.iter().map(|(_, t)| *t).collect();
+                    let c = compiled.clone();
+                    let named = named.clone();
+                    let (spss, start, end) = (s.spss, s.start, s.end);
+                    let got: Vec<(u64, Value)> = self
+                        .on_pool(move || {
+                            whole
+                                .iter()
+                                .zip(times)
+                                .filter_map(|(t, newest)| {
+                                    let view = TraceView::new(t);
+                                    if view.spans.is_empty() || view.start >= end || view.end < start {
+                                        return None;
+                                    }
+                                    let sets = c.run(&view);
+                                    (!sets.is_empty()).then(|| (newest, trace_json(&view, &sets, &named, spss)))
+                                })
+                                .collect()
                         })
-                        .collect()
-                })
-                .await;
-            traces.extend(got);
-            if traces.len() >= s.limit {
-                traces.truncate(s.limit);
+                        .await;
+                    traces.extend(got);
+                    if traces.len() >= s.limit {
+                        break;
+                    }
+                }
+            }
+            if last || traces.len() >= s.limit || done.len() >= MAX_TRACES_READ {
                 break;
             }
         }
+        traces.sort_by_key(|t| std::cmp::Reverse(t.0));
+        traces.truncate(s.limit);
+        let inspected = done.len();
+        let traces: Vec<Value> = traces.into_iter().map(|(_, v)| v).collect();
         Ok(Answer::new(
             TraceqlResult {
                 traces,
