@@ -139,14 +139,20 @@ impl Querier {
         stats: &Stats,
     ) -> Result<LogLines, QueryError> {
         let (start, end) = q.window();
-        let mut candidates: Vec<Candidate> = planned
-            .iter()
-            .filter(|c| c.max_time >= start && c.min_time < end)
-            .cloned()
+        // The planned blocks in the window, in reading order (indexes into
+        // `planned`, which is not copied).
+        let mut order: Vec<usize> = (0..planned.len())
+            .filter(|&i| planned[i].max_time >= start && planned[i].min_time < end)
             .collect();
         match q.order {
-            Order::OldestFirst => candidates.sort_by(|a, b| (a.min_time, &a.id).cmp(&(b.min_time, &b.id))),
-            _ => candidates.sort_by(|a, b| (b.max_time, &b.id).cmp(&(a.max_time, &a.id))),
+            Order::OldestFirst => order.sort_by(|&a, &b| {
+                let (a, b) = (&planned[a], &planned[b]);
+                (a.min_time, &a.id).cmp(&(b.min_time, &b.id))
+            }),
+            _ => order.sort_by(|&a, &b| {
+                let (a, b) = (&planned[a], &planned[b]);
+                (b.max_time, &b.id).cmp(&(a.max_time, &a.id))
+            }),
         }
         let predicate = Predicate {
             time: Some((start, end)),
@@ -156,14 +162,14 @@ impl Querier {
             trace_id: q.trace_id,
             ..Default::default()
         };
-        let candidates = Arc::new(candidates);
-        let mut waves = Waves::new(candidates.len(), self.config.threads);
+        let mut waves = Waves::new(order.len(), self.config.threads);
         let mut hits: Vec<Hit> = Vec::new();
         loop {
             // Enough lines, and no later block can hold a better one.
             if hits.len() >= q.limit
-                && let Some(c) = candidates.get(waves.position())
+                && let Some(&i) = order.get(waves.position())
             {
+                let c = &planned[i];
                 let worst = &hits[q.limit - 1].key;
                 let done = match q.order {
                     Order::OldestFirst => c.min_time > worst.time,
@@ -174,7 +180,9 @@ impl Querier {
                 }
             }
             let Some(batch) = waves.next_wave() else { break };
-            let scans = batch.map(|i| self.scan_block(&candidates[i], i, &predicate, q, stats));
+            let scans = order[batch]
+                .iter()
+                .map(|&i| self.scan_block(&planned[i], i, &predicate, q, stats));
             for found in futures::future::try_join_all(scans).await? {
                 hits.extend(found);
             }
@@ -185,7 +193,7 @@ impl Querier {
             hits.truncate(q.limit);
         }
         let cursor = (hits.len() == q.limit).then(|| hits[q.limit - 1].key.encode());
-        let lines = self.materialize(&candidates, hits, stats).await?;
+        let lines = self.materialize(planned, hits, stats).await?;
         Ok(LogLines { lines, cursor })
     }
 

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::api::{P, tenant};
 use crate::error::ServiceError;
 use crate::logql::ast::Expr;
-use crate::logql::eval::{LogqlData, LogqlQuery, parse_query};
+use crate::logql::eval::{LogqlData, LogqlQuery, LogqlResult, Streams, parse_query};
 use crate::logql::model::{FIELDS, INDEX, index_key, label_name};
 use crate::{Answer, Querier, QueryError};
 
@@ -174,19 +174,46 @@ fn stats_json(a: &Answer<LogqlData>) -> Value {
     })
 }
 
+/// `{"status":"success","data":{"resultType","result","stats"[,
+/// "encodingFlags"]}[,"warnings"]}`, streams written straight from the
+/// entries.
 fn answer(a: Answer<LogqlData>) -> Response {
-    let mut data = json!({
-        "resultType": a.body.result_type,
-        "result": a.body.result,
-        "stats": stats_json(&a),
-    });
-    if a.body.categorized {
-        data["encodingFlags"] = json!(["categorize-labels"]);
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        status: &'static str,
+        data: Data<'a>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        warnings: &'a [String],
     }
-    let mut body = json!({"status": "success", "data": data});
-    if !a.warnings.is_empty() {
-        body["warnings"] = json!(a.warnings);
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Data<'a> {
+        result_type: &'static str,
+        result: ResultJson<'a>,
+        stats: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        encoding_flags: Option<[&'static str; 1]>,
     }
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum ResultJson<'a> {
+        Streams(Streams<'a>),
+        Samples(&'a Value),
+    }
+    let result = match &a.body.result {
+        LogqlResult::Streams(entries) => ResultJson::Streams(Streams::new(entries, a.body.categorized)),
+        LogqlResult::Samples(v) => ResultJson::Samples(v),
+    };
+    let body = Body {
+        status: "success",
+        data: Data {
+            result_type: a.body.result_type,
+            result,
+            stats: stats_json(&a),
+            encoding_flags: a.body.categorized.then_some(["categorize-labels"]),
+        },
+        warnings: &a.warnings,
+    };
     axum::Json(body).into_response()
 }
 
@@ -365,7 +392,10 @@ async fn over_window(q: &Arc<Querier>, tenant: &str, expr: String, end: u64) -> 
             categorize: false,
         })
         .await?;
-    Ok(a.body.result)
+    match a.body.result {
+        LogqlResult::Samples(v) => Ok(v),
+        LogqlResult::Streams(_) => Err(bad("a stats or volume query gave lines, not samples".into())),
+    }
 }
 
 /// The log selector of a stats or volume request.
@@ -554,7 +584,7 @@ async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, tenant: String, query:
         entries.retain(|e| seen.insert((e.ts, e.line.clone(), e.sorted())));
         if !entries.is_empty() {
             let msg = json!({
-                "streams": crate::logql::eval::streams_json(&entries, false),
+                "streams": Streams::new(&entries, false),
                 "dropped_entries": null,
             });
             if socket.send(Message::Text(msg.to_string().into())).await.is_err() {

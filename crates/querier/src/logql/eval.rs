@@ -17,7 +17,7 @@ use std::sync::Arc;
 use mira_core::Signal;
 use mira_core::convert::{LogRow, log_rows, table_names};
 use mira_core::scan::{AttrMatcher, AttrScope, LineFilter, MatchOp as CoreOp, Order, Predicate, ScanRequest};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::ast::{
     Expr, Grouping, LabelFilter, LineOp, LineValue, LogExpr, MatchOp, MetricExpr, RangeAgg, RangeOp, Stage, VectorOp,
@@ -55,11 +55,19 @@ pub struct LogqlQuery {
     pub categorize: bool,
 }
 
+/// A Loki answer's `result`: lines (streams) or samples (as the PromQL
+/// engine renders them).
+#[derive(Debug)]
+pub enum LogqlResult {
+    Streams(Vec<Entry>),
+    Samples(Value),
+}
+
 /// The `data` of a Loki answer.
 #[derive(Debug)]
 pub struct LogqlData {
     pub result_type: &'static str,
-    pub result: Value,
+    pub result: LogqlResult,
     /// Lines returned (log queries).
     pub entries: usize,
     /// Set on categorized streams answers.
@@ -339,11 +347,10 @@ impl Querier {
             .collect_lines(&q.tenant, log, q.start, q.end, q.limit, q.order, &stats)
             .await?;
         let entries = kept.len();
-        let result = streams_json(&kept, q.categorize);
         Ok(Answer::new(
             LogqlData {
                 result_type: "streams",
-                result,
+                result: LogqlResult::Streams(kept),
                 entries,
                 categorized: q.categorize,
             },
@@ -510,7 +517,7 @@ impl Querier {
         Ok(Answer::new(
             LogqlData {
                 result_type,
-                result: strip_names(result),
+                result: LogqlResult::Samples(strip_names(result)),
                 entries: 0,
                 categorized: false,
             },
@@ -878,47 +885,114 @@ fn strip_names(mut v: Value) -> Value {
     v
 }
 
-fn object(labels: &[(String, String)]) -> Value {
-    Value::Object(labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect())
-}
-
 /// Streams in Loki's shape, entries in the order given: grouped by all
 /// labels, or (categorized) by stream labels with the others in a third
-/// element.
-pub(crate) fn streams_json(entries: &[Entry], categorize: bool) -> Value {
-    let mut order: Vec<Vec<(String, String)>> = Vec::new();
-    let mut streams: HashMap<Vec<(String, String)>, Vec<Value>> = HashMap::new();
-    for e in entries {
-        let key = if categorize { e.of(Cat::Stream) } else { e.sorted() };
-        let value = if categorize {
-            let mut extra = serde_json::Map::new();
-            let meta = e.of(Cat::Meta);
-            let parsed = e.of(Cat::Parsed);
-            if !meta.is_empty() {
-                extra.insert("structuredMetadata".into(), object(&meta));
-            }
-            if !parsed.is_empty() {
-                extra.insert("parsed".into(), object(&parsed));
-            }
-            json!([e.ts.to_string(), e.line, Value::Object(extra)])
-        } else {
-            json!([e.ts.to_string(), e.line])
-        };
-        let list = streams.entry(key.clone()).or_insert_with(|| {
-            order.push(key);
-            Vec::new()
-        });
-        list.push(value);
+/// element. Serialized straight from the entries (no JSON tree).
+#[derive(Debug)]
+pub struct Streams<'a> {
+    entries: &'a [Entry],
+    categorize: bool,
+}
+
+impl<'a> Streams<'a> {
+    pub fn new(entries: &'a [Entry], categorize: bool) -> Streams<'a> {
+        Streams { entries, categorize }
     }
-    Value::Array(
-        order
-            .into_iter()
-            .map(|k| {
-                let values = streams.remove(&k).unwrap_or_default();
-                json!({"stream": object(&k), "values": values})
-            })
-            .collect(),
-    )
+}
+
+/// Labels of one kind (or all), sorted, as a JSON object.
+struct LabelMap<'a>(Vec<(&'a str, &'a str)>);
+
+impl<'a> LabelMap<'a> {
+    fn of(e: &'a Entry, cat: Option<Cat>) -> LabelMap<'a> {
+        let mut v: Vec<(&str, &str)> = e
+            .labels
+            .iter()
+            .filter(|l| cat.is_none_or(|c| l.cat == c))
+            .map(|l| (l.name.as_str(), l.value.as_str()))
+            .collect();
+        v.sort_unstable();
+        LabelMap(v)
+    }
+}
+
+impl serde::Serialize for LabelMap<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// One value: `["<ns>", "<line>"]`, or with the categorized labels.
+struct Row<'a>(&'a Entry, bool);
+
+impl serde::Serialize for Row<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeTuple};
+        let Row(e, categorize) = *self;
+        let mut t = s.serialize_tuple(if categorize { 3 } else { 2 })?;
+        t.serialize_element(&e.ts.to_string())?;
+        t.serialize_element(&e.line)?;
+        if categorize {
+            struct Extra<'a>(&'a Entry);
+            impl serde::Serialize for Extra<'_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let meta = LabelMap::of(self.0, Some(Cat::Meta));
+                    let parsed = LabelMap::of(self.0, Some(Cat::Parsed));
+                    let mut m = s.serialize_map(None)?;
+                    if !meta.0.is_empty() {
+                        m.serialize_entry("structuredMetadata", &meta)?;
+                    }
+                    if !parsed.0.is_empty() {
+                        m.serialize_entry("parsed", &parsed)?;
+                    }
+                    m.end()
+                }
+            }
+            t.serialize_element(&Extra(e))?;
+        }
+        t.end()
+    }
+}
+
+impl serde::Serialize for Streams<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let cat = self.categorize.then_some(Cat::Stream);
+        let mut keys: Vec<LabelMap<'_>> = Vec::new();
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let key = LabelMap::of(e, cat);
+            match index.get(&key.0) {
+                Some(&k) => members[k].push(i),
+                None => {
+                    index.insert(key.0.clone(), keys.len());
+                    keys.push(key);
+                    members.push(vec![i]);
+                }
+            }
+        }
+        struct Values<'a>(&'a [Entry], &'a [usize], bool);
+        impl serde::Serialize for Values<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.1.iter().map(|&i| Row(&self.0[i], self.2)))
+            }
+        }
+        let mut seq = s.serialize_seq(Some(keys.len()))?;
+        for (key, rows) in keys.iter().zip(&members) {
+            struct Stream<'a>(&'a LabelMap<'a>, Values<'a>);
+            impl serde::Serialize for Stream<'_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let mut m = s.serialize_map(Some(2))?;
+                    m.serialize_entry("stream", self.0)?;
+                    m.serialize_entry("values", &self.1)?;
+                    m.end()
+                }
+            }
+            seq.serialize_element(&Stream(key, Values(self.entries, rows, self.categorize)))?;
+        }
+        seq.end()
+    }
 }
 
 #[cfg(test)]

@@ -269,7 +269,7 @@ pub fn entry(row: &LogRow, ts: u64) -> Entry {
         }
     }
     e.add("service_name".into(), UNKNOWN_SERVICE.into(), Cat::Stream);
-    add_attrs(&mut e, resource, Cat::Meta, |k| index_key(&label_name(k)) == Some(k));
+    add_attrs(&mut e, resource, Cat::Meta, |k| INDEX.iter().any(|(_, key)| *key == k));
     if let Some(s) = &row.scope {
         if !s.name.is_empty() {
             e.add("scope_name".into(), s.name.clone(), Cat::Meta);
