@@ -9,6 +9,7 @@
 //! source, each section read is verified on first read.
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 
 use arrow::array::{Array, BooleanArray, FixedSizeBinaryArray, Int32Array, StringArray, UInt32Array, UInt64Array};
 use arrow::buffer::BooleanBuffer;
@@ -44,9 +45,32 @@ pub enum ScanError {
     NotApplicable { what: &'static str, signal: Signal },
 }
 
+/// How many compiled regexes [`compile_regex`] keeps: dashboards send the
+/// same queries again and again, and compiling costs more than a small
+/// scan.
+const REGEX_CACHE: usize = 256;
+
 /// Compiles a user regex with the linear-time engine and bounded size.
 /// Anchored at both ends, as Prometheus and Loki label matchers are.
+/// Recently compiled patterns are reused.
 pub fn compile_regex(pattern: &str, anchored: bool) -> Result<Regex, ScanError> {
+    type Cache = std::sync::Mutex<HashMap<(String, bool), Regex>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (pattern.to_owned(), anchored);
+    if let Some(re) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(re.clone());
+    }
+    let re = compile_regex_uncached(pattern, anchored)?;
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() >= REGEX_CACHE {
+        c.clear();
+    }
+    c.insert(key, re.clone());
+    Ok(re)
+}
+
+fn compile_regex_uncached(pattern: &str, anchored: bool) -> Result<Regex, ScanError> {
     let bad = |reason: String| ScanError::BadRegex {
         pattern: pattern.chars().take(200).collect(),
         reason,

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::ast::{
     Expr, Grouping, LabelFilter, LineOp, LineValue, LogExpr, MatchOp, MetricExpr, RangeAgg, RangeOp, Stage, VectorOp,
 };
-use super::model::{Cat, Entry, FIELDS, UNKNOWN_SERVICE, entry, index_key, label_name};
+use super::model::{Cat, Entry, FIELDS, INDEX, UNKNOWN_SERVICE, entry, index_key, label_name};
 use super::parse::parse;
 use super::pipeline::{ERROR, ERROR_DETAILS, Pipeline, StrTest};
 use crate::answer::{Answer, Gaps};
@@ -100,14 +100,39 @@ pub(crate) struct Compiled {
 /// can satisfy runs in the scan.
 pub(crate) type Names = HashMap<String, Vec<(AttrScope, String)>>;
 
-/// Whether a query has a matcher the attribute names could push down.
-fn wants_names(log: &LogExpr) -> bool {
+/// The attribute-only label names a query matches on (whose attributes
+/// the scan may test).
+fn wanted_names(log: &LogExpr) -> Vec<&str> {
     let attr_only = |n: &str| index_key(n).is_none() && !FIELDS.contains(&n);
-    log.selector.iter().any(|m| attr_only(&m.name))
-        || log
-            .stages
-            .iter()
-            .any(|s| matches!(s, Stage::LabelFilter(LabelFilter::Str { name, .. }) if attr_only(name)))
+    let mut out: Vec<&str> = log
+        .selector
+        .iter()
+        .map(|m| m.name.as_str())
+        .filter(|n| attr_only(n))
+        .collect();
+    for s in &log.stages {
+        if let Stage::LabelFilter(LabelFilter::Str { name, .. }) = s
+            && attr_only(name)
+        {
+            out.push(name);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Whether attribute `key` gives label `label` (its Loki name), without
+/// allocating.
+fn gives(key: &str, label: &str) -> bool {
+    let mut k = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' });
+    let mut l = label.chars();
+    if (key.is_empty() || key.starts_with(|c: char| c.is_ascii_digit())) && l.next() != Some('_') {
+        return false;
+    }
+    k.by_ref().eq(l)
 }
 
 /// The scan matcher for `name op value`, when the scan can decide it: a
@@ -277,27 +302,30 @@ impl Querier {
         }
     }
 
-    /// The attribute names of the planned blocks by the label name they
-    /// give (read only when the query can use them).
+    /// The attributes of the planned blocks that give the attribute-only
+    /// label names the query matches on, by label name.
     async fn attribute_names(
         &self,
         candidates: &[Candidate],
         log: &LogExpr,
         stats: &Stats,
     ) -> Result<Names, QueryError> {
+        let wanted = wanted_names(log);
         let mut names = Names::new();
-        if !wants_names(log) {
+        if wanted.is_empty() {
             return Ok(names);
         }
         let reads = candidates.iter().map(|c| self.block_sidecars(c, stats));
         for sidecars in futures::future::try_join_all(reads).await? {
             for scope in [AttrScope::Resource, AttrScope::Record] {
                 for key in sidecars.attrs.keys(scope) {
-                    let label = label_name(key);
-                    if scope == AttrScope::Resource && index_key(&label) == Some(key) {
+                    let Some(label) = wanted.iter().find(|l| gives(key, l)) else {
+                        continue;
+                    };
+                    if scope == AttrScope::Resource && INDEX.iter().any(|(_, k)| *k == key) {
                         continue;
                     }
-                    let keys = names.entry(label).or_default();
+                    let keys = names.entry((*label).to_owned()).or_default();
                     if !keys.iter().any(|(s, k)| *s == scope && k == key) {
                         keys.push((scope, key.to_owned()));
                     }
@@ -1063,6 +1091,19 @@ mod tests {
         let mut ranges = Vec::new();
         render(&sum(RangeOp::AvgOverTime), &mut ranges).expect("render");
         assert_eq!(ranges[0].grouping, None);
+    }
+
+    #[test]
+    fn attribute_keys_give_their_loki_names() {
+        assert!(gives("http.method", "http_method"));
+        assert!(gives("http_method", "http_method"));
+        assert!(gives("9lives", "_9lives"));
+        assert!(!gives("http.method", "http_methods"));
+        assert!(!gives("http.methods", "http_method"));
+        assert!(!gives("a-b", "a_c"));
+        for key in ["service.name", "k8s.pod.name", "x/y-z", "7up", "é"] {
+            assert!(gives(key, &label_name(key)), "{key}");
+        }
     }
 
     #[test]
