@@ -315,8 +315,22 @@ impl Querier {
         if wanted.is_empty() {
             return Ok(names);
         }
-        let reads = candidates.iter().map(|c| self.block_sidecars(c, stats));
-        for sidecars in futures::future::try_join_all(reads).await? {
+        // Memoized sidecars are taken as they are; only the others (recent
+        // blocks, published ones not read yet) are awaited.
+        let mut all = Vec::with_capacity(candidates.len());
+        let mut missing = Vec::new();
+        for c in candidates {
+            match &c.src {
+                crate::plan::Src::Published { key } => match self.cache().sidecars.get(key) {
+                    Some(s) => all.push(s),
+                    None => missing.push(c),
+                },
+                crate::plan::Src::Recent(_) => missing.push(c),
+            }
+        }
+        let reads = missing.into_iter().map(|c| self.block_sidecars(c, stats));
+        all.extend(futures::future::try_join_all(reads).await?);
+        for sidecars in all {
             for scope in [AttrScope::Resource, AttrScope::Record] {
                 for key in sidecars.attrs.keys(scope) {
                     let Some(label) = wanted.iter().find(|l| gives(key, l)) else {
