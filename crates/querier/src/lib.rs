@@ -99,6 +99,8 @@ pub struct Querier {
     recent: recent::RecentClients,
     /// "Now" of queries without an end, and which ingester leases are live.
     clock: Clock,
+    /// Which attributes give a Loki label name, per tenant.
+    resolutions: logql::eval::Resolutions,
 }
 
 impl Querier {
@@ -129,6 +131,7 @@ impl Querier {
             recent: recent::RecentClients::default(),
             config,
             clock,
+            resolutions: Default::default(),
         }))
     }
 

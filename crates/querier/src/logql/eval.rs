@@ -100,6 +100,39 @@ pub(crate) struct Compiled {
 /// can satisfy runs in the scan.
 pub(crate) type Names = HashMap<String, Vec<(AttrScope, String)>>;
 
+/// The attributes found to give a label name in a tenant's published
+/// blocks, and which blocks were looked at (published blocks never
+/// change): a query looks only at blocks it has not seen before. The keys
+/// are those of every block seen, a superset of any query's, so a
+/// pushdown decided from them is never wrong (at worst not made).
+#[derive(Debug, Default)]
+pub struct Resolutions {
+    map: std::sync::Mutex<HashMap<(String, String), Resolved>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Resolved {
+    keys: Vec<(AttrScope, String)>,
+    seen: std::collections::HashSet<mira_core::BlockId>,
+}
+
+/// Most (tenant, label) resolutions kept.
+const RESOLUTIONS: usize = 1024;
+
+/// Adds the attributes of `sidecars` that give `label` to `keys`.
+fn add_keys(keys: &mut Vec<(AttrScope, String)>, sidecars: &mira_core::sidecar::Sidecars, label: &str) {
+    for scope in [AttrScope::Resource, AttrScope::Record] {
+        for key in sidecars.attrs.keys(scope) {
+            if !gives(key, label) || (scope == AttrScope::Resource && INDEX.iter().any(|(_, k)| *k == key)) {
+                continue;
+            }
+            if !keys.iter().any(|(s, k)| *s == scope && k == key) {
+                keys.push((scope, key.to_owned()));
+            }
+        }
+    }
+}
+
 /// The attribute-only label names a query matches on (whose attributes
 /// the scan may test).
 fn wanted_names(log: &LogExpr) -> Vec<&str> {
@@ -303,48 +336,54 @@ impl Querier {
     }
 
     /// The attributes of the planned blocks that give the attribute-only
-    /// label names the query matches on, by label name.
+    /// label names the query matches on, by label name (see
+    /// [`Resolutions`]).
     async fn attribute_names(
         &self,
+        tenant: &str,
         candidates: &[Candidate],
         log: &LogExpr,
         stats: &Stats,
     ) -> Result<Names, QueryError> {
-        let wanted = wanted_names(log);
         let mut names = Names::new();
-        if wanted.is_empty() {
-            return Ok(names);
-        }
-        // Memoized sidecars are taken as they are; only the others (recent
-        // blocks, published ones not read yet) are awaited.
-        let mut all = Vec::with_capacity(candidates.len());
-        let mut missing = Vec::new();
-        for c in candidates {
-            match &c.src {
-                crate::plan::Src::Published { key } => match self.cache().sidecars.get(key) {
-                    Some(s) => all.push(s),
-                    None => missing.push(c),
-                },
-                crate::plan::Src::Recent(_) => missing.push(c),
-            }
-        }
-        let reads = missing.into_iter().map(|c| self.block_sidecars(c, stats));
-        all.extend(futures::future::try_join_all(reads).await?);
-        for sidecars in all {
-            for scope in [AttrScope::Resource, AttrScope::Record] {
-                for key in sidecars.attrs.keys(scope) {
-                    let Some(label) = wanted.iter().find(|l| gives(key, l)) else {
-                        continue;
-                    };
-                    if scope == AttrScope::Resource && INDEX.iter().any(|(_, k)| *k == key) {
-                        continue;
-                    }
-                    let keys = names.entry((*label).to_owned()).or_default();
-                    if !keys.iter().any(|(s, k)| *s == scope && k == key) {
-                        keys.push((scope, key.to_owned()));
-                    }
+        for label in wanted_names(log) {
+            let id = (tenant.to_owned(), label.to_owned());
+            let mut r = self
+                .resolutions
+                .map
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&id)
+                .cloned()
+                .unwrap_or_default();
+            let mut fresh = Vec::new();
+            let mut recent = Vec::new();
+            for c in candidates {
+                match &c.src {
+                    crate::plan::Src::Published { .. } if r.seen.contains(&c.id) => {}
+                    crate::plan::Src::Published { .. } => fresh.push(c),
+                    crate::plan::Src::Recent(_) => recent.push(c),
                 }
             }
+            let reads = fresh.iter().map(|c| self.block_sidecars(c, stats));
+            for (c, sidecars) in fresh.iter().zip(futures::future::try_join_all(reads).await?) {
+                add_keys(&mut r.keys, &sidecars, label);
+                r.seen.insert(c.id);
+            }
+            // Recent blocks still grow: looked at every time, not kept.
+            let mut keys = r.keys.clone();
+            let reads = recent.iter().map(|c| self.block_sidecars(c, stats));
+            for sidecars in futures::future::try_join_all(reads).await? {
+                add_keys(&mut keys, &sidecars, label);
+            }
+            if !fresh.is_empty() {
+                let mut map = self.resolutions.map.lock().unwrap_or_else(|e| e.into_inner());
+                if map.len() >= RESOLUTIONS {
+                    map.clear();
+                }
+                map.insert(id, r);
+            }
+            names.insert(label.to_owned(), keys);
         }
         Ok(names)
     }
@@ -436,7 +475,7 @@ impl Querier {
         // recent data once, and the blocks' attribute names come from it.
         self.check_range(start, end)?;
         let plan = self.plan(tenant, Signal::Logs, start, end, stats).await?;
-        let names = self.attribute_names(&plan.candidates, log, stats).await?;
+        let names = self.attribute_names(tenant, &plan.candidates, log, stats).await?;
         let compiled = Arc::new(Compiled::new(log, &names)?);
         let gaps = plan.gaps;
         let mut kept: Vec<Entry> = Vec::new();
@@ -587,7 +626,7 @@ impl Querier {
                 stats,
             )
             .await?;
-        let names = self.attribute_names(&plan.candidates, &r.log, stats).await?;
+        let names = self.attribute_names(tenant, &plan.candidates, &r.log, stats).await?;
         let compiled = Arc::new(Compiled::new(&r.log, &names)?);
         let unwrap = compiled.pipeline.unwraps();
         if needs_unwrap(r.op) && !unwrap {
