@@ -21,6 +21,8 @@ pub enum Error {
     Scan(#[from] crate::scan::ScanError),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    #[error("cannot merge these blocks: {0}")]
+    Merge(String),
 }
 
 impl Error {
@@ -31,7 +33,7 @@ impl Error {
         match self {
             Error::InvalidTenant(_) | Error::InvalidBlockId(_) | Error::InvalidSignal(_) | Error::Scan(_) => true,
             Error::Convert(e) => e.is_invalid_input(),
-            Error::Block(_) | Error::Sidecar(_) | Error::Arrow(_) => false,
+            Error::Block(_) | Error::Sidecar(_) | Error::Arrow(_) | Error::Merge(_) => false,
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod attrs;
 pub mod block;
 pub mod cold;
+pub mod compact;
 pub mod convert;
 pub mod dict;
 pub mod error;
