@@ -323,6 +323,9 @@ def main():
     search_ch = [timed_ch(sess, search_sql) for _ in range(8)][1:]
     tq = [serve.raw("/api/search", pairs[-1][2][1]) for _ in range(8)][1:]
     serve.stop()
+    # The corpus and Mira's data are gigabytes: gone once measured.
+    shutil.rmtree(serve.dir, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     print("# Grafana paths against the native path on the same query (warm medians, interleaved)")
     for name, n, g in grafana:
         print(f"#   {name:<24} native {n:>8.1f}ms  grafana path {g:>8.1f}ms  ratio {g / n:.2f}")
