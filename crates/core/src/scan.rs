@@ -105,6 +105,11 @@ pub enum MatchOp {
 }
 
 impl MatchOp {
+    /// Whether a present value matches.
+    pub fn matches(&self, v: &str) -> bool {
+        self.test(Some(v))
+    }
+
     fn test(&self, v: Option<&str>) -> bool {
         match self {
             MatchOp::Eq(want) => v == Some(want.as_str()),

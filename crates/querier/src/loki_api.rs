@@ -284,11 +284,8 @@ async fn sample(
     end: u64,
     n: usize,
 ) -> Result<Vec<crate::logql::model::Entry>> {
+    // `logql_entries` refuses a metric query itself.
     let selector = selector.unwrap_or("{}");
-    match parse_query(selector)? {
-        Expr::Log(_) => {}
-        Expr::Metric(_) => return Err(bad(format!("{selector:?} is not a log selector"))),
-    }
     Ok(q.logql_entries(tenant, selector, start, end, n.min(q.config.max_limit))
         .await?)
 }
@@ -411,13 +408,18 @@ fn range_ms(start: u64, end: u64) -> u64 {
     ((end - start) / 1_000_000).max(1)
 }
 
-fn first_value(v: &Value) -> f64 {
-    v.get(0)
-        .and_then(|s| s.get("value"))
+/// The value of one vector element (`{"metric":…,"value":[t,"v"]}`).
+fn sample_value(s: &Value) -> f64 {
+    s.get("value")
         .and_then(|v| v.get(1))
         .and_then(|v| v.as_str())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// The value of a vector's first element (0 when empty).
+fn first_value(v: &Value) -> f64 {
+    v.get(0).map_or(0.0, sample_value)
 }
 
 /// `{"streams","chunks","entries","bytes"}` of a selector in the window
@@ -480,7 +482,7 @@ async fn volume(State(q): State<Arc<Querier>>, headers: HeaderMap, Query(params)
     );
     let mut result = over_window(&q, &tenant, expr, end).await?;
     if let Value::Array(items) = &mut result {
-        items.sort_by(|a, b| first_value(&json!([b])).total_cmp(&first_value(&json!([a]))));
+        items.sort_by(|a, b| sample_value(b).total_cmp(&sample_value(a)));
     }
     Ok(success(json!({"resultType": "vector", "result": result})))
 }

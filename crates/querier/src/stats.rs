@@ -89,31 +89,6 @@ impl Stats {
         add(&self.ingesters_asked, 1);
     }
 
-    /// Adds the counters of a sub-query's answer (a query made of several
-    /// scans, such as a LogQL query paging through lines).
-    pub fn absorb(&self, s: &StatsJson) {
-        add(&self.blocks_considered, s.blocks_considered);
-        let p = &s.blocks_pruned;
-        for (rule, n) in [
-            (PruneRule::Time, p.time),
-            (PruneRule::ZoneMap, p.zone_map),
-            (PruneRule::AttrIndex, p.attr_index),
-            (PruneRule::Bloom, p.bloom),
-        ] {
-            add(
-                &self.pruned[PruneRule::ALL.iter().position(|x| *x == rule).unwrap_or(0)],
-                n,
-            );
-        }
-        add(&self.blocks_fetched, s.blocks_fetched);
-        add(&self.sections_verified, s.sections_verified);
-        add(&self.bytes_from_store, s.bytes_from_store);
-        add(&self.bytes_from_cache, s.bytes_from_cache);
-        add(&self.rows_scanned, s.rows_scanned);
-        add(&self.recent_blocks, s.recent_blocks);
-        add(&self.ingesters_asked, s.ingesters_asked);
-    }
-
     pub fn snapshot(&self) -> StatsJson {
         let pruned = |r: PruneRule| get(&self.pruned[PruneRule::ALL.iter().position(|x| *x == r).unwrap_or(0)]);
         StatsJson {

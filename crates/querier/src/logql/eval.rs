@@ -24,7 +24,7 @@ use super::ast::{
 };
 use super::model::{Cat, Entry, FIELDS, INDEX, UNKNOWN_SERVICE, entry, index_key, label_name};
 use super::parse::parse;
-use super::pipeline::{ERROR, ERROR_DETAILS, Pipeline, StrTest};
+use super::pipeline::{ERROR, ERROR_DETAILS, Pipeline, str_test};
 use crate::answer::{Answer, Gaps};
 use crate::logs::{LineKey, LogsQuery};
 use crate::plan::{Candidate, Waves};
@@ -91,7 +91,7 @@ pub(crate) struct Compiled {
     pub matchers: Vec<AttrMatcher>,
     pub lines: Vec<LineFilter>,
     pub trace_id: Option<[u8; 16]>,
-    selector: Vec<(String, StrTest)>,
+    selector: Vec<(String, CoreOp)>,
     pipeline: Pipeline,
 }
 
@@ -172,25 +172,25 @@ fn gives(key: &str, label: &str) -> bool {
 /// stream label's resource attribute, or the one attribute that gives
 /// an attribute-only name (then only for a test that "" fails, as a
 /// line without the attribute reads "").
-fn push_matcher(name: &str, test: &StrTest, names: &Names) -> Option<AttrMatcher> {
+fn push_matcher(name: &str, test: &CoreOp, names: &Names) -> Option<AttrMatcher> {
     if let Some(key) = index_key(name) {
-        if name == "service_name" && test.test(UNKNOWN_SERVICE) {
+        if name == "service_name" && test.matches(UNKNOWN_SERVICE) {
             return None;
         }
         return Some(AttrMatcher {
             scope: AttrScope::Resource,
             key: key.to_owned(),
-            op: core_op(test),
+            op: test.clone(),
         });
     }
-    if FIELDS.contains(&name) || test.test("") {
+    if FIELDS.contains(&name) || test.matches("") {
         return None;
     }
     match names.get(name).map(Vec::as_slice) {
         Some([(scope, key)]) => Some(AttrMatcher {
             scope: *scope,
             key: key.clone(),
-            op: core_op(test),
+            op: test.clone(),
         }),
         _ => None,
     }
@@ -201,7 +201,7 @@ impl Compiled {
         let mut selector = Vec::with_capacity(log.selector.len());
         let mut matchers = Vec::new();
         for m in &log.selector {
-            let test = StrTest::new(m.op, &m.value)?;
+            let test = str_test(m.op, &m.value)?;
             matchers.extend(push_matcher(&m.name, &test, names));
             selector.push((m.name.clone(), test));
         }
@@ -221,7 +221,7 @@ impl Compiled {
                     trace_id = crate::traces::parse_trace_id(value).ok();
                 }
                 Stage::LabelFilter(LabelFilter::Str { name, op, value }) if labels_same => {
-                    matchers.extend(push_matcher(name, &StrTest::new(*op, value)?, names));
+                    matchers.extend(push_matcher(name, &str_test(*op, value)?, names));
                 }
                 Stage::Line(_) | Stage::LabelFilter(_) => {}
                 Stage::LineFormat(_) | Stage::Decolorize | Stage::Unpack => {
@@ -244,20 +244,11 @@ impl Compiled {
     /// None when it is filtered out.
     fn run(&self, row: &LogRow, ts: u64) -> Option<(Entry, Option<f64>)> {
         let mut e = entry(row, ts);
-        if !self.selector.iter().all(|(n, t)| t.test(e.get(n).unwrap_or(""))) {
+        if !self.selector.iter().all(|(n, t)| t.matches(e.get(n).unwrap_or(""))) {
             return None;
         }
         let mut v = None;
         self.pipeline.run(&mut e, &mut v).then_some((e, v))
-    }
-}
-
-fn core_op(t: &StrTest) -> CoreOp {
-    match t {
-        StrTest::Eq(v) => CoreOp::Eq(v.clone()),
-        StrTest::Ne(v) => CoreOp::Ne(v.clone()),
-        StrTest::Re(r) => CoreOp::Re(r.clone()),
-        StrTest::NotRe(r) => CoreOp::NotRe(r.clone()),
     }
 }
 

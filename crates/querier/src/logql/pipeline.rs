@@ -6,7 +6,7 @@
 //! Not evaluated (a 400 naming them): `pattern`, `ip()`, pattern line
 //! filters, and templates beyond field substitution.
 
-use mira_core::scan::compile_regex;
+use mira_core::scan::{MatchOp as Test, compile_regex};
 use regex::Regex;
 
 use super::ast::{
@@ -27,33 +27,15 @@ fn regex(pattern: &str, anchored: bool) -> Result<Regex, QueryError> {
     compile_regex(pattern, anchored).map_err(|e| QueryError::BadRequest(format!("regex {pattern:?}: {e}")))
 }
 
-/// A string matcher (label filters, selector matchers, `drop`/`keep`).
-#[derive(Debug, Clone)]
-pub enum StrTest {
-    Eq(String),
-    Ne(String),
-    Re(Regex),
-    NotRe(Regex),
-}
-
-impl StrTest {
-    pub fn new(op: MatchOp, value: &str) -> Result<StrTest, QueryError> {
-        Ok(match op {
-            MatchOp::Eq => StrTest::Eq(value.to_owned()),
-            MatchOp::Ne => StrTest::Ne(value.to_owned()),
-            MatchOp::Re => StrTest::Re(regex(value, true)?),
-            MatchOp::NotRe => StrTest::NotRe(regex(value, true)?),
-        })
-    }
-
-    pub fn test(&self, v: &str) -> bool {
-        match self {
-            StrTest::Eq(w) => v == w,
-            StrTest::Ne(w) => v != w,
-            StrTest::Re(re) => re.is_match(v),
-            StrTest::NotRe(re) => !re.is_match(v),
-        }
-    }
+/// A string matcher (label filters, selector matchers, `drop`/`keep`):
+/// the scan's own, regexes anchored.
+pub fn str_test(op: MatchOp, value: &str) -> Result<Test, QueryError> {
+    Ok(match op {
+        MatchOp::Eq => Test::Eq(value.to_owned()),
+        MatchOp::Ne => Test::Ne(value.to_owned()),
+        MatchOp::Re => Test::Re(regex(value, true)?),
+        MatchOp::NotRe => Test::NotRe(regex(value, true)?),
+    })
 }
 
 #[derive(Debug)]
@@ -68,7 +50,7 @@ enum LineTest {
 enum Filter {
     And(Box<Filter>, Box<Filter>),
     Or(Box<Filter>, Box<Filter>),
-    Str(String, StrTest),
+    Str(String, Test),
     /// name, op, value, how the label's text is read.
     Num(String, CmpOp, f64, UnwrapConv),
 }
@@ -94,8 +76,8 @@ enum Step {
     LineFormat(Vec<Template>),
     LabelFormat(Vec<(String, Result<String, Vec<Template>>)>),
     Decolorize,
-    Drop(Vec<(String, Option<StrTest>)>),
-    Keep(Vec<(String, Option<StrTest>)>),
+    Drop(Vec<(String, Option<Test>)>),
+    Keep(Vec<(String, Option<Test>)>),
     Unwrap(Unwrap),
 }
 
@@ -251,19 +233,19 @@ impl Pipeline {
     }
 }
 
-fn named(m: &[NamedMatcher]) -> Result<Vec<(String, Option<StrTest>)>, QueryError> {
+fn named(m: &[NamedMatcher]) -> Result<Vec<(String, Option<Test>)>, QueryError> {
     m.iter()
         .map(|m| {
             Ok((
                 m.name.clone(),
-                m.matcher.as_ref().map(|(op, v)| StrTest::new(*op, v)).transpose()?,
+                m.matcher.as_ref().map(|(op, v)| str_test(*op, v)).transpose()?,
             ))
         })
         .collect()
 }
 
-fn named_hit(name: &str, test: &Option<StrTest>, label: &str, value: &str) -> bool {
-    name == label && test.as_ref().is_none_or(|t| t.test(value))
+fn named_hit(name: &str, test: &Option<Test>, label: &str, value: &str) -> bool {
+    name == label && test.as_ref().is_none_or(|t| t.matches(value))
 }
 
 fn line_test(op: LineOp, values: &[LineValue]) -> Result<LineTest, QueryError> {
@@ -298,7 +280,7 @@ fn filter(f: &LabelFilter) -> Result<Filter, QueryError> {
     Ok(match f {
         LabelFilter::And(a, b) => Filter::And(Box::new(filter(a)?), Box::new(filter(b)?)),
         LabelFilter::Or(a, b) => Filter::Or(Box::new(filter(a)?), Box::new(filter(b)?)),
-        LabelFilter::Str { name, op, value } => Filter::Str(name.clone(), StrTest::new(*op, value)?),
+        LabelFilter::Str { name, op, value } => Filter::Str(name.clone(), str_test(*op, value)?),
         LabelFilter::Number { name, op, value } => Filter::Num(name.clone(), *op, *value, UnwrapConv::None),
         LabelFilter::Duration { name, op, seconds } => Filter::Num(name.clone(), *op, *seconds, UnwrapConv::Duration),
         LabelFilter::Bytes { name, op, bytes } => Filter::Num(name.clone(), *op, *bytes, UnwrapConv::Bytes),
@@ -324,7 +306,7 @@ fn filter_ok(f: &Filter, e: &mut Entry) -> bool {
     match f {
         Filter::And(a, b) => filter_ok(a, e) && filter_ok(b, e),
         Filter::Or(a, b) => filter_ok(a, e) || filter_ok(b, e),
-        Filter::Str(name, t) => t.test(e.get(name).unwrap_or("")),
+        Filter::Str(name, t) => t.matches(e.get(name).unwrap_or("")),
         Filter::Num(name, op, want, conv) => {
             let Some(v) = e.get(name) else { return false };
             match convert(v, *conv) {
