@@ -97,6 +97,32 @@ fn open_url(url: &str, options: &[(String, String)], create: bool) -> Result<Sto
     })
 }
 
+/// Part size of multipart uploads (S3's minimum is 5 MiB).
+pub const PART_BYTES: usize = 8 << 20;
+
+/// Writes `bytes` to `path` in one attempt: a single put, or a multipart
+/// upload (parts of [`PART_BYTES`]) when larger than `multipart_above`,
+/// completed only when every part is written (aborted otherwise). Either
+/// way the object appears whole or not at all.
+pub async fn put_whole(
+    store: &dyn ObjectStore,
+    path: &Path,
+    bytes: &bytes::Bytes,
+    multipart_above: usize,
+) -> object_store::Result<()> {
+    use object_store::ObjectStoreExt;
+    if bytes.len() <= multipart_above {
+        return store
+            .put(path, object_store::PutPayload::from(bytes.clone()))
+            .await
+            .map(|_| ());
+    }
+    let upload = store.put_multipart(path).await?;
+    let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+    w.put(bytes.clone());
+    w.finish().await.map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use object_store::ObjectStoreExt;

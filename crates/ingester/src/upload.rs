@@ -33,7 +33,7 @@ use mira_common::retry::Backoff;
 use mira_core::block::path::block_path;
 use mira_core::ids::BlockId;
 use mira_core::tables::write_hot;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::ObjectStore;
 use tokio::sync::{mpsc, watch};
 
 use crate::health::Health;
@@ -348,27 +348,6 @@ fn quarantine(dest: &Destination, g: &Sealed, why: &str) {
     }
 }
 
-/// Part size of multipart uploads (S3's minimum is 5 MiB).
-const PART_BYTES: usize = 8 << 20;
-
-/// One attempt: a single put, or a multipart upload that is completed
-/// only when every part is written (aborted otherwise). Either way the
-/// object appears whole or not at all.
-async fn put_once(
-    store: &dyn ObjectStore,
-    path: &object_store::path::Path,
-    bytes: &bytes::Bytes,
-    multipart_above: usize,
-) -> object_store::Result<()> {
-    if bytes.len() <= multipart_above {
-        return store.put(path, PutPayload::from(bytes.clone())).await.map(|_| ());
-    }
-    let upload = store.put_multipart(path).await?;
-    let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-    w.put(bytes.clone());
-    w.finish().await.map(|_| ())
-}
-
 async fn put_until_written(
     store: &dyn ObjectStore,
     path: &object_store::path::Path,
@@ -377,7 +356,7 @@ async fn put_until_written(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(50), BACKOFF_MAX);
     loop {
-        match put_once(store, path, &bytes, multipart_above).await {
+        match mira_core::store::put_whole(store, path, &bytes, multipart_above).await {
             Ok(_) => return,
             Err(e) => {
                 tracing::warn!(target: "mira::ingester", %path, error = %e, "block upload failed; retrying");
