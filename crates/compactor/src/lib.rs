@@ -1,6 +1,416 @@
 //! `mira-compactor`: rewrites the blocks ingesters publish so the object
-//! count per partition stays bounded and old hours reach the cold tier.
+//! count per partition stays bounded and settled hours reach the cold tier,
+//! and deletes what it replaced once no query can still be reading it.
+//! It depends only on mira-core, mira-common, mira-proto and the catalog
+//! client; every decision is the catalog's to accept (one `ReplaceV2` per
+//! job), so any number of compactors may run against one catalog.
 //!
 //! - [`planner`]: pure; from the catalog's blocks and the time, which
 //!   partitions to merge (hot tiering), rewrite cold, or purge.
+//! - [`view`]: the catalog read each round (blocks of every tenant and
+//!   state, partition leases and their job manifests).
+//! - [`job`]: one rewrite under its partition lease: manifest, fetch and
+//!   verify, merge on the rewrite pool, PUT, Replace, release; takeover
+//!   cleanup after a crashed holder; quarantine of corrupt inputs.
+//! - [`gc`]: deletion after the grace and purge; the orphan sweep.
+//! - [`settings`]: flags and the `[compactor]` table.
+//! - [`metrics`]: `mira_compactor_*`.
+//! - [`server`]: `/metrics`, `/ready`, `/live` and
+//!   `/api/mira/v1/compactor/status`.
+//! - [`error`]: why a job failed, and its outcome label.
+
+pub mod error;
+pub mod gc;
+pub mod job;
+pub mod metrics;
 pub mod planner;
+pub mod server;
+pub mod settings;
+pub mod view;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use mira_catalog::CatalogClient;
+use mira_common::Process;
+use mira_common::clock::Clock;
+use object_store::ObjectStore;
+use serde::Serialize;
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
+
+pub use error::Error;
+use metrics::Metrics;
+use planner::{Job, JobKind, Plan, Rules};
+
+/// What a compactor runs with (built by [`settings::Settings::build`]).
+#[derive(Clone, Debug)]
+pub struct CompactorConfig {
+    /// Lease holder: `{compactor id}/{incarnation}`.
+    pub holder: String,
+    pub jobs: usize,
+    pub threads: usize,
+    pub memory_limit: u64,
+    pub plan_interval: Duration,
+    pub lease_ttl: Duration,
+    pub orphan_grace_ns: i64,
+    pub orphan_sweep_interval: Duration,
+    pub rules: Rules,
+    /// Run until no work is due, then stop.
+    pub once: bool,
+    /// Plan only; write nothing.
+    pub dry_run: bool,
+}
+
+/// Everything a job needs.
+pub struct Ctx {
+    pub config: CompactorConfig,
+    pub store: Arc<dyn ObjectStore>,
+    pub catalog: Arc<CatalogClient>,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    pool: Arc<rayon::ThreadPool>,
+    /// Memory budget in MiB permits.
+    memory: Semaphore,
+    memory_mib: u32,
+    status: Mutex<Status>,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx").field("holder", &self.config.holder).finish()
+    }
+}
+
+/// A reservation of the memory budget, released on drop.
+pub(crate) struct Reservation<'a> {
+    _permit: SemaphorePermit<'a>,
+    bytes: i64,
+    metrics: &'a Metrics,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.metrics.memory_reserved_bytes.dec_by(self.bytes);
+    }
+}
+
+impl Ctx {
+    /// Reserves `bytes` of the memory budget (all of it at most: a job
+    /// larger than the budget runs alone), waiting for running jobs.
+    pub(crate) async fn reserve(&self, bytes: u64) -> Result<Reservation<'_>, Error> {
+        let mib = u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX).clamp(1, self.memory_mib);
+        let permit = self.memory.acquire_many(mib).await.map_err(|_| Error::Stopping)?;
+        let bytes = i64::from(mib) << 20;
+        self.metrics.memory_reserved_bytes.inc_by(bytes);
+        Ok(Reservation {
+            _permit: permit,
+            bytes,
+            metrics: &self.metrics,
+        })
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What `/api/mira/v1/compactor/status` answers.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Status {
+    pub holder: String,
+    pub rounds: u64,
+    pub running: Vec<JobStatus>,
+    /// The last 20 finished jobs, newest last.
+    pub finished: VecDeque<JobStatus>,
+    pub backlog: std::collections::BTreeMap<JobKind, planner::Backlog>,
+    pub quarantined_blocks: u64,
+    pub partitions: u64,
+    pub max_partition_objects: u64,
+    pub last_sweep: Option<gc::SweepReport>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct JobStatus {
+    pub kind: JobKind,
+    pub partition: String,
+    pub inputs: usize,
+    pub input_bytes: u64,
+    pub started_ns: i64,
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+    pub report: Option<job::JobReport>,
+}
+
+/// What one round did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RoundReport {
+    pub jobs_ok: usize,
+    pub jobs_failed: usize,
+    pub purged: usize,
+    /// Jobs due that this round did not start (over `--jobs`).
+    pub jobs_left: usize,
+}
+
+/// A compactor: plans and runs rounds until shut down.
+#[derive(Debug)]
+pub struct Compactor {
+    ctx: Arc<Ctx>,
+    ready: watch::Sender<bool>,
+    last_sweep: Mutex<Option<Instant>>,
+}
+
+impl Compactor {
+    pub fn new(
+        config: CompactorConfig,
+        process: &Process,
+        store: Arc<dyn ObjectStore>,
+        catalog: Arc<CatalogClient>,
+    ) -> Result<Arc<Compactor>, Error> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(config.threads)
+            .thread_name(|i| format!("mira-compact-{i}"))
+            .build()
+            .map_err(|e| Error::Internal(format!("rewrite pool: {e}")))?;
+        let metrics = Arc::new(process.telemetry.register("compactor", Metrics::new));
+        let memory_mib = u32::try_from(config.memory_limit >> 20).unwrap_or(u32::MAX).max(1);
+        let ctx = Arc::new(Ctx {
+            status: Mutex::new(Status {
+                holder: config.holder.clone(),
+                ..Status::default()
+            }),
+            config,
+            store,
+            catalog,
+            clock: process.clock.clone(),
+            metrics,
+            pool: Arc::new(pool),
+            memory: Semaphore::new(memory_mib as usize),
+            memory_mib,
+        });
+        let (ready, _) = watch::channel(false);
+        let compactor = Arc::new(Compactor {
+            ctx,
+            ready,
+            last_sweep: Mutex::new(None),
+        });
+        let ready = compactor.ready.subscribe();
+        process.telemetry.readiness("compactor", move || {
+            if *ready.borrow() {
+                Ok(())
+            } else {
+                Err("no planning round has read the catalog yet".to_owned())
+            }
+        });
+        Ok(compactor)
+    }
+
+    pub fn ctx(&self) -> &Arc<Ctx> {
+        &self.ctx
+    }
+
+    pub fn status(&self) -> Status {
+        self.ctx.status().clone()
+    }
+
+    /// Reads the catalog and plans, without doing anything.
+    pub async fn plan(&self) -> Result<(Plan, view::View), Error> {
+        let view = view::load(&self.ctx).await?;
+        let plan = planner::plan(&view.blocks, &view.leased, self.ctx.clock.now_ns(), &self.ctx.config.rules);
+        self.record_plan(&plan, &view);
+        let _ = self.ready.send(true);
+        Ok((plan, view))
+    }
+
+    fn record_plan(&self, plan: &Plan, view: &view::View) {
+        let m = &self.ctx.metrics;
+        m.plans.inc();
+        for kind in JobKind::ALL {
+            let b = plan.backlog.get(&kind).cloned().unwrap_or_default();
+            let label = Metrics::kind(kind.as_str());
+            m.backlog_partitions
+                .get_or_create(&label)
+                .set(i64::try_from(b.partitions).unwrap_or(i64::MAX));
+            m.backlog_bytes
+                .get_or_create(&label)
+                .set(i64::try_from(b.bytes).unwrap_or(i64::MAX));
+            m.oldest_pending_seconds.get_or_create(&label).set(b.oldest_pending_s);
+        }
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        m.partitions.set(gauge(plan.partitions));
+        m.partition_objects_max.set(gauge(plan.max_partition_objects));
+        m.tombstoned_pending_blocks.set(gauge(plan.tombstoned_pending.0));
+        m.tombstoned_pending_bytes.set(gauge(plan.tombstoned_pending.1));
+        m.quarantined_blocks.set(gauge(plan.quarantined));
+        m.leases_held.set(gauge(view.held as u64));
+        let mut s = self.ctx.status();
+        s.rounds += 1;
+        s.backlog = plan.backlog.clone();
+        s.quarantined_blocks = plan.quarantined;
+        s.partitions = plan.partitions;
+        s.max_partition_objects = plan.max_partition_objects;
+    }
+
+    /// One round: plan, purge what is past the grace, run up to `--jobs`
+    /// due jobs at once, and (every `orphan_sweep_interval`) sweep orphans.
+    pub async fn run_round(&self) -> Result<RoundReport, Error> {
+        let (plan, view) = self.plan().await?;
+        let mut report = RoundReport::default();
+        if self.ctx.config.dry_run {
+            report.jobs_left = plan.jobs.len();
+            return Ok(report);
+        }
+        if !plan.purge.is_empty() {
+            report.purged = gc::purge(&self.ctx, &plan.purge).await?;
+        }
+        let take = plan.jobs.len().min(self.ctx.config.jobs.max(1) * 4);
+        report.jobs_left = plan.jobs.len() - take;
+        let results = plan.jobs.into_iter().take(take).map(|j| {
+            let stale = view.stale_manifests.get(&j.partition.lease_key()).cloned();
+            self.run_job(j, stale)
+        });
+        for ok in limit(results, self.ctx.config.jobs).await {
+            if ok {
+                report.jobs_ok += 1;
+            } else {
+                report.jobs_failed += 1;
+            }
+        }
+        let due = self
+            .last_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|t| t.elapsed() >= self.ctx.config.orphan_sweep_interval);
+        if due {
+            self.sweep().await?;
+        }
+        Ok(report)
+    }
+
+    /// Runs the orphan sweep now.
+    pub async fn sweep(&self) -> Result<gc::SweepReport, Error> {
+        *self.last_sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        let r = gc::sweep_orphans(&self.ctx).await?;
+        self.ctx.status().last_sweep = Some(r.clone());
+        Ok(r)
+    }
+
+    async fn run_job(&self, j: Job, stale: Option<job::Manifest>) -> bool {
+        let ctx = &self.ctx;
+        let kind = j.kind;
+        let mut st = JobStatus {
+            kind,
+            partition: j.partition.to_string(),
+            inputs: j.inputs.len(),
+            input_bytes: j.input_bytes(),
+            started_ns: ctx.clock.now_ns(),
+            outcome: None,
+            error: None,
+            report: None,
+        };
+        ctx.status().running.push(st.clone());
+        let started = Instant::now();
+        let result = job::run(ctx, &j, stale).await;
+        ctx.metrics
+            .job_duration
+            .get_or_create(&Metrics::kind(kind.as_str()))
+            .observe(started.elapsed().as_secs_f64());
+        let ok = result.is_ok();
+        match result {
+            Ok(r) => {
+                tracing::info!(
+                    target: "mira::compactor",
+                    kind = kind.as_str(),
+                    partition = %j.partition,
+                    inputs = r.inputs,
+                    input_bytes = r.input_bytes,
+                    output_bytes = r.output_bytes,
+                    rows = r.rows,
+                    output = %r.output_id,
+                    rewrite_s = r.rewrite_s,
+                    took_s = started.elapsed().as_secs_f64(),
+                    "job done"
+                );
+                ctx.metrics.job_done(kind.as_str(), "ok");
+                st.outcome = Some("ok".to_owned());
+                st.report = Some(r);
+            }
+            Err(e) => {
+                let outcome = e.outcome();
+                if outcome == "conflict" {
+                    tracing::info!(target: "mira::compactor", kind = kind.as_str(), partition = %j.partition, error = %e, "job not committed");
+                } else {
+                    tracing::warn!(target: "mira::compactor", kind = kind.as_str(), partition = %j.partition, error = %e, "job failed");
+                }
+                ctx.metrics.job_done(kind.as_str(), outcome);
+                st.outcome = Some(outcome.to_owned());
+                st.error = Some(e.to_string());
+            }
+        }
+        let mut s = ctx.status();
+        s.running.retain(|r| !(r.partition == st.partition && r.started_ns == st.started_ns));
+        s.finished.push_back(st);
+        while s.finished.len() > 20 {
+            s.finished.pop_front();
+        }
+        ok
+    }
+
+    /// Rounds until one finds nothing due (`--once`), then a final orphan
+    /// sweep. Returns the rounds' totals.
+    pub async fn run_until_idle(&self) -> Result<RoundReport, Error> {
+        let mut total = RoundReport::default();
+        loop {
+            let r = self.run_round().await?;
+            total.jobs_ok += r.jobs_ok;
+            total.jobs_failed += r.jobs_failed;
+            total.purged += r.purged;
+            if self.ctx.config.dry_run || (r.jobs_ok == 0 && r.purged == 0) {
+                total.jobs_left = r.jobs_left;
+                break;
+            }
+        }
+        if !self.ctx.config.dry_run {
+            self.sweep().await?;
+        }
+        Ok(total)
+    }
+
+    /// Runs rounds every `plan_interval` until `stop` turns true; a job in
+    /// flight finishes (or fails) before it returns.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut backoff = mira_common::retry::Backoff::new(Duration::from_secs(1), self.ctx.config.plan_interval);
+        loop {
+            let wait = match self.run_round().await {
+                Ok(r) => {
+                    self.ctx.status().last_error = None;
+                    backoff = mira_common::retry::Backoff::new(Duration::from_secs(1), self.ctx.config.plan_interval);
+                    if r.jobs_left > 0 || r.jobs_ok > 0 {
+                        Duration::ZERO
+                    } else {
+                        self.ctx.config.plan_interval
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(target: "mira::compactor", error = %e, "planning round failed");
+                    self.ctx.status().last_error = Some(e.to_string());
+                    backoff.next_delay()
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+/// Runs `futures` with at most `n` at once, returning their outputs.
+async fn limit<F: std::future::Future>(futures: impl IntoIterator<Item = F>, n: usize) -> Vec<F::Output>
+where
+    F: std::future::Future,
+{
+    use futures::StreamExt;
+    futures::stream::iter(futures).buffer_unordered(n.max(1)).collect().await
+}

@@ -1,7 +1,8 @@
 //! Configuration of every role command, one way: defaults < the TOML file
 //! (`--config`) < `MIRA_*` variables < flags. Each role's settings type
 //! lives in its crate (`mira_catalog::Settings`, `mira_ingester::Settings`,
-//! `mira_querier::settings::Settings`) with its `validate()`; this module
+//! `mira_querier::settings::Settings`, `mira_compactor::settings::Settings`)
+//! with its `validate()`; this module
 //! holds the file's shape ([`FileConfig`]), the flags that override it, the
 //! `[store]` table every role shares, `--check-config`, and the catalog
 //! client.
@@ -32,7 +33,7 @@ pub(crate) use set_given;
 #[derive(Debug, Args)]
 pub struct ConfigFlags {
     /// A TOML file of settings (tables [store], [catalog], [ingester],
-    /// [querier], [serve]); variables and flags override it.
+    /// [querier], [compactor], [serve]); variables and flags override it.
     #[arg(long, env = "MIRA_CONFIG")]
     pub config: Option<PathBuf>,
     /// Parse and validate everything, print the effective configuration as
@@ -75,6 +76,7 @@ pub struct FileConfig {
     pub catalog: mira_catalog::Settings,
     pub ingester: mira_ingester::Settings,
     pub querier: mira_querier::settings::Settings,
+    pub compactor: mira_compactor::settings::Settings,
     pub serve: ServeSettings,
 }
 
@@ -89,6 +91,8 @@ pub struct Effective<'a> {
     pub ingester: Option<&'a mira_ingester::Settings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub querier: Option<&'a mira_querier::settings::Settings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compactor: Option<&'a mira_compactor::settings::Settings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serve: Option<&'a ServeSettings>,
 }

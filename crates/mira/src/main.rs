@@ -1,11 +1,12 @@
 //! The `mira` binary: one subcommand per role. `mira serve` runs every role
-//! in one process; `mira catalog`, `mira ingester` and `mira querier` run
-//! one role each, `mira catalog-admin` manages a running catalog, and
+//! in one process; `mira catalog`, `mira ingester`, `mira querier` and
+//! `mira compactor` run one role each, `mira catalog-admin` manages a running catalog, and
 //! `mira version` prints what this build is and the block format it reads
 //! and writes.
 
 mod block_dump;
 mod catalog;
+mod compactor;
 mod flags;
 mod ingester;
 mod loadgen;
@@ -24,7 +25,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run catalog, ingester and querier in one process (OTLP on 4317/4318, queries on 3100, data in ./data).
+    /// Run catalog, ingester, querier and compactor in one process (OTLP on 4317/4318, queries on 3100, data in ./data).
     Serve(serve::ServeArgs),
     /// Print the version, the block format version and the table schema version.
     Version,
@@ -36,6 +37,8 @@ enum Command {
     Ingester(ingester::IngesterArgs),
     /// Run a querier: the query API over the catalog, object store and ingesters.
     Querier(querier::QuerierArgs),
+    /// Run a compactor: merge small blocks, rewrite settled hours cold, delete replaced blocks after a grace.
+    Compactor(compactor::CompactorArgs),
     /// Send OTLP load (pre-encoded testkit corpus) and report records/s and ack latency.
     Loadgen(loadgen::LoadgenArgs),
     /// Print the records of block files as OTLP/JSON, one line per block.
@@ -109,6 +112,10 @@ fn main() -> anyhow::Result<()> {
         Command::Querier(args) => {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(querier::run(args))?;
+        }
+        Command::Compactor(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(compactor::run(args))?;
         }
         Command::Serve(args) => {
             init_tracing();

@@ -1,9 +1,10 @@
 //! `mira serve`: every role in one process on embedded defaults: a
-//! single-member catalog, an ingester (OTLP on 4317/4318) and a querier
-//! (API on 3100). Every HTTP port answers `/metrics`, `/ready` and `/live`
-//! for the whole process. Ctrl-C stops in order: the query API, then the
-//! ingester (stop accepting, seal and publish open blocks), then the
-//! catalog.
+//! single-member catalog, an ingester (OTLP on 4317/4318), a querier (API
+//! on 3100) and a compactor (no port of its own: its metrics are on the
+//! others'). Every HTTP port answers `/metrics`, `/ready` and `/live` for
+//! the whole process. Ctrl-C stops in order: the query API, the compactor
+//! (a job in flight finishes), then the ingester (stop accepting, seal and
+//! publish open blocks), then the catalog.
 
 use std::net::SocketAddr;
 
@@ -11,6 +12,7 @@ use clap::Args;
 use mira_catalog::{CatalogNode, NodeConfig};
 use mira_common::config::ConfigError;
 
+use crate::compactor::CompactFlags;
 use crate::flags::{ConfigFlags, Effective, FileConfig, StoreFlags, catalog_client};
 use crate::ingester::IngestFlags;
 use crate::querier::QueryFlags;
@@ -28,6 +30,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub query: QueryFlags,
     #[command(flatten)]
+    pub compact: CompactFlags,
+    #[command(flatten)]
     pub config: ConfigFlags,
 }
 
@@ -42,12 +46,15 @@ impl ServeArgs {
         }
         self.ingest.apply(&mut c.ingester);
         self.query.apply(&mut c.querier);
+        self.compact.apply(&mut c.compactor);
         c.ingester.id = "serve".to_owned();
         c.ingester.catalog = c.serve.catalog_listen.to_string();
         c.querier.catalog.clone_from(&c.ingester.catalog);
+        c.compactor.catalog.clone_from(&c.ingester.catalog);
         c.store.validate()?;
         c.ingester.validate()?;
         c.querier.validate()?;
+        c.compactor.validate()?;
         Ok(c)
     }
 }
@@ -59,6 +66,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             store: Some(&c.store),
             ingester: Some(&c.ingester),
             querier: Some(&c.querier),
+            compactor: Some(&c.compactor),
             serve: Some(&c.serve),
             ..Effective::default()
         }
@@ -78,6 +86,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client = catalog_client(&catalog_addr.to_string());
     let ingester =
         crate::ingester::start(&c.ingester, &process, data_dir.clone(), store.clone(), client.clone()).await?;
+    let compactor = mira_compactor::Compactor::new(c.compactor.build()?, &process, store.clone(), client.clone())?;
+    let (stop_compactor, stopped) = tokio::sync::watch::channel(false);
+    let compactor = tokio::spawn(compactor.run(stopped));
     let server = crate::querier::start(c.querier.listen, query_config, &process, store, client).await?;
     tracing::info!(
         target: "mira::serve",
@@ -90,6 +101,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::serve", "stopping: query API, then ingester (seal and publish), then catalog");
     server.shutdown().await;
+    let _ = stop_compactor.send(true);
+    let _ = compactor.await;
     ingester.shutdown().await;
     catalog.shutdown().await;
     Ok(())

@@ -1,0 +1,121 @@
+//! Garbage collection: objects of replaced blocks deleted once the
+//! deletion grace has passed (then the catalog forgets them with `Purge`),
+//! and the orphan sweep: objects under the store that no catalog entry
+//! names, older than the orphan grace (a crashed job's output the next
+//! lease holder never saw, an ingester's upload whose publish was
+//! refused), fenced with `Abandon` and deleted under the partition lease.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use mira_catalog::proto as pb;
+use mira_core::block::path::parse_block_path;
+use mira_core::ids::BlockId;
+use object_store::ObjectStoreExt;
+
+use crate::Ctx;
+use crate::error::Error;
+use crate::job::{self, Manifest};
+use crate::planner::{BlockInfo, Partition};
+
+/// Most ids per Purge command.
+const PURGE_BATCH: usize = 1000;
+
+/// Deletes the objects of `blocks` (tombstoned, past the grace), then
+/// purges them from the catalog. Returns how many were purged.
+pub(crate) async fn purge(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize, Error> {
+    let mut purged = 0;
+    for batch in blocks.chunks(PURGE_BATCH) {
+        for (i, b) in batch.iter().enumerate() {
+            job::delete_object(ctx, &b.object_key, "purge").await?;
+            if i == 0 {
+                job::fault_point("during_delete");
+            }
+        }
+        let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
+        ctx.catalog
+            .write(pb::write_request::Command::Purge(pb::Purge { ids }))
+            .await
+            .map_err(|source| Error::Catalog {
+                what: "purge",
+                partition: "*".to_owned(),
+                source,
+            })?;
+        purged += batch.len();
+    }
+    Ok(purged)
+}
+
+/// What one sweep found.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SweepReport {
+    pub objects: usize,
+    pub orphans_deleted: usize,
+    /// Unknown objects younger than the grace (an upload in flight).
+    pub young_unknown: usize,
+}
+
+/// Lists the whole store and deletes block objects the catalog does not
+/// name that are older than the orphan grace. The catalog is read after
+/// the listing, so a block published meanwhile is known.
+pub(crate) async fn sweep_orphans(ctx: &Arc<Ctx>) -> Result<SweepReport, Error> {
+    let objects: Vec<object_store::ObjectMeta> =
+        ctx.store
+            .list(None)
+            .try_collect()
+            .await
+            .map_err(|source| Error::Store {
+                op: "LIST",
+                key: "/".to_owned(),
+                source,
+            })?;
+    let known: HashSet<BlockId> = crate::view::load(ctx)
+        .await?
+        .blocks
+        .iter()
+        .map(|b| b.id)
+        .collect();
+    let now_ns = ctx.clock.now_ns();
+    let mut report = SweepReport {
+        objects: objects.len(),
+        ..SweepReport::default()
+    };
+    for o in objects {
+        let Ok(loc) = parse_block_path(&o.location) else {
+            continue; // not a block object: not ours to judge
+        };
+        if known.contains(&loc.block_id) {
+            continue;
+        }
+        let modified_ns = o.last_modified.timestamp_nanos_opt().unwrap_or(i64::MAX);
+        if modified_ns.saturating_add(ctx.config.orphan_grace_ns) > now_ns {
+            report.young_unknown += 1;
+            continue;
+        }
+        let partition = Partition {
+            tenant: loc.tenant.as_str().to_owned(),
+            signal: loc.signal.as_str(),
+            start_ns: i64::try_from(loc.hour_start).unwrap_or(i64::MAX),
+        };
+        // Under the lease, so no job of ours is between its PUT and commit.
+        let manifest = Manifest {
+            v: 1,
+            kind: "orphan_sweep".to_owned(),
+            started_ns: now_ns,
+            ..Manifest::default()
+        };
+        let lease = match job::acquire(ctx, &partition, &manifest).await {
+            Ok(l) => l,
+            Err(Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let deleted = job::abandon_output(ctx, &loc.block_id.to_string(), o.location.as_ref(), "sweep").await;
+        job::release(ctx, lease).await;
+        if deleted? {
+            tracing::warn!(target: "mira::compactor", key = %o.location, "orphan object deleted (no catalog entry names it)");
+            report.orphans_deleted += 1;
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,342 @@
+//! The compactor against a real single-member catalog and an in-memory
+//! object store: hot merge, cold rewrite, purge after the grace, takeover
+//! after a crashed holder, the orphan sweep, a corrupt input, and two
+//! compactors at once. Every test checks the outcome that matters: the
+//! live blocks hold exactly the records published, once each.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::TryStreamExt;
+use mira_catalog::proto as pb;
+use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
+use mira_common::Process;
+use mira_common::clock::{Clock, ManualClock};
+use mira_compactor::planner::Rules;
+use mira_compactor::{Compactor, CompactorConfig};
+use mira_core::block::path::block_path;
+use mira_core::block::{Block, VerifyCache};
+use mira_core::convert::{LogsBuilder, SignalBuilder, logs_to_otlp};
+use mira_core::ids::{BlockId, Signal, TenantId};
+use mira_core::tables::{read_tables, write_hot};
+use mira_testkit::corpus::{Cardinality, Corpus};
+use mira_testkit::flatten;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+const H: i64 = 3_600_000_000_000;
+const MIN: i64 = 60_000_000_000;
+
+struct Env {
+    _dir: tempfile::TempDir,
+    node: CatalogNode,
+    catalog: Arc<CatalogClient>,
+    store: Arc<dyn ObjectStore>,
+    clock: Clock,
+    manual: ManualClock,
+    /// Flattened records published, by partition start.
+    sent: BTreeMap<i64, Vec<Vec<u8>>>,
+    corpus: Corpus,
+}
+
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+impl Env {
+    async fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = mira_testkit::net::free_addr();
+        let node = CatalogNode::start(NodeConfig::single(addr, dir.path().join("catalog")), &Process::default())
+            .await
+            .unwrap();
+        node.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+        let catalog = Arc::new(CatalogClient::new(vec![addr.to_string()], ClientConfig::default()));
+        let (clock, manual) = Clock::manual(SystemTime::now());
+        Env {
+            _dir: dir,
+            node,
+            catalog,
+            store: Arc::new(InMemory::new()),
+            clock,
+            manual,
+            sent: BTreeMap::new(),
+            corpus: Corpus::new(7, Cardinality::Low),
+        }
+    }
+
+    /// Publishes `n` blocks of `records` log records each, with record
+    /// times starting `hour_start + 1 min`, created `created_ago` before now.
+    async fn publish(&mut self, tenant: &str, hour_start: i64, n: usize, records: usize, created_ago: i64) -> Vec<pb::Block> {
+        let mut out = Vec::new();
+        let seed = self.sent.values().map(Vec::len).sum::<usize>() as u64;
+        self.corpus = Corpus::starting_at(seed, Cardinality::Low, (hour_start + MIN) as u64);
+        for _ in 0..n {
+            let req = self.corpus.logs(records);
+            let mut b = LogsBuilder::default();
+            b.append(&req).unwrap();
+            let tables = b.finish().unwrap();
+            let id = BlockId::new();
+            let tenant_id = TenantId::new(tenant).unwrap();
+            let bytes = write_hot(&tables, id, tenant_id.clone()).unwrap();
+            let block = Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(8))).unwrap();
+            let meta = block.meta().clone();
+            let key = block_path(&tenant_id, Signal::Logs, meta.min_time, id);
+            self.store.put(&key, PutPayload::from(bytes.clone())).await.unwrap();
+            let record = pb::Block {
+                id: id.to_string(),
+                tenant: tenant.to_owned(),
+                signal: pb::Signal::Logs as i32,
+                min_time_ns: meta.min_time as i64,
+                max_time_ns: meta.max_time as i64,
+                rows: meta.rows,
+                bytes: bytes.len() as u64,
+                level: pb::Level::Hot as i32,
+                object_key: key.to_string(),
+                created_at_ns: self.clock.now_ns() - created_ago,
+                ..Default::default()
+            };
+            self.catalog.publish(vec![record.clone()], None).await.unwrap();
+            self.sent.entry(hour_start).or_default().extend(flatten::logs(&req));
+            out.push(record);
+        }
+        out
+    }
+
+    fn config(&self, holder: &str) -> CompactorConfig {
+        let mut c = mira_compactor::settings::Settings::default().build().unwrap();
+        c.holder = format!("{holder}/{}", BlockId::new());
+        c.rules = Rules {
+            min_block_age_ns: 0,
+            deletion_grace_ns: 10 * MIN,
+            ..Rules::default()
+        };
+        c.threads = 2;
+        c.orphan_grace_ns = H;
+        c
+    }
+
+    fn compactor(&self, holder: &str) -> Arc<Compactor> {
+        let process = Process::new(self.clock.clone());
+        Compactor::new(self.config(holder), &process, self.store.clone(), self.catalog.clone()).unwrap()
+    }
+
+    async fn blocks(&self, state: pb::BlockState) -> Vec<pb::Block> {
+        self.catalog.list_all_blocks(&[state]).await.unwrap()
+    }
+
+    /// Flattened records of every live block, by partition start.
+    async fn live_records(&self) -> BTreeMap<i64, Vec<Vec<u8>>> {
+        let mut out: BTreeMap<i64, Vec<Vec<u8>>> = BTreeMap::new();
+        for b in self.blocks(pb::BlockState::Live).await {
+            let bytes = self.store.get(&Path::from(b.object_key.as_str())).await.unwrap().bytes().await.unwrap();
+            let block = Block::from_bytes(bytes, Arc::new(VerifyCache::new(8))).unwrap();
+            let req = logs_to_otlp(&read_tables(&block, None).unwrap()).unwrap();
+            out.entry(b.partition_start_ns).or_default().extend(flatten::logs(&req));
+        }
+        out
+    }
+
+    async fn assert_exactly_once(&self) {
+        let mut got = self.live_records().await;
+        let mut want = self.sent.clone();
+        for v in got.values_mut().chain(want.values_mut()) {
+            v.sort();
+        }
+        assert_eq!(got.len(), want.len(), "partitions");
+        for (p, w) in &want {
+            let g = &got[p];
+            assert_eq!(g.len(), w.len(), "partition {p}: records live vs sent");
+            assert!(g == w, "partition {p}: the live records differ from those sent");
+        }
+    }
+
+    async fn object_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .store
+            .list(None)
+            .map_ok(|o| o.location.to_string())
+            .try_collect()
+            .await
+            .unwrap();
+        keys.sort();
+        keys
+    }
+
+    fn hour_start(&self, hours_ago: i64) -> i64 {
+        let now = self.clock.now_ns();
+        (now - hours_ago * H).div_euclid(H) * H
+    }
+}
+
+fn count_by_partition(blocks: &[pb::Block]) -> BTreeMap<i64, Vec<&pb::Block>> {
+    let mut m: BTreeMap<i64, Vec<&pb::Block>> = BTreeMap::new();
+    for b in blocks {
+        m.entry(b.partition_start_ns).or_default().push(b);
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merges_rewrites_cold_then_deletes_after_the_grace() {
+    let mut env = Env::new().await;
+    let old = env.hour_start(3);
+    let recent = env.hour_start(0);
+    env.publish("acme", old, 30, 40, 150 * MIN).await;
+    env.publish("acme", recent, 20, 40, 2 * MIN).await;
+    let c = env.compactor("c1");
+    let report = c.run_until_idle().await.unwrap();
+    assert!(report.jobs_ok >= 2, "{report:?}");
+    assert_eq!(report.jobs_failed, 0);
+
+    let live = env.blocks(pb::BlockState::Live).await;
+    let by_part = count_by_partition(&live);
+    assert_eq!(by_part[&old].len(), 1, "the settled hour is one cold block");
+    assert_eq!(by_part[&old][0].level, pb::Level::Cold as i32);
+    assert_eq!(by_part[&recent].len(), 1, "20 tiny recent blocks merge into one hot block");
+    assert_eq!(by_part[&recent][0].level, pb::Level::Hot as i32);
+    env.assert_exactly_once().await;
+
+    // The replaced blocks stay (tombstoned, objects kept) for the grace.
+    let tomb = env.blocks(pb::BlockState::Tombstoned).await;
+    assert_eq!(tomb.len(), 50);
+    assert_eq!(env.object_keys().await.len(), 52);
+    env.manual.advance(Duration::from_secs(11 * 60));
+    let report = c.run_until_idle().await.unwrap();
+    assert_eq!(report.purged, 50);
+    assert!(env.blocks(pb::BlockState::Tombstoned).await.is_empty());
+    let mut live_keys: Vec<String> = live.iter().map(|b| b.object_key.clone()).collect();
+    live_keys.sort();
+    assert_eq!(env.object_keys().await, live_keys, "the bucket holds exactly the live objects");
+    env.assert_exactly_once().await;
+
+    // A retried ingester publish of a purged input cannot bring it back.
+    let again = tomb[0].clone();
+    let refused = env
+        .catalog
+        .publish(vec![pb::Block { state: 0, tombstoned_at_ns: 0, ..again }], None)
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    env.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
+    let mut env = Env::new().await;
+    let recent = env.hour_start(0);
+    let inputs = env.publish("acme", recent, 10, 20, 2 * MIN).await;
+    // A compactor died after writing its manifest and its output.
+    let dead_id = BlockId::new();
+    let dead_key = block_path(
+        &TenantId::new("acme").unwrap(),
+        Signal::Logs,
+        inputs[0].min_time_ns as u64,
+        dead_id,
+    );
+    env.store.put(&dead_key, PutPayload::from_static(b"half a merge")).await.unwrap();
+    let manifest = format!(
+        r#"{{"v":1,"kind":"merge","started_ns":1,"inputs":10,"outputs":[{{"id":"{dead_id}","key":"{dead_key}"}}]}}"#
+    );
+    let key = format!("part/acme/logs/{recent}");
+    env.catalog
+        .acquire_lease(&key, "dead/1", env.clock.now_ns(), 5_000, Some(manifest))
+        .await
+        .unwrap();
+    // An ingester's upload whose publish never happened.
+    let orphan_id = BlockId::new();
+    let orphan_key = block_path(&TenantId::new("acme").unwrap(), Signal::Logs, inputs[0].min_time_ns as u64, orphan_id);
+    env.store.put(&orphan_key, PutPayload::from_static(b"never published")).await.unwrap();
+
+    let c = env.compactor("c1");
+    // While the dead holder's lease runs, its partition is left alone.
+    let (plan, _) = c.plan().await.unwrap();
+    assert!(plan.jobs.is_empty());
+    assert_eq!(plan.leased_elsewhere, 1);
+    env.manual.advance(Duration::from_secs(10));
+    c.run_until_idle().await.unwrap();
+    let keys = env.object_keys().await;
+    assert!(!keys.contains(&dead_key.to_string()), "the dead holder's output is deleted");
+    assert!(keys.contains(&orphan_key.to_string()), "a young unknown object is kept");
+    // The fenced id can never be committed.
+    let late = pb::Block {
+        id: dead_id.to_string(),
+        object_key: dead_key.to_string(),
+        ..inputs[0].clone()
+    };
+    assert!(env.catalog.publish(vec![late], None).await.is_err());
+    env.assert_exactly_once().await;
+
+    env.manual.advance(Duration::from_secs(2 * 3600));
+    let swept = c.sweep().await.unwrap();
+    assert_eq!(swept.orphans_deleted, 1);
+    assert!(!env.object_keys().await.contains(&orphan_key.to_string()));
+    env.assert_exactly_once().await;
+    env.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_input_is_quarantined_and_other_partitions_go_on() {
+    let mut env = Env::new().await;
+    let a = env.hour_start(0);
+    let b = env.hour_start(1);
+    let in_a = env.publish("acme", a, 8, 20, 2 * MIN).await;
+    env.publish("acme", b, 8, 20, 2 * MIN).await;
+    // Flip a byte inside the first section of one block of partition a.
+    let victim = &in_a[3];
+    let path = Path::from(victim.object_key.as_str());
+    let original = env.store.get(&path).await.unwrap().bytes().await.unwrap();
+    let first = Block::from_bytes(original.clone(), Arc::new(VerifyCache::new(8))).unwrap().manifest().sections[0].clone();
+    let mut bytes = original.to_vec();
+    bytes[first.offset as usize + first.length as usize / 2] ^= 0xff;
+    env.store.put(&path, PutPayload::from(bytes)).await.unwrap();
+
+    let c = env.compactor("c1");
+    c.run_until_idle().await.unwrap();
+    let live = env.blocks(pb::BlockState::Live).await;
+    let quarantined: Vec<&pb::Block> = live.iter().filter(|x| !x.no_compact_reason.is_empty()).collect();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].id, victim.id);
+    assert!(quarantined[0].no_compact_reason.contains("crc") || quarantined[0].no_compact_reason.contains("CRC"), "{}", quarantined[0].no_compact_reason);
+    let by_part = count_by_partition(&live);
+    assert_eq!(by_part[&b].len(), 1, "the healthy partition merged");
+    assert_eq!(by_part[&a].len(), 2, "the other 7 merged; the corrupt block stays live, apart");
+    let rows: u64 = by_part[&a].iter().map(|x| x.rows).sum();
+    assert_eq!(rows, in_a.iter().map(|x| x.rows).sum::<u64>());
+    let metrics = c.status();
+    assert_eq!(metrics.quarantined_blocks, 1);
+    env.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_compactors_at_once_never_both_commit() {
+    let mut env = Env::new().await;
+    for h in 0..4 {
+        let start = env.hour_start(h);
+        env.publish("acme", start, 12, 10, if h >= 2 { 150 * MIN } else { 2 * MIN }).await;
+        env.publish("other", start, 9, 10, if h >= 2 { 150 * MIN } else { 2 * MIN }).await;
+    }
+    let (c1, c2) = (env.compactor("c1"), env.compactor("c2"));
+    let (r1, r2) = tokio::join!(c1.run_until_idle(), c2.run_until_idle());
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert!(r1.jobs_ok + r2.jobs_ok >= 8, "{r1:?} {r2:?}");
+    let live = env.blocks(pb::BlockState::Live).await;
+    // One object per (tenant, partition) at rest.
+    let mut per: BTreeMap<(String, i64), usize> = BTreeMap::new();
+    for b in &live {
+        *per.entry((b.tenant.clone(), b.partition_start_ns)).or_default() += 1;
+    }
+    assert!(per.values().all(|n| *n == 1), "{per:?}");
+    // Every input was tombstoned by exactly one commit: the rows add up.
+    let tomb = env.blocks(pb::BlockState::Tombstoned).await;
+    assert_eq!(tomb.len(), 4 * 21);
+    let mut sent = env.sent.clone();
+    let mut got = env.live_records().await;
+    for v in sent.values_mut().chain(got.values_mut()) {
+        v.sort();
+    }
+    assert_eq!(got, sent);
+    env.node.shutdown().await;
+}

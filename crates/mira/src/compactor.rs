@@ -1,0 +1,253 @@
+//! `mira compactor`: merges small blocks, rewrites settled hours cold,
+//! deletes replaced blocks after the grace and sweeps orphans. `--once`
+//! runs until nothing is due and exits; `--dry-run` prints the plan as a
+//! table and writes nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Args;
+use mira_catalog::CatalogClient;
+use mira_common::Process;
+use mira_common::config::{ByteSize, ConfigError, Duration};
+use mira_compactor::planner::Plan;
+use mira_compactor::server::CompactorServer;
+use mira_compactor::settings::Settings;
+use mira_compactor::{Compactor, CompactorConfig};
+
+use crate::flags::{ConfigFlags, Effective, StoreFlags, StoreSettings, catalog_client, set_given};
+
+/// Flags of `mira compactor`.
+#[derive(Debug, Args)]
+pub struct CompactorArgs {
+    /// Catalog members, comma separated host:port [default: 127.0.0.1:7400].
+    #[arg(long, env = "MIRA_CATALOG")]
+    pub catalog: Option<String>,
+    #[command(flatten)]
+    pub store: StoreFlags,
+    #[command(flatten)]
+    pub compact: CompactFlags,
+    /// Run until no work is due (after a final orphan sweep), then exit 0.
+    #[arg(long)]
+    pub once: bool,
+    /// Print the plan as a table and exit; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub config: ConfigFlags,
+}
+
+/// How compaction runs (shared by `mira compactor` and `mira serve`);
+/// defaults are [`Settings::default`]'s.
+#[derive(Debug, Args)]
+pub struct CompactFlags {
+    /// HTTP listen address: /metrics, /ready, /live, status [default: 0.0.0.0:7600].
+    #[arg(long = "compactor-listen", env = "MIRA_COMPACTOR_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Lease holder name [default: the host name].
+    #[arg(long, env = "MIRA_COMPACTOR_ID")]
+    pub compactor_id: Option<String>,
+    /// Leased jobs at once [default: 2].
+    #[arg(long = "compactor-jobs", env = "MIRA_COMPACTOR_JOBS")]
+    pub jobs: Option<usize>,
+    /// Threads merging and encoding [default: the number of cores].
+    #[arg(long = "compactor-threads", env = "MIRA_COMPACTOR_THREADS")]
+    pub threads: Option<usize>,
+    /// Memory reserved across running jobs [default: 2GiB].
+    #[arg(long, env = "MIRA_COMPACTOR_MEMORY_LIMIT")]
+    pub memory_limit: Option<ByteSize>,
+    /// How often to plan [default: 30s].
+    #[arg(long, env = "MIRA_PLAN_INTERVAL")]
+    pub plan_interval: Option<Duration>,
+    /// Partition lease time to live [default: 60s].
+    #[arg(long, env = "MIRA_LEASE_TTL")]
+    pub lease_ttl: Option<Duration>,
+    /// Hot merges ignore blocks younger than this [default: 60s].
+    #[arg(long, env = "MIRA_MIN_BLOCK_AGE")]
+    pub min_block_age: Option<Duration>,
+    /// Fewest blocks of one size level merged together [default: 8].
+    #[arg(long, env = "MIRA_MERGE_FACTOR")]
+    pub merge_factor: Option<usize>,
+    /// Most input blocks of one job [default: 1000].
+    #[arg(long, env = "MIRA_MAX_INPUTS")]
+    pub max_inputs: Option<usize>,
+    /// Hot blocks at least this big wait for the cold rewrite [default: 32MiB].
+    #[arg(long, env = "MIRA_MATURE_HOT_BYTES")]
+    pub mature_hot_bytes: Option<ByteSize>,
+    /// Largest hot merge output [default: 128MiB].
+    #[arg(long, env = "MIRA_TARGET_HOT_BYTES")]
+    pub target_hot_bytes: Option<ByteSize>,
+    /// Cold output aimed at [default: 64MiB].
+    #[arg(long, env = "MIRA_TARGET_COLD_BYTES")]
+    pub target_cold_bytes: Option<ByteSize>,
+    /// Most hot-equivalent input of one job [default: 1GiB].
+    #[arg(long, env = "MIRA_MAX_JOB_BYTES")]
+    pub max_job_bytes: Option<ByteSize>,
+    /// An hour is rewritten cold this long after it ends [default: 1h].
+    #[arg(long, env = "MIRA_COLD_AFTER")]
+    pub cold_after: Option<Duration>,
+    /// ...once nothing was published into it for this long [default: 10m].
+    #[arg(long, env = "MIRA_SETTLE")]
+    pub settle: Option<Duration>,
+    /// Replaced objects are deleted this long after the swap [default: 1h].
+    #[arg(long, env = "MIRA_DELETION_GRACE")]
+    pub deletion_grace: Option<Duration>,
+    /// Unreferenced objects older than this are deleted [default: 24h].
+    #[arg(long, env = "MIRA_ORPHAN_GRACE")]
+    pub orphan_grace: Option<Duration>,
+    /// How often the orphan sweep lists the store [default: 24h].
+    #[arg(long, env = "MIRA_ORPHAN_SWEEP_INTERVAL")]
+    pub orphan_sweep_interval: Option<Duration>,
+}
+
+impl CompactFlags {
+    /// Overrides `s` with every flag (or variable) given.
+    pub fn apply(&self, s: &mut Settings) {
+        set_given!(
+            self,
+            s,
+            listen,
+            jobs,
+            memory_limit,
+            plan_interval,
+            lease_ttl,
+            min_block_age,
+            merge_factor,
+            max_inputs,
+            mature_hot_bytes,
+            target_hot_bytes,
+            target_cold_bytes,
+            max_job_bytes,
+            cold_after,
+            settle,
+            deletion_grace,
+            orphan_grace,
+            orphan_sweep_interval,
+        );
+        if self.compactor_id.is_some() {
+            s.compactor_id.clone_from(&self.compactor_id);
+        }
+        if self.threads.is_some() {
+            s.threads = self.threads;
+        }
+    }
+}
+
+impl CompactorArgs {
+    /// The effective store and compactor settings, validated.
+    pub fn settings(&self) -> Result<(StoreSettings, Settings), ConfigError> {
+        let file = self.config.load()?;
+        let (mut store, mut s) = (file.store, file.compactor);
+        self.store.apply(&mut store)?;
+        set_given!(self, s, catalog);
+        self.compact.apply(&mut s);
+        store.validate()?;
+        s.validate()?;
+        Ok((store, s))
+    }
+}
+
+/// Starts a compactor loop and its HTTP server.
+pub async fn start(
+    settings: &Settings,
+    config: CompactorConfig,
+    process: &Process,
+    store: Arc<dyn object_store::ObjectStore>,
+    catalog: Arc<CatalogClient>,
+) -> anyhow::Result<Running> {
+    let compactor = Compactor::new(config, process, store, catalog)?;
+    let server = CompactorServer::start(compactor.clone(), settings.listen, process).await?;
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(compactor.run(rx));
+    tracing::info!(target: "mira::compactor", addr = %server.addr(), "compactor ready");
+    Ok(Running { server, stop, task })
+}
+
+/// A compactor running in this process.
+#[derive(Debug)]
+pub struct Running {
+    server: CompactorServer,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// Stops planning (a job in flight finishes or fails first), then the
+    /// HTTP server.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        self.server.shutdown().await;
+    }
+}
+
+/// The plan as a table (`--dry-run`).
+fn print_plan(plan: &Plan) {
+    println!(
+        "{:<6} {:<40} {:>7} {:>12} {:>12}",
+        "KIND", "PARTITION", "INPUTS", "BYTES", "ROWS"
+    );
+    for j in &plan.jobs {
+        println!(
+            "{:<6} {:<40} {:>7} {:>12} {:>12}",
+            j.kind.as_str(),
+            j.partition.to_string(),
+            j.inputs.len(),
+            j.input_bytes(),
+            j.input_rows()
+        );
+    }
+    let purge_bytes: u64 = plan.purge.iter().map(|b| b.bytes).sum();
+    println!(
+        "{} jobs; {} blocks past the deletion grace ({} bytes); {} partitions, at most {} objects in one; {} leased elsewhere; {} quarantined",
+        plan.jobs.len(),
+        plan.purge.len(),
+        purge_bytes,
+        plan.partitions,
+        plan.max_partition_objects,
+        plan.leased_elsewhere,
+        plan.quarantined
+    );
+}
+
+pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
+    let (store_settings, settings) = args.settings()?;
+    if args.config.check_config {
+        Effective {
+            store: Some(&store_settings),
+            compactor: Some(&settings),
+            ..Effective::default()
+        }
+        .print();
+        return Ok(());
+    }
+    let process = crate::process()?;
+    let (_, store) = store_settings.open()?;
+    let mut config = settings.build()?;
+    config.once = args.once;
+    config.dry_run = args.dry_run;
+    let catalog = catalog_client(&settings.catalog);
+    if args.dry_run {
+        let compactor = Compactor::new(config, &process, store, catalog)?;
+        let (plan, _) = compactor.plan().await?;
+        print_plan(&plan);
+        return Ok(());
+    }
+    if args.once {
+        let compactor = Compactor::new(config, &process, store, catalog)?;
+        let server = CompactorServer::start(compactor.clone(), settings.listen, &process).await?;
+        let report = compactor.run_until_idle().await?;
+        println!("{}", serde_json::to_string(&report)?);
+        server.shutdown().await;
+        return Ok(());
+    }
+    let running = start(&settings, config, &process, store, catalog).await?;
+    crate::shutdown_signal().await;
+    tracing::info!(target: "mira::compactor", "stopping");
+    running.shutdown().await;
+    Ok(())
+}
