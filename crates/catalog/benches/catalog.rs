@@ -57,6 +57,7 @@ fn record(seq: u64, tenant: &str, min: i64) -> BlockRecord {
         object_key: key.to_string(),
         created_at_ns: min + 300_000_000_000,
         state: BlockState::Live,
+        no_compact: None,
     }
 }
 
@@ -277,6 +278,7 @@ async fn bench_list_grpc() {
                 max_time_ns: day_start + DAY - 1,
                 states: vec![],
                 linearizable: false,
+                ..Default::default()
             })
             .await
             .expect("list")

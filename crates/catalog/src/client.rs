@@ -23,6 +23,14 @@ use crate::error::ClientError;
 use crate::network::endpoint_url;
 use crate::service::LEADER_HEADER;
 
+/// The lease a lease command's reply carries.
+fn lease_of(reply: pb::WriteReply) -> Result<pb::Lease, ClientError> {
+    reply.lease.ok_or_else(|| ClientError::Unavailable {
+        attempts: 1,
+        last: "the catalog answered a lease command without the lease".to_owned(),
+    })
+}
+
 /// A watch with no event for this long reconnects elsewhere.
 const WATCH_IDLE: Duration = Duration::from_secs(5);
 
@@ -252,6 +260,95 @@ impl CatalogClient {
         Ok(self.write(Command::Replace(replace)).await?.version)
     }
 
+    /// The compactor's swap under its lease (rules in `proto/catalog.proto`
+    /// and docs/api.md); returns the version. A retry of an applied
+    /// ReplaceV2 succeeds without change.
+    pub async fn replace_v2(&self, replace: pb::ReplaceV2) -> Result<u64, ClientError> {
+        Ok(self.write(Command::ReplaceV2(replace)).await?.version)
+    }
+
+    /// Fences ids the catalog does not hold, so a late publish or replace
+    /// of them is refused; rejected (FAILED_PRECONDITION) when one is held.
+    pub async fn abandon(&self, ids: Vec<String>) -> Result<u64, ClientError> {
+        Ok(self.write(Command::Abandon(pb::Abandon { ids })).await?.version)
+    }
+
+    /// Quarantines blocks from compaction (they stay queryable).
+    pub async fn mark_no_compact(&self, ids: Vec<String>, reason: &str) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::MarkNoCompact(pb::MarkNoCompact {
+                ids,
+                reason: reason.to_owned(),
+            }))
+            .await?
+            .version)
+    }
+
+    /// Lifts the quarantine of blocks.
+    pub async fn clear_no_compact(&self, ids: Vec<String>) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::ClearNoCompact(pb::ClearNoCompact { ids }))
+            .await?
+            .version)
+    }
+
+    /// Takes the lease `key` for `ttl_ms` from `now_ns` unless another
+    /// holder's is unexpired. `job`: `Some` sets the manifest, `None` keeps
+    /// this holder's own. Returns the lease as it now stands.
+    pub async fn acquire_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ns: i64,
+        ttl_ms: i64,
+        job: Option<String>,
+    ) -> Result<pb::Lease, ClientError> {
+        let reply = self
+            .write(Command::AcquireLease(pb::AcquireLease {
+                key: key.to_owned(),
+                holder: holder.to_owned(),
+                now_ns,
+                ttl_ms,
+                job,
+            }))
+            .await?;
+        lease_of(reply)
+    }
+
+    /// Extends this holder's unexpired lease; `job` as in
+    /// [`Self::acquire_lease`].
+    pub async fn renew_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ns: i64,
+        ttl_ms: i64,
+        job: Option<String>,
+    ) -> Result<pb::Lease, ClientError> {
+        let reply = self
+            .write(Command::RenewLease(pb::RenewLease {
+                key: key.to_owned(),
+                holder: holder.to_owned(),
+                now_ns,
+                ttl_ms,
+                job,
+            }))
+            .await?;
+        lease_of(reply)
+    }
+
+    /// Releases the lease (and its job); releasing a lease not held is a
+    /// no-op, one held by another holder is rejected.
+    pub async fn release_lease(&self, key: &str, holder: &str) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::ReleaseLease(pb::ReleaseLease {
+                key: key.to_owned(),
+                holder: holder.to_owned(),
+            }))
+            .await?
+            .version)
+    }
+
     pub async fn heartbeat(
         &self,
         ingester_id: &str,
@@ -276,6 +373,31 @@ impl CatalogClient {
             async move { c.list_blocks(req).await }
         })
         .await
+    }
+
+    /// Every block of every tenant and signal whose state is in `states`
+    /// (empty: live), paging through the catalog. Each page is read at
+    /// one version; a block that exists for the whole listing is returned
+    /// exactly once, in its state when its page was read.
+    pub async fn list_all_blocks(&self, states: &[pb::BlockState]) -> Result<Vec<pb::Block>, ClientError> {
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let reply = self
+                .list_blocks(pb::ListBlocksRequest {
+                    min_time_ns: 0,
+                    max_time_ns: i64::MAX,
+                    states: states.iter().map(|s| *s as i32).collect(),
+                    page_token,
+                    ..Default::default()
+                })
+                .await?;
+            out.extend(reply.blocks);
+            if reply.next_page_token.is_empty() {
+                return Ok(out);
+            }
+            page_token = reply.next_page_token;
+        }
     }
 
     pub async fn get_watermarks(&self, req: pb::GetWatermarksRequest) -> Result<pb::GetWatermarksReply, ClientError> {

@@ -23,6 +23,10 @@ pub const MAX_POLICY_BYTES: usize = 64 * 1024;
 pub const MAX_NAME_LEN: usize = 512;
 /// Longest lease.
 pub const MAX_TTL_MS: i64 = 24 * 3600 * 1000;
+/// Largest lease job manifest, bytes.
+pub const MAX_JOB_BYTES: usize = 16 * 1024;
+/// Longest quarantine reason, bytes.
+pub const MAX_REASON_LEN: usize = 1024;
 const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -88,9 +92,21 @@ pub struct BlockRecord {
     pub object_key: String,
     pub created_at_ns: i64,
     pub state: BlockState,
+    /// Why the block is quarantined from compaction
+    /// ([`Command::MarkNoCompact`]). Not part of the record's persisted
+    /// form (so never in a log entry): a snapshot keeps the marks beside
+    /// the blocks (`StateImage::no_compact`).
+    #[serde(skip)]
+    pub no_compact: Option<String>,
 }
 
 impl BlockRecord {
+    /// The partition the block belongs to: (tenant, signal, hour start).
+    pub fn partition(&self) -> (&TenantId, Signal, i64) {
+        (&self.tenant, self.signal, self.partition_start_ns)
+    }
+
+
     /// Same block as published (everything but the lifecycle state), so a
     /// retried publish is recognised after a compaction tombstoned it.
     pub fn same_publish(&self, other: &BlockRecord) -> bool {
@@ -127,6 +143,30 @@ pub struct Lease {
     pub key: String,
     pub holder: String,
     pub expires_at_ns: i64,
+    /// The holder's job manifest, opaque to the catalog; empty: none.
+    pub job: String,
+}
+
+/// Why a [`Command::ReplaceV2`] rewrote its blocks. Persisted in the Raft
+/// log: variants are only ever appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplaceReason {
+    /// Hot blocks merged into a larger hot block.
+    Merge,
+    /// A partition rewritten into cold blocks.
+    Cold,
+    /// Rows past their retention removed; the only reason that drops rows.
+    RetentionRewrite,
+}
+
+impl ReplaceReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplaceReason::Merge => "merge",
+            ReplaceReason::Cold => "cold",
+            ReplaceReason::RetentionRewrite => "retention_rewrite",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -227,6 +267,55 @@ pub enum Command {
         watermark: Option<Watermark>,
         txn: Option<u128>,
     },
+    /// The compactor's swap (see [`Command::validate`] and
+    /// `State::apply`): like `Replace`, plus a required lease, one
+    /// partition, conserved rows, never-seen outputs and unquarantined
+    /// inputs.
+    ReplaceV2 {
+        add: Vec<BlockRecord>,
+        #[serde(with = "stored::block_ids")]
+        tombstone: Vec<BlockId>,
+        now_ns: i64,
+        lease_key: String,
+        lease_holder: String,
+        reason: ReplaceReason,
+        /// Rows of `tombstone` not carried into `add` (retention only).
+        dropped_rows: u64,
+    },
+    /// Fences ids the catalog does not hold into the purged set, so a late
+    /// publish or replace of them is refused.
+    Abandon {
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
+    },
+    /// Quarantines blocks from compaction; they stay queryable.
+    MarkNoCompact {
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
+        reason: String,
+    },
+    /// Lifts a quarantine.
+    ClearNoCompact {
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
+    },
+    /// `AcquireLease` with a job manifest: `Some` sets it, `None` keeps the
+    /// holder's own; also prunes leases expired for over an hour.
+    AcquireLeaseJob {
+        key: String,
+        holder: String,
+        now_ns: i64,
+        ttl_ms: i64,
+        job: Option<String>,
+    },
+    /// `RenewLease` with a job manifest: `Some` replaces it, `None` keeps it.
+    RenewLeaseJob {
+        key: String,
+        holder: String,
+        now_ns: i64,
+        ttl_ms: i64,
+        job: Option<String>,
+    },
 }
 
 impl Command {
@@ -248,6 +337,12 @@ impl Command {
             Command::Fence { .. } => "fence",
             Command::Stage { .. } => "stage",
             Command::FencedPublish { .. } => "fenced_publish",
+            Command::ReplaceV2 { .. } => "replace_v2",
+            Command::Abandon { .. } => "abandon",
+            Command::MarkNoCompact { .. } => "mark_no_compact",
+            Command::ClearNoCompact { .. } => "clear_no_compact",
+            Command::AcquireLeaseJob { .. } => "acquire_lease",
+            Command::RenewLeaseJob { .. } => "renew_lease",
         }
     }
 
@@ -275,28 +370,69 @@ impl Command {
                 now_ns,
                 lease,
             } => {
-                check_count("add", add.len())?;
-                check_count("tombstone", tombstone.len())?;
-                if add.is_empty() && tombstone.is_empty() {
-                    return Err(CommandError::invalid("replace", "nothing to add or tombstone"));
-                }
-                check_distinct("add", add.iter().map(|b| b.id))?;
-                check_distinct("tombstone", tombstone.iter().copied())?;
-                if let Some(b) = add.iter().find(|b| tombstone.contains(&b.id)) {
-                    return Err(CommandError::invalid(
-                        "replace",
-                        format!("block {} is both added and tombstoned", b.id),
-                    ));
-                }
-                for b in add {
-                    validate_block(b)?;
-                }
-                check_time("now_ns", *now_ns)?;
+                validate_replace(add, tombstone, *now_ns)?;
                 if let Some((key, holder)) = lease {
                     check_name("lease_key", key)?;
                     check_name("lease_holder", holder)?;
                 }
                 Ok(())
+            }
+            Command::ReplaceV2 {
+                add,
+                tombstone,
+                now_ns,
+                lease_key,
+                lease_holder,
+                reason,
+                dropped_rows,
+            } => {
+                validate_replace(add, tombstone, *now_ns)?;
+                check_name("lease_key", lease_key)?;
+                check_name("lease_holder", lease_holder)?;
+                nonempty("tombstone", tombstone.len())?;
+                // Everything dropped is a tombstone, not a replace.
+                nonempty("add", add.len())?;
+                if *dropped_rows != 0 && *reason != ReplaceReason::RetentionRewrite {
+                    return Err(CommandError::invalid(
+                        "dropped_rows",
+                        format!(
+                            "{dropped_rows} rows dropped by a {} replace; only a retention rewrite drops rows",
+                            reason.as_str()
+                        ),
+                    ));
+                }
+                check_one_partition("add", add.iter())
+            }
+            Command::Abandon { ids } | Command::ClearNoCompact { ids } => check_ids("ids", ids),
+            Command::MarkNoCompact { ids, reason } => {
+                check_ids("ids", ids)?;
+                check_text("reason", reason, MAX_REASON_LEN)
+            }
+            Command::AcquireLeaseJob {
+                key,
+                holder,
+                now_ns,
+                ttl_ms,
+                job,
+            }
+            | Command::RenewLeaseJob {
+                key,
+                holder,
+                now_ns,
+                ttl_ms,
+                job,
+            } => {
+                check_name("key", key)?;
+                check_name("holder", holder)?;
+                check_time("now_ns", *now_ns)?;
+                check_ttl(*now_ns, *ttl_ms, false)?;
+                match job {
+                    Some(j) if j.len() > MAX_JOB_BYTES => Err(CommandError::invalid(
+                        "job",
+                        format!("{} bytes, at most {MAX_JOB_BYTES}", j.len()),
+                    )),
+                    _ => Ok(()),
+                }
             }
             Command::Tombstone { ids, now_ns } => {
                 check_count("ids", ids.len())?;
@@ -304,11 +440,7 @@ impl Command {
                 check_distinct("ids", ids.iter().copied())?;
                 check_time("now_ns", *now_ns)
             }
-            Command::Purge { ids } => {
-                check_count("ids", ids.len())?;
-                nonempty("ids", ids.len())?;
-                check_distinct("ids", ids.iter().copied())
-            }
+            Command::Purge { ids } => check_ids("ids", ids),
             Command::MarkOffloaded { location, .. } => check_name("location", location),
             Command::MarkRestored { .. } => Ok(()),
             Command::SetPolicy(p) => validate_policy(p),
@@ -383,6 +515,61 @@ impl Command {
     }
 }
 
+/// `Replace` and `ReplaceV2`: at most [`MAX_BLOCKS_PER_COMMAND`] each way,
+/// something to do, no block named twice or both added and tombstoned,
+/// well-formed new blocks.
+fn validate_replace(add: &[BlockRecord], tombstone: &[BlockId], now_ns: i64) -> Result<(), CommandError> {
+    check_count("add", add.len())?;
+    check_count("tombstone", tombstone.len())?;
+    if add.is_empty() && tombstone.is_empty() {
+        return Err(CommandError::invalid("replace", "nothing to add or tombstone"));
+    }
+    check_distinct("add", add.iter().map(|b| b.id))?;
+    check_distinct("tombstone", tombstone.iter().copied())?;
+    if let Some(b) = add.iter().find(|b| tombstone.contains(&b.id)) {
+        return Err(CommandError::invalid(
+            "replace",
+            format!("block {} is both added and tombstoned", b.id),
+        ));
+    }
+    for b in add {
+        validate_block(b)?;
+    }
+    check_time("now_ns", now_ns)
+}
+
+/// Every block in one partition; otherwise names the first two that differ.
+pub(crate) fn check_one_partition<'a>(
+    field: &str,
+    mut blocks: impl Iterator<Item = &'a BlockRecord>,
+) -> Result<(), CommandError> {
+    let Some(first) = blocks.next() else { return Ok(()) };
+    match blocks.find(|b| b.partition() != first.partition()) {
+        None => Ok(()),
+        Some(b) => Err(CommandError::invalid(
+            field,
+            format!(
+                "blocks of one partition only: block {} is in {}, block {} in {}",
+                first.id,
+                partition_name(first),
+                b.id,
+                partition_name(b)
+            ),
+        )),
+    }
+}
+
+fn partition_name(b: &BlockRecord) -> String {
+    format!("{}/{}/{}", b.tenant.as_str(), b.signal.as_str(), b.partition_start_ns)
+}
+
+/// A non-empty list of distinct ids, at most [`MAX_BLOCKS_PER_COMMAND`].
+fn check_ids(field: &str, ids: &[BlockId]) -> Result<(), CommandError> {
+    check_count(field, ids.len())?;
+    nonempty(field, ids.len())?;
+    check_distinct(field, ids.iter().copied())
+}
+
 fn nonempty(field: &str, n: usize) -> Result<(), CommandError> {
     if n == 0 {
         return Err(CommandError::invalid(field, "must not be empty"));
@@ -431,14 +618,16 @@ fn check_ttl(now_ns: i64, ttl_ms: i64, zero_ok: bool) -> Result<(), CommandError
 }
 
 fn check_name(field: &str, s: &str) -> Result<(), CommandError> {
+    check_text(field, s, MAX_NAME_LEN)
+}
+
+/// Non-empty, at most `max` bytes, no control characters.
+fn check_text(field: &str, s: &str, max: usize) -> Result<(), CommandError> {
     if s.is_empty() {
         return Err(CommandError::invalid(field, "must not be empty"));
     }
-    if s.len() > MAX_NAME_LEN {
-        return Err(CommandError::invalid(
-            field,
-            format!("{} bytes, at most {MAX_NAME_LEN}", s.len()),
-        ));
+    if s.len() > max {
+        return Err(CommandError::invalid(field, format!("{} bytes, at most {max}", s.len())));
     }
     if s.chars().any(char::is_control) {
         return Err(CommandError::invalid(field, "contains control characters"));
@@ -465,6 +654,9 @@ fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
     }
     if b.state != BlockState::Live {
         return Err(CommandError::invalid(field("state"), "new blocks are live"));
+    }
+    if b.no_compact.is_some() {
+        return Err(CommandError::invalid(field("no_compact"), "new blocks are not quarantined"));
     }
     let loc = parse_block_path(&Path::from(b.object_key.as_str()))
         .map_err(|e| CommandError::invalid(field("object_key"), e.to_string()))?;

@@ -19,7 +19,8 @@ use tonic::{Request, Response, Status};
 use crate::error::{CommandError, RequestError};
 use crate::metrics::Metrics;
 use crate::model::{Command, StateKind, check_time};
-use crate::pb_impl::block::state_kind_from_pb;
+use crate::pb_impl::block::{page_token, parse_page_token, state_kind_from_pb};
+use crate::state::BlockQuery;
 use crate::pb_impl::{policy, signal};
 use crate::state_machine::{Catalog, HistoryGone};
 use crate::types::{NodeId, Raft};
@@ -32,6 +33,13 @@ const RESET_CHUNK: usize = 1_000;
 const WATCH_BATCH: usize = 256;
 /// How long `trigger_snapshot` waits for the snapshot to be built.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// Most blocks one ListBlocks reply holds (about 20 MiB of messages, well
+/// under the clients' 64 MiB decoding limit).
+pub const MAX_LIST_LIMIT: u32 = 100_000;
+/// Blocks per reply of a listing that names no limit and spans more than
+/// one tenant or signal.
+pub const DEFAULT_LIST_LIMIT: u32 = 10_000;
+const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
 
 /// The client API.
 #[derive(Clone)]
@@ -105,13 +113,40 @@ impl pb::catalog_server::Catalog for CatalogService {
         request: Request<pb::ListBlocksRequest>,
     ) -> Result<Response<pb::ListBlocksReply>, Status> {
         let req = request.into_inner();
-        let tenant = TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?;
-        let signal = signal::parse("signal", req.signal)?;
+        let tenant = if req.tenant.is_empty() {
+            None
+        } else {
+            Some(TenantId::new(&req.tenant).map_err(|e| CommandError::invalid("tenant", e.to_string()))?)
+        };
+        let signal = if req.signal == pb::Signal::Unspecified as i32 {
+            None
+        } else {
+            Some(signal::parse("signal", req.signal)?)
+        };
         check_time("min_time_ns", req.min_time_ns)?;
         check_time("max_time_ns", req.max_time_ns)?;
         if req.max_time_ns < req.min_time_ns {
             return Err(CommandError::invalid("max_time_ns", "before min_time_ns").into());
         }
+        if let Some(p) = req.partition_start_ns {
+            check_time("partition_start_ns", p)?;
+            if p % NANOS_PER_HOUR != 0 {
+                return Err(CommandError::invalid("partition_start_ns", "not the start of an hour").into());
+            }
+        }
+        let limit = match req.limit {
+            0 if tenant.is_some() && signal.is_some() => usize::MAX,
+            0 => DEFAULT_LIST_LIMIT as usize,
+            n if n > MAX_LIST_LIMIT => {
+                return Err(CommandError::invalid("limit", format!("{n}, at most {MAX_LIST_LIMIT}")).into());
+            }
+            n => n as usize,
+        };
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(parse_page_token(&req.page_token)?)
+        };
         let mut states = if req.states.is_empty() {
             vec![StateKind::Live]
         } else {
@@ -123,15 +158,25 @@ impl pb::catalog_server::Catalog for CatalogService {
         states.sort_unstable();
         states.dedup();
         self.consistent(req.linearizable).await?;
-        let (blocks, version) = self.catalog.read(|state, version| {
-            let blocks = state
-                .list_blocks(&tenant, signal, req.min_time_ns, req.max_time_ns, &states)
-                .into_iter()
-                .map(pb::Block::from)
-                .collect();
-            (blocks, version)
+        let query = BlockQuery {
+            tenant: tenant.as_ref(),
+            signal,
+            min_time_ns: req.min_time_ns,
+            max_time_ns: req.max_time_ns,
+            partition_start_ns: req.partition_start_ns,
+            states: &states,
+            after: after.as_ref(),
+            limit,
+        };
+        let (blocks, next, version) = self.catalog.read(|state, version| {
+            let (blocks, next) = state.query_blocks(&query);
+            (blocks.into_iter().map(pb::Block::from).collect(), next, version)
         });
-        Ok(Response::new(pb::ListBlocksReply { blocks, version }))
+        Ok(Response::new(pb::ListBlocksReply {
+            blocks,
+            version,
+            next_page_token: next.as_ref().map(page_token).unwrap_or_default(),
+        }))
     }
 
     async fn get_watermarks(

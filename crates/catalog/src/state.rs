@@ -1,15 +1,21 @@
 //! The catalog's state and the deterministic rules that change it. Pure:
 //! no I/O, no clock (times come from the commands), so every member applies
-//! the same log to the same state, and the rules are tested directly.
+//! the same log to the same state, and the rules are tested directly. Its
+//! serialized forms in snapshots are in [`image`].
+
+pub mod image;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 
 use mira_core::ids::{BlockId, Signal, TenantId};
 use serde::{Deserialize, Serialize};
 
+pub use self::image::{NoCompactMark, StateImage};
 use crate::error::CommandError;
 use crate::model::{
-    BlockRecord, BlockState, Command, IngesterLease, Lease, Policy, PolicyKind, StateKind, Watermark, stored,
+    BlockRecord, BlockState, Command, IngesterLease, Lease, Policy, PolicyKind, ReplaceReason, StateKind, Watermark,
+    check_one_partition,
 };
 
 /// One observable change, as delivered by watch
@@ -89,32 +95,66 @@ pub struct StagedPublish {
 /// Most blocks staged under one transaction.
 pub const MAX_STAGED_BLOCKS: usize = 1_000_000;
 
-/// Purged ids remembered for retries.
+/// Purged (and abandoned) ids remembered for retries and fencing.
 pub const PURGED_MEMORY: usize = 100_000;
 
-/// The serialized form of [`State`] inside a snapshot.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct StateImage {
-    pub blocks: Vec<BlockRecord>,
-    pub watermarks: Vec<Watermark>,
-    pub ingesters: Vec<IngesterLease>,
-    pub leases: Vec<Lease>,
-    pub policies: Vec<Policy>,
-    /// Recently purged ids, oldest first.
-    #[serde(with = "stored::block_ids")]
-    pub purged: Vec<BlockId>,
-    /// Added after the first release; encoded after the fields above
-    /// (see `state_machine::encode_image`), so older snapshots still read.
-    #[serde(skip)]
-    pub ext: StateImageExt,
+/// A lease expired for longer than this is removed by a later acquire
+/// ([`Command::AcquireLeaseJob`]).
+pub const LEASE_PRUNE_AFTER_NS: i64 = 3_600_000_000_000;
+/// Most expired leases one acquire removes.
+pub const LEASES_PRUNED_PER_ACQUIRE: usize = 64;
+
+const NANOS_PER_HOUR: i64 = 3_600_000_000_000;
+
+/// Where a paged block listing resumes: after this block, in the listing's
+/// order (tenant, signal, min time, id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockCursor {
+    pub tenant: TenantId,
+    pub signal: Signal,
+    pub min_time_ns: i64,
+    pub id: BlockId,
 }
 
-/// The part of a state image added after the first release: serialized
-/// right after [`StateImage`]'s own fields; absent in older snapshots.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct StateImageExt {
-    pub epochs: Vec<(String, u64)>,
-    pub staged: Vec<(u128, StagedPublish)>,
+impl BlockCursor {
+    fn of(b: &BlockRecord) -> BlockCursor {
+        BlockCursor {
+            tenant: b.tenant.clone(),
+            signal: b.signal,
+            min_time_ns: b.min_time_ns,
+            id: b.id,
+        }
+    }
+}
+
+/// What [`State::query_blocks`] selects.
+#[derive(Clone, Debug)]
+pub struct BlockQuery<'a> {
+    /// `None`: every tenant.
+    pub tenant: Option<&'a TenantId>,
+    /// `None`: every signal.
+    pub signal: Option<Signal>,
+    /// Blocks overlapping `[min_time_ns, max_time_ns]`.
+    pub min_time_ns: i64,
+    pub max_time_ns: i64,
+    /// Only blocks of the hour partition starting here.
+    pub partition_start_ns: Option<i64>,
+    pub states: &'a [StateKind],
+    /// Only blocks after this one.
+    pub after: Option<&'a BlockCursor>,
+    /// Most blocks returned (at least 1).
+    pub limit: usize,
+}
+
+/// How [`State::acquire`] treats an existing lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeaseOp {
+    /// Take the lease unless another holder's is unexpired; `prune`: also
+    /// drop long-expired leases (only the commands that carry a job do, so
+    /// older log entries replay as they did).
+    Acquire { prune: bool },
+    /// Extend the caller's own unexpired lease.
+    Renew,
 }
 
 fn state_index(k: StateKind) -> usize {
@@ -181,13 +221,20 @@ impl State {
                 holder,
                 now_ns,
                 ttl_ms,
-            } => self.acquire(key, holder, *now_ns, *ttl_ms, false),
+            } => self.acquire(
+                key,
+                holder,
+                *now_ns,
+                *ttl_ms,
+                LeaseOp::Acquire { prune: false },
+                None,
+            ),
             Command::RenewLease {
                 key,
                 holder,
                 now_ns,
                 ttl_ms,
-            } => self.acquire(key, holder, *now_ns, *ttl_ms, true),
+            } => self.acquire(key, holder, *now_ns, *ttl_ms, LeaseOp::Renew, None),
             Command::ReleaseLease { key, holder } => match self.leases.get(key) {
                 None => Ok(Applied::default()),
                 Some(l) if &l.holder == holder => {
@@ -260,6 +307,39 @@ impl State {
                 watermark,
                 txn,
             } => self.fenced_publish(ingester_id, *epoch, blocks, watermark.as_ref(), *txn),
+            Command::ReplaceV2 {
+                add,
+                tombstone,
+                now_ns,
+                lease_key,
+                lease_holder,
+                reason,
+                dropped_rows,
+            } => self.replace_v2(add, tombstone, *now_ns, (lease_key, lease_holder), *reason, *dropped_rows),
+            Command::Abandon { ids } => self.abandon(ids),
+            Command::MarkNoCompact { ids, reason } => self.mark_no_compact(ids, Some(reason)),
+            Command::ClearNoCompact { ids } => self.mark_no_compact(ids, None),
+            Command::AcquireLeaseJob {
+                key,
+                holder,
+                now_ns,
+                ttl_ms,
+                job,
+            } => self.acquire(
+                key,
+                holder,
+                *now_ns,
+                *ttl_ms,
+                LeaseOp::Acquire { prune: true },
+                job.as_deref(),
+            ),
+            Command::RenewLeaseJob {
+                key,
+                holder,
+                now_ns,
+                ttl_ms,
+                job,
+            } => self.acquire(key, holder, *now_ns, *ttl_ms, LeaseOp::Renew, job.as_deref()),
         }
     }
 
@@ -441,35 +521,91 @@ impl State {
         now_ns: i64,
         lease: Option<&(String, String)>,
     ) -> Result<Applied, CommandError> {
-        // A retry of a replace that was applied: every new block is in and
-        // every old one is gone from the live set.
-        let all_added = add
-            .iter()
-            .all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)));
-        let all_gone = tombstone
-            .iter()
-            .all(|id| self.blocks.get(id).is_none_or(|o| o.state.kind() != StateKind::Live));
-        if all_added && all_gone {
+        if self.replace_applied(add, tombstone) {
             return Ok(Applied::default());
         }
         if let Some((key, holder)) = lease {
-            match self.leases.get(key) {
-                Some(l) if &l.holder == holder && l.expires_at_ns > now_ns => {}
-                Some(l) if &l.holder == holder => {
-                    return Err(CommandError::conflict(format!(
-                        "lease {key:?} expired at {}",
-                        l.expires_at_ns
-                    )));
-                }
-                Some(l) => {
-                    return Err(CommandError::conflict(format!(
-                        "lease {key:?} is held by {:?}, not {holder:?}",
-                        l.holder
-                    )));
-                }
-                None => return Err(CommandError::conflict(format!("lease {key:?} is not held"))),
-            }
+            self.check_lease(key, holder, now_ns)?;
         }
+        self.check_live(tombstone)?;
+        self.check_new(add)?;
+        Ok(self.swap(add, tombstone, now_ns))
+    }
+
+    /// The compactor's replace: [`Self::replace`]'s rules, the lease
+    /// required, plus one partition, conserved rows and no quarantined
+    /// input, checked in that order.
+    fn replace_v2(
+        &mut self,
+        add: &[BlockRecord],
+        tombstone: &[BlockId],
+        now_ns: i64,
+        (lease_key, lease_holder): (&str, &str),
+        reason: ReplaceReason,
+        dropped_rows: u64,
+    ) -> Result<Applied, CommandError> {
+        if self.replace_applied(add, tombstone) {
+            return Ok(Applied::default());
+        }
+        self.check_lease(lease_key, lease_holder, now_ns)?;
+        self.check_live(tombstone)?;
+        let inputs: Vec<&BlockRecord> = tombstone.iter().filter_map(|id| self.blocks.get(id)).collect();
+        check_one_partition("tombstone", add.iter().chain(inputs.iter().copied()))?;
+        let rows_in: u128 = inputs.iter().map(|b| u128::from(b.rows)).sum();
+        let rows_out: u128 = add.iter().map(|b| u128::from(b.rows)).sum();
+        if rows_in != rows_out + u128::from(dropped_rows) {
+            return Err(CommandError::invalid(
+                "dropped_rows",
+                format!(
+                    "rows do not balance in a {} replace: the tombstoned blocks hold {rows_in} rows, \
+                     the added blocks {rows_out} plus {dropped_rows} dropped",
+                    reason.as_str()
+                ),
+            ));
+        }
+        self.check_new(add)?;
+        let quarantined: Vec<String> = inputs
+            .iter()
+            .filter_map(|b| b.no_compact.as_ref().map(|r| format!("{} ({r})", b.id)))
+            .take(10)
+            .collect();
+        if !quarantined.is_empty() {
+            return Err(CommandError::conflict(format!(
+                "blocks quarantined from compaction: {}",
+                quarantined.join(", ")
+            )));
+        }
+        Ok(self.swap(add, tombstone, now_ns))
+    }
+
+    /// A replace applied already: every new block is in and every old one
+    /// is gone from the live set.
+    fn replace_applied(&self, add: &[BlockRecord], tombstone: &[BlockId]) -> bool {
+        add.iter()
+            .all(|b| self.blocks.get(&b.id).is_some_and(|o| o.same_publish(b)))
+            && tombstone
+                .iter()
+                .all(|id| self.blocks.get(id).is_none_or(|o| o.state.kind() != StateKind::Live))
+    }
+
+    /// `holder` holds the lease `key` at `now_ns`.
+    fn check_lease(&self, key: &str, holder: &str, now_ns: i64) -> Result<(), CommandError> {
+        match self.leases.get(key) {
+            Some(l) if l.holder == holder && l.expires_at_ns > now_ns => Ok(()),
+            Some(l) if l.holder == holder => Err(CommandError::conflict(format!(
+                "lease {key:?} expired at {}",
+                l.expires_at_ns
+            ))),
+            Some(l) => Err(CommandError::conflict(format!(
+                "lease {key:?} is held by {:?}, not {holder:?}",
+                l.holder
+            ))),
+            None => Err(CommandError::conflict(format!("lease {key:?} is not held"))),
+        }
+    }
+
+    /// Every block to replace exists and is live.
+    fn check_live(&self, tombstone: &[BlockId]) -> Result<(), CommandError> {
         let missing: Vec<BlockId> = tombstone
             .iter()
             .copied()
@@ -490,9 +626,25 @@ impl State {
                 not_live.join(", ")
             )));
         }
+        Ok(())
+    }
+
+    /// No block to add is known, or was purged or abandoned.
+    fn check_new(&self, add: &[BlockRecord]) -> Result<(), CommandError> {
         if let Some(b) = add.iter().find(|b| self.blocks.contains_key(&b.id)) {
             return Err(CommandError::AlreadyExists { id: b.id.to_string() });
         }
+        if let Some(b) = add.iter().find(|b| self.purged_set.contains(&b.id)) {
+            return Err(CommandError::conflict(format!(
+                "block {} was purged or abandoned; its id is never added again",
+                b.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds `add` and tombstones `tombstone` (all checked).
+    fn swap(&mut self, add: &[BlockRecord], tombstone: &[BlockId], now_ns: i64) -> Applied {
         let mut changes = Vec::with_capacity(add.len() + tombstone.len());
         for b in add {
             self.insert_block(b.clone());
@@ -502,6 +654,53 @@ impl State {
             changes.push(Change::Block(
                 self.set_state(*id, BlockState::Tombstoned { at_ns: now_ns }),
             ));
+        }
+        Applied {
+            changes,
+            ..Default::default()
+        }
+    }
+
+    /// Fences unknown ids into the purged set; an id the catalog holds
+    /// rejects the whole command.
+    fn abandon(&mut self, ids: &[BlockId]) -> Result<Applied, CommandError> {
+        let known: Vec<String> = ids
+            .iter()
+            .filter(|id| self.blocks.contains_key(id))
+            .take(10)
+            .map(BlockId::to_string)
+            .collect();
+        if !known.is_empty() {
+            return Err(CommandError::conflict(format!(
+                "blocks {} are in the catalog; only unknown ids are abandoned",
+                known.join(", ")
+            )));
+        }
+        for id in ids {
+            self.remember_purged(*id);
+        }
+        Ok(Applied::default())
+    }
+
+    /// Sets (`Some`) or clears (`None`) the quarantine mark of `ids`. A
+    /// purged id counts as cleared; an id never known is not found.
+    fn mark_no_compact(&mut self, ids: &[BlockId], reason: Option<&String>) -> Result<Applied, CommandError> {
+        let missing: Vec<BlockId> = ids
+            .iter()
+            .copied()
+            .filter(|id| !self.blocks.contains_key(id) && (reason.is_some() || !self.purged_set.contains(id)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(not_found(&missing));
+        }
+        let mut changes = Vec::new();
+        for id in ids {
+            if let Some(b) = self.blocks.get_mut(id)
+                && b.no_compact.as_ref() != reason
+            {
+                b.no_compact = reason.cloned();
+                changes.push(Change::Block(b.clone()));
+            }
         }
         Ok(Applied {
             changes,
@@ -606,13 +805,17 @@ impl State {
         }
     }
 
+    /// Acquires or renews a lease. `job`: `Some` sets the manifest; `None`
+    /// keeps the holder's own (a lease taken from another holder starts
+    /// without one).
     fn acquire(
         &mut self,
         key: &str,
         holder: &str,
         now_ns: i64,
         ttl_ms: i64,
-        renew: bool,
+        op: LeaseOp,
+        job: Option<&str>,
     ) -> Result<Applied, CommandError> {
         let current = self.leases.get(key);
         if let Some(l) = current
@@ -626,7 +829,7 @@ impl State {
         }
         // The caller's own unexpired lease: renewing never shortens it.
         let own = current.filter(|l| l.holder == holder && l.expires_at_ns > now_ns);
-        if renew && own.is_none() {
+        if op == LeaseOp::Renew && own.is_none() {
             return Err(match current {
                 Some(l) if l.holder == holder => {
                     CommandError::conflict(format!("lease {key:?} expired at {}", l.expires_at_ns))
@@ -634,22 +837,49 @@ impl State {
                 _ => CommandError::conflict(format!("lease {key:?} is not held by {holder:?}")),
             });
         }
+        let job = match job {
+            Some(j) => j.to_owned(),
+            None => current
+                .filter(|l| l.holder == holder)
+                .map_or_else(String::new, |l| l.job.clone()),
+        };
         let lease = Lease {
             key: key.to_owned(),
             holder: holder.to_owned(),
             expires_at_ns: (now_ns + ttl_ms * 1_000_000).max(own.map_or(0, |l| l.expires_at_ns)),
+            job,
         };
-        let changed = current != Some(&lease);
+        let mut changes = Vec::new();
+        if current != Some(&lease) {
+            changes.push(Change::LeaseSet(lease.clone()));
+        }
         self.leases.insert(key.to_owned(), lease.clone());
+        if op == (LeaseOp::Acquire { prune: true }) {
+            self.prune_leases(key, now_ns, &mut changes);
+        }
         Ok(Applied {
-            changes: if changed {
-                vec![Change::LeaseSet(lease.clone())]
-            } else {
-                Vec::new()
-            },
+            changes,
             lease: Some(lease),
             epoch: None,
         })
+    }
+
+    /// Removes up to [`LEASES_PRUNED_PER_ACQUIRE`] leases (other than
+    /// `keep`) that expired over [`LEASE_PRUNE_AFTER_NS`] before `now_ns`,
+    /// in key order, so every member removes the same ones.
+    fn prune_leases(&mut self, keep: &str, now_ns: i64, changes: &mut Vec<Change>) {
+        let cutoff = now_ns.saturating_sub(LEASE_PRUNE_AFTER_NS);
+        let stale: Vec<String> = self
+            .leases
+            .values()
+            .filter(|l| l.key != keep && l.expires_at_ns < cutoff)
+            .take(LEASES_PRUNED_PER_ACQUIRE)
+            .map(|l| l.key.clone())
+            .collect();
+        for key in stale {
+            self.leases.remove(&key);
+            changes.push(Change::LeaseReleased(key));
+        }
     }
 
     fn remember_purged(&mut self, id: BlockId) {
@@ -693,22 +923,103 @@ impl State {
         max: i64,
         states: &[StateKind],
     ) -> Vec<&BlockRecord> {
-        let Some(stream) = self.streams.get(&(tenant.clone(), signal)) else {
-            return Vec::new();
+        self.query_blocks(&BlockQuery {
+            tenant: Some(tenant),
+            signal: Some(signal),
+            min_time_ns: min,
+            max_time_ns: max,
+            partition_start_ns: None,
+            states,
+            after: None,
+            limit: usize::MAX,
+        })
+        .0
+    }
+
+    /// Up to `q.limit` blocks `q` selects, ordered by tenant, signal, min
+    /// time and id, and where to resume when more may follow.
+    pub fn query_blocks(&self, q: &BlockQuery<'_>) -> (Vec<&BlockRecord>, Option<BlockCursor>) {
+        let want = q.limit.max(1).saturating_add(1);
+        let mut out = Vec::new();
+        let streams: Box<dyn Iterator<Item = (&(TenantId, Signal), &Stream)>> = match (q.tenant, q.signal) {
+            (Some(t), Some(s)) => Box::new(self.streams.get_key_value(&(t.clone(), s)).into_iter()),
+            _ => Box::new(
+                self.streams
+                    .iter()
+                    .filter(|((t, s), _)| q.tenant.is_none_or(|w| w == t) && q.signal.is_none_or(|w| w == *s)),
+            ),
         };
-        let (first, last) = (BlockId::from_u128(0), BlockId::from_u128(u128::MAX));
-        let from = min.saturating_sub(NARROW_SPAN_NS);
-        let narrow = stream.narrow.range((from, first)..=(max, last));
-        let wide = stream.wide.range(..=(max, last));
-        let mut out: Vec<&BlockRecord> = narrow
-            .chain(wide)
-            .filter_map(|(_, id)| self.blocks.get(id))
-            .filter(|b| b.max_time_ns >= min && states.contains(&b.state.kind()))
-            .collect();
-        if !stream.wide.is_empty() {
-            out.sort_unstable_by_key(|b| (b.min_time_ns, b.id));
+        for ((tenant, signal), stream) in streams {
+            let after = match q.after {
+                None => None,
+                Some(c) => match (tenant, *signal).cmp(&(&c.tenant, c.signal)) {
+                    std::cmp::Ordering::Less => continue,
+                    std::cmp::Ordering::Equal => Some((c.min_time_ns, c.id)),
+                    std::cmp::Ordering::Greater => None,
+                },
+            };
+            self.stream_blocks(stream, q, after, want, &mut out);
+            if out.len() >= want {
+                break;
+            }
         }
-        out
+        if out.len() > q.limit {
+            out.truncate(q.limit.max(1));
+            let next = out.last().map(|b| BlockCursor::of(b));
+            return (out, next);
+        }
+        (out, None)
+    }
+
+    /// Appends the blocks of one stream `q` selects (after `after`, in
+    /// (min time, id) order) to `out`, until it holds `want`.
+    fn stream_blocks<'s>(
+        &'s self,
+        stream: &'s Stream,
+        q: &BlockQuery<'_>,
+        after: Option<(i64, BlockId)>,
+        want: usize,
+        out: &mut Vec<&'s BlockRecord>,
+    ) {
+        let (first, last) = (BlockId::from_u128(0), BlockId::from_u128(u128::MAX));
+        // Min times that can overlap [min, max]: any for a wide block, at
+        // most a narrow span before `min` for a narrow one; a partition
+        // pins them to its hour.
+        let mut hi = q.max_time_ns;
+        let mut narrow_lo = q.min_time_ns.saturating_sub(NARROW_SPAN_NS);
+        let mut wide_lo = i64::MIN;
+        if let Some(p) = q.partition_start_ns {
+            hi = hi.min(p.saturating_add(NANOS_PER_HOUR - 1));
+            narrow_lo = narrow_lo.max(p);
+            wide_lo = p;
+        }
+        let range = |set: &'s BTreeSet<(i64, BlockId)>, lo: i64| {
+            let start = match after {
+                Some(a) if a >= (lo, first) => Bound::Excluded(a),
+                _ => Bound::Included((lo, first)),
+            };
+            let empty = match start {
+                Bound::Excluded(a) | Bound::Included(a) => a > (hi, last),
+                Bound::Unbounded => false,
+            };
+            let iter = (!empty).then(|| set.range((start, Bound::Included((hi, last)))));
+            iter.into_iter().flatten().peekable()
+        };
+        let (mut narrow, mut wide) = (range(&stream.narrow, narrow_lo), range(&stream.wide, wide_lo));
+        while out.len() < want {
+            let next = match (narrow.peek(), wide.peek()) {
+                (Some(n), Some(w)) if n <= w => narrow.next(),
+                (_, Some(_)) => wide.next(),
+                (Some(_), None) => narrow.next(),
+                (None, None) => break,
+            };
+            let Some(b) = next.and_then(|(_, id)| self.blocks.get(id)) else {
+                continue;
+            };
+            if b.max_time_ns >= q.min_time_ns && q.states.contains(&b.state.kind()) {
+                out.push(b);
+            }
+        }
     }
 
     pub fn block(&self, id: BlockId) -> Option<&BlockRecord> {
@@ -775,19 +1086,26 @@ impl State {
 
     /// Every record, as the changes that rebuild this state from empty.
     pub fn as_changes(&self) -> Vec<Change> {
-        let image = self.to_image();
+        let mut blocks: Vec<&BlockRecord> = self.blocks.values().collect();
+        blocks.sort_unstable_by_key(|b| b.id);
         let mut out = Vec::new();
-        out.extend(image.blocks.into_iter().map(Change::Block));
-        out.extend(image.watermarks.into_iter().map(Change::Watermark));
+        out.extend(blocks.into_iter().cloned().map(Change::Block));
+        out.extend(self.watermarks(None).into_iter().map(Change::Watermark));
         out.extend(self.ingesters.values().cloned().map(Change::Ingester));
-        out.extend(image.leases.into_iter().map(Change::LeaseSet));
-        out.extend(image.policies.into_iter().map(Change::PolicySet));
+        out.extend(self.leases().into_iter().map(Change::LeaseSet));
+        out.extend(self.policies(None).into_iter().map(Change::PolicySet));
         out
     }
 
     pub fn to_image(&self) -> StateImage {
         let mut blocks: Vec<BlockRecord> = self.blocks.values().cloned().collect();
         blocks.sort_unstable_by_key(|b| b.id);
+        let no_compact = blocks
+            .iter_mut()
+            .filter_map(|b| {
+                b.no_compact.take().map(|reason| NoCompactMark { id: b.id, reason })
+            })
+            .collect();
         StateImage {
             blocks,
             watermarks: self.watermarks(None),
@@ -795,10 +1113,9 @@ impl State {
             leases: self.leases(),
             policies: self.policies(None),
             purged: self.purged.iter().copied().collect(),
-            ext: StateImageExt {
-                epochs: self.epochs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                staged: self.staged.iter().map(|(k, v)| (*k, v.clone())).collect(),
-            },
+            epochs: self.epochs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            staged: self.staged.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            no_compact,
         }
     }
 
@@ -822,8 +1139,13 @@ impl State {
         for id in image.purged {
             s.remember_purged(id);
         }
-        s.epochs = image.ext.epochs.into_iter().collect();
-        s.staged = image.ext.staged.into_iter().collect();
+        s.epochs = image.epochs.into_iter().collect();
+        s.staged = image.staged.into_iter().collect();
+        for m in image.no_compact {
+            if let Some(b) = s.blocks.get_mut(&m.id) {
+                b.no_compact = Some(m.reason);
+            }
+        }
         s
     }
 }

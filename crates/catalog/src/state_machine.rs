@@ -16,7 +16,7 @@ use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuil
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::state::{Applied, Change, State, StateImage};
+use crate::state::{Applied, Change, State, StateImage, image};
 use crate::types::{
     Accepted, CommandResult, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -26,6 +26,10 @@ use crate::types::{
 pub const HISTORY_CHANGES: usize = 200_000;
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"MIRACAT1";
+/// Leads a state image of version 2 (inside the snapshot file, after its
+/// header). An image of version 1 has no magic: it starts with zstd's
+/// frame magic (`28 b5 2f fd`), so the two never mix up.
+pub const IMAGE_MAGIC_V2: &[u8; 8] = b"MIRAIMG2";
 
 /// One applied command's changes.
 #[derive(Clone, Debug)]
@@ -128,26 +132,34 @@ fn snap_err(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageErro
     StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&e)).into()
 }
 
-/// Serializes a state image: postcard, then zstd with a content checksum.
+/// Serializes a state image (version 2): [`IMAGE_MAGIC_V2`], then the
+/// postcard image compressed by zstd with a content checksum.
 pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
-    let mut raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
-    // Fields added after the first release follow the original image, so a
-    // snapshot written before them still decodes (with the defaults).
-    raw.extend(postcard::to_stdvec(&image.ext).map_err(std::io::Error::other)?);
-    let mut enc = zstd::Encoder::new(Vec::with_capacity(raw.len() / 4), 1)?;
+    let raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
+    let mut out = Vec::with_capacity(raw.len() / 4 + IMAGE_MAGIC_V2.len());
+    out.extend_from_slice(IMAGE_MAGIC_V2);
+    let mut enc = zstd::Encoder::new(out, 1)?;
     enc.include_checksum(true)?;
     std::io::Write::write_all(&mut enc, &raw)?;
     enc.finish()
 }
 
-/// Inverse of [`encode_image`].
+/// Inverse of [`encode_image`]; also reads version 1 images (zstd of the
+/// first-release image, optionally followed by its extension), migrated.
 pub fn decode_image(bytes: &[u8]) -> std::io::Result<StateImage> {
-    let raw = zstd::decode_all(bytes)?;
-    let (mut image, rest): (StateImage, &[u8]) = postcard::take_from_bytes(&raw).map_err(std::io::Error::other)?;
-    if !rest.is_empty() {
-        image.ext = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+    if let Some(body) = bytes.strip_prefix(IMAGE_MAGIC_V2.as_slice()) {
+        let raw = zstd::decode_all(body)?;
+        return postcard::from_bytes(&raw).map_err(std::io::Error::other);
     }
-    Ok(image)
+    let raw = zstd::decode_all(bytes)?;
+    let (image, rest): (image::v1::StateImage, &[u8]) =
+        postcard::take_from_bytes(&raw).map_err(std::io::Error::other)?;
+    let ext = if rest.is_empty() {
+        image::v1::StateImageExt::default()
+    } else {
+        postcard::from_bytes(rest).map_err(std::io::Error::other)?
+    };
+    Ok(image::v1::migrate(image, ext))
 }
 
 /// Writes `[magic][u32 header len][header][data]` to `dir/snapshot.bin`

@@ -34,6 +34,7 @@ async fn dump(c: &CatalogClient) -> String {
                 max_time_ns: i64::MAX,
                 states: vec![1, 2, 3],
                 linearizable: true,
+                ..Default::default()
             })
             .await
             .expect("list");

@@ -51,6 +51,7 @@ async fn everything(c: &CatalogClient) -> (Vec<pb::Block>, Vec<pb::Policy>, Vec<
             max_time_ns: i64::MAX,
             states: vec![1, 2, 3],
             linearizable: true,
+            ..Default::default()
         })
         .await
         .expect("list")
@@ -89,6 +90,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
         holder: "h".into(),
         now_ns: EPOCH_NS,
         ttl_ms: 60_000,
+        ..Default::default()
     }))
     .await
     .expect("lease");
@@ -236,6 +238,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                 holder: "h".into(),
                 now_ns: i64::MAX - 10,
                 ttl_ms: 1_000,
+                ..Default::default()
             })),
             Code::InvalidArgument,
             "overflows",
@@ -247,6 +250,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                 holder: "h".into(),
                 now_ns: EPOCH_NS,
                 ttl_ms: -1,
+                ..Default::default()
             })),
             Code::InvalidArgument,
             "ttl_ms",
@@ -258,6 +262,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                 holder: "other".into(),
                 now_ns: EPOCH_NS,
                 ttl_ms: 1_000,
+                ..Default::default()
             })),
             Code::FailedPrecondition,
             "held by",
@@ -269,6 +274,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                 holder: "h".into(),
                 now_ns: EPOCH_NS,
                 ttl_ms: 1_000,
+                ..Default::default()
             })),
             Code::InvalidArgument,
             "key",
@@ -354,6 +360,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
         max_time_ns: max,
         states,
         linearizable: false,
+        ..Default::default()
     };
     for (name, req, needle) in [
         ("reversed range", list(10, 5, 1, "t", vec![]), "max_time_ns"),

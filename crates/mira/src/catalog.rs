@@ -204,6 +204,7 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
                     max_time_ns: i64::MAX,
                     states: vec![],
                     linearizable: true,
+                    ..Default::default()
                 })
                 .await?;
             for b in reply.blocks {

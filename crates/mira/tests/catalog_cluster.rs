@@ -128,6 +128,7 @@ async fn publishes_survive_two_leader_kills() {
             max_time_ns: i64::MAX,
             states: vec![],
             linearizable: true,
+            ..Default::default()
         })
         .await
         .expect("linearizable list")
@@ -258,6 +259,7 @@ async fn racing_replaces_one_wins() {
                 max_time_ns: i64::MAX,
                 states: vec![pb::BlockState::Live as i32, pb::BlockState::Tombstoned as i32],
                 linearizable: true,
+                ..Default::default()
             })
             .await
             .expect("list");

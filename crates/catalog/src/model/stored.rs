@@ -74,8 +74,8 @@ mod tests {
     use serde::{Deserialize, Serialize};
 
     use super::*;
-    use crate::model::{BlockRecord, BlockState, Command, IngesterLease, Lease, Level, Policy, PolicyKind, Watermark};
-    use crate::state::StateImage;
+    use crate::model::{BlockRecord, BlockState, Command, IngesterLease, Level, Policy, PolicyKind, Watermark};
+    use crate::state::image::v1::{Lease, StateImage};
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct PlainBlockRecord {
@@ -149,6 +149,7 @@ mod tests {
             object_key: "team-a.prod_1/traces/x.mira".into(),
             created_at_ns: 42,
             state,
+            no_compact: None,
         }
     }
 
@@ -192,6 +193,15 @@ mod tests {
             ] {
                 let record = typed(id, signal, state);
                 same_bytes(&record, &plain_of(&record));
+                // The quarantine mark is kept beside the record, never in it.
+                let marked = BlockRecord {
+                    no_compact: Some("decode error".into()),
+                    ..record.clone()
+                };
+                assert_eq!(
+                    postcard::to_stdvec(&marked).expect("encode marked"),
+                    postcard::to_stdvec(&plain_of(&record)).expect("encode plain")
+                );
             }
         }
         let ids = [0, 1, 300, BIG];

@@ -5,9 +5,10 @@ use mira_core::ids::TenantId;
 use mira_proto::catalog as pb;
 use object_store::path::Path;
 
-use super::{block_id, signal};
+use super::{block_id, signal, truncate};
 use crate::error::CommandError;
 use crate::model::{BlockRecord, BlockState, Level, StateKind};
+use crate::state::BlockCursor;
 
 impl From<&BlockRecord> for pb::Block {
     fn from(b: &BlockRecord) -> pb::Block {
@@ -34,12 +35,14 @@ impl From<&BlockRecord> for pb::Block {
             state: state as i32,
             offload_location,
             tombstoned_at_ns,
+            no_compact_reason: b.no_compact.clone().unwrap_or_default(),
         }
     }
 }
 
 /// A block as sent in a publish or replace (its state must be live or
-/// unspecified; partition start is taken from the object key). The rest of
+/// unspecified; partition start is taken from the object key; a quarantine
+/// reason is ignored: new blocks are not quarantined). The rest of
 /// its validation is [`crate::model::Command::validate`]'s.
 impl TryFrom<&pb::Block> for BlockRecord {
     type Error = CommandError;
@@ -81,6 +84,7 @@ impl TryFrom<&pb::Block> for BlockRecord {
             object_key: b.object_key.clone(),
             created_at_ns: b.created_at_ns,
             state: BlockState::Live,
+            no_compact: None,
         })
     }
 }
@@ -93,6 +97,32 @@ pub fn state_kind_from_pb(v: i32) -> Result<StateKind, CommandError> {
         Ok(pb::BlockState::Offloaded) => Ok(StateKind::Offloaded),
         _ => Err(CommandError::invalid("states", format!("unknown block state {v}"))),
     }
+}
+
+/// The `next_page_token` resuming a listing after `c`:
+/// `{tenant}/{signal code}/{min_time_ns}/{id}` (opaque to clients).
+pub fn page_token(c: &BlockCursor) -> String {
+    format!("{}/{}/{}/{}", c.tenant.as_str(), c.signal.code(), c.min_time_ns, c.id)
+}
+
+/// Inverse of [`page_token`].
+pub fn parse_page_token(s: &str) -> Result<BlockCursor, CommandError> {
+    let bad = || CommandError::invalid("page_token", format!("{:?} is not a page token", truncate(s)));
+    let mut parts = s.rsplitn(4, '/');
+    let (Some(id), Some(min), Some(code), Some(tenant)) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    Ok(BlockCursor {
+        tenant: TenantId::new(tenant).map_err(|_| bad())?,
+        signal: code
+            .parse::<u8>()
+            .ok()
+            .and_then(mira_core::ids::Signal::from_code)
+            .ok_or_else(bad)?,
+        min_time_ns: min.parse().map_err(|_| bad())?,
+        id: block_id::parse("page_token", id)?,
+    })
 }
 
 #[cfg(test)]
@@ -120,8 +150,15 @@ mod tests {
             object_key: block_path(&tenant, Signal::Traces, hour + 5, id).to_string(),
             created_at_ns: 1,
             state: BlockState::Live,
+            no_compact: None,
         };
         let message = pb::Block::from(&record);
+        assert!(message.no_compact_reason.is_empty());
+        let marked = BlockRecord {
+            no_compact: Some("decode error".into()),
+            ..record.clone()
+        };
+        assert_eq!(pb::Block::from(&marked).no_compact_reason, "decode error");
         assert_eq!(message.id, id.to_string());
         assert_eq!(message.signal, pb::Signal::Traces as i32);
         assert_eq!(BlockRecord::try_from(&message).expect("back"), record);
@@ -132,5 +169,20 @@ mod tests {
         };
         let err = BlockRecord::try_from(&bad).expect_err("path tricks");
         assert!(err.to_string().contains("tenant"), "{err}");
+    }
+
+    #[test]
+    fn page_tokens_round_trip_and_garbage_is_refused() {
+        let cursor = BlockCursor {
+            tenant: TenantId::new("team-a.prod_1").expect("tenant"),
+            signal: Signal::Metrics,
+            min_time_ns: 3_600_000_000_017,
+            id: BlockId::from_u128(u128::MAX - 5),
+        };
+        assert_eq!(parse_page_token(&page_token(&cursor)).expect("back"), cursor);
+        for bad in ["", "t/1/2", "t/9/2/01ARZ3NDEKTSV4RRFFQ69G5FAV", "../x/1/2/01ARZ3NDEKTSV4RRFFQ69G5FAV", "t/1/x/01ARZ3NDEKTSV4RRFFQ69G5FAV", "t/1/2/nope"] {
+            let err = parse_page_token(bad).expect_err(bad);
+            assert!(err.to_string().contains("page_token"), "{bad}: {err}");
+        }
     }
 }

@@ -4,7 +4,26 @@ use mira_proto::catalog as pb;
 
 use super::{block_id, policy};
 use crate::error::CommandError;
-use crate::model::{BlockRecord, Command, Policy, Watermark};
+use crate::model::{BlockRecord, Command, Policy, ReplaceReason, Watermark};
+
+fn replace_reason(v: i32) -> Result<ReplaceReason, CommandError> {
+    match pb::ReplaceReason::try_from(v) {
+        Ok(pb::ReplaceReason::Merge) => Ok(ReplaceReason::Merge),
+        Ok(pb::ReplaceReason::Cold) => Ok(ReplaceReason::Cold),
+        Ok(pb::ReplaceReason::RetentionRewrite) => Ok(ReplaceReason::RetentionRewrite),
+        _ => Err(CommandError::invalid("reason", format!("unknown replace reason {v}"))),
+    }
+}
+
+impl From<ReplaceReason> for pb::ReplaceReason {
+    fn from(r: ReplaceReason) -> pb::ReplaceReason {
+        match r {
+            ReplaceReason::Merge => pb::ReplaceReason::Merge,
+            ReplaceReason::Cold => pb::ReplaceReason::Cold,
+            ReplaceReason::RetentionRewrite => pb::ReplaceReason::RetentionRewrite,
+        }
+    }
+}
 
 fn blocks(list: &[pb::Block]) -> Result<Vec<BlockRecord>, CommandError> {
     list.iter().map(BlockRecord::try_from).collect()
@@ -58,17 +77,21 @@ impl TryFrom<&pb::WriteRequest> for Command {
                 kind: policy::kind_from_pb(d.kind)?,
                 name: d.name.clone(),
             },
-            Some(C::AcquireLease(l)) => Command::AcquireLease {
+            // The variants with a job (the older ones stay for log entries
+            // already written; they neither carry a job nor prune).
+            Some(C::AcquireLease(l)) => Command::AcquireLeaseJob {
                 key: l.key.clone(),
                 holder: l.holder.clone(),
                 now_ns: l.now_ns,
                 ttl_ms: l.ttl_ms,
+                job: l.job.clone(),
             },
-            Some(C::RenewLease(l)) => Command::RenewLease {
+            Some(C::RenewLease(l)) => Command::RenewLeaseJob {
                 key: l.key.clone(),
                 holder: l.holder.clone(),
                 now_ns: l.now_ns,
                 ttl_ms: l.ttl_ms,
+                job: l.job.clone(),
             },
             Some(C::ReleaseLease(l)) => Command::ReleaseLease {
                 key: l.key.clone(),
@@ -99,6 +122,25 @@ impl TryFrom<&pb::WriteRequest> for Command {
                 } else {
                     Some(block_id::parse_ulid("txn", &p.txn)?)
                 },
+            },
+            Some(C::ReplaceV2(r)) => Command::ReplaceV2 {
+                add: blocks(&r.add)?,
+                tombstone: block_id::parse_list("tombstone", &r.tombstone)?,
+                now_ns: r.now_ns,
+                lease_key: r.lease_key.clone(),
+                lease_holder: r.lease_holder.clone(),
+                reason: replace_reason(r.reason)?,
+                dropped_rows: r.dropped_rows,
+            },
+            Some(C::Abandon(a)) => Command::Abandon {
+                ids: block_id::parse_list("ids", &a.ids)?,
+            },
+            Some(C::MarkNoCompact(m)) => Command::MarkNoCompact {
+                ids: block_id::parse_list("ids", &m.ids)?,
+                reason: m.reason.clone(),
+            },
+            Some(C::ClearNoCompact(c)) => Command::ClearNoCompact {
+                ids: block_id::parse_list("ids", &c.ids)?,
             },
         };
         cmd.validate()?;

@@ -10,6 +10,7 @@ impl From<&Lease> for pb::Lease {
             key: l.key.clone(),
             holder: l.holder.clone(),
             expires_at_ns: l.expires_at_ns,
+            job: l.job.clone(),
         }
     }
 }

@@ -31,6 +31,7 @@ fn block(n: u128, tenant: &str, min: i64, max: i64) -> BlockRecord {
         object_key: key.to_string(),
         created_at_ns: 1,
         state: BlockState::Live,
+        no_compact: None,
     }
 }
 

@@ -89,6 +89,7 @@ pub async fn published_logs(client: &CatalogClient) -> pb::ListBlocksReply {
             max_time_ns: i64::MAX,
             states: vec![],
             linearizable: true,
+            ..Default::default()
         })
         .await
         .expect("list")

@@ -368,6 +368,7 @@ impl Procs {
                     pb::BlockState::Offloaded as i32,
                 ],
                 linearizable: false,
+                ..Default::default()
             })
             .await
             .ok()
@@ -482,6 +483,7 @@ pub async fn published_blocks(p: &Procs, tenant: &str, signal: pb::Signal) -> Ve
             max_time_ns: i64::MAX,
             states: vec![],
             linearizable: true,
+            ..Default::default()
         })
         .await
         .expect("list")
