@@ -12,7 +12,6 @@ use futures::TryStreamExt;
 use mira_catalog::proto as pb;
 use mira_core::block::path::parse_block_path;
 use mira_core::ids::BlockId;
-use object_store::ObjectStoreExt;
 
 use crate::Ctx;
 use crate::error::Error;

@@ -325,14 +325,21 @@ async fn run_leased(
 
     let input_bytes = job.input_bytes();
     let _memory = ctx.reserve(estimate_memory(job)).await?;
-    let fetched = fetch_inputs(ctx, job).await?;
+    let fetched = match fetch_inputs(ctx, job).await {
+        Ok(f) => Arc::new(f),
+        Err(Error::CorruptInput { id, reason }) => {
+            quarantine(ctx, &id, &reason).await;
+            return Err(Error::CorruptInput { id, reason });
+        }
+        Err(e) => return Err(e),
+    };
     fault_point("after_fetch");
     lease.check()?;
 
     let kind = job.kind;
     let pool = ctx.pool.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let inputs = fetched.clone();
+    let inputs = Arc::clone(&fetched);
     pool.spawn(move || {
         let started = Instant::now();
         let result = merge(kind, &inputs, out_id);

@@ -151,7 +151,7 @@ impl Settings {
         let ns = |d: Duration| i64::try_from(d.get().as_nanos()).unwrap_or(i64::MAX);
         let id = self.compactor_id.clone().unwrap_or_else(host_name);
         Ok(CompactorConfig {
-            holder: format!("{id}/{}", ulid::Ulid::new()),
+            holder: format!("{id}/{}", mira_core::ids::BlockId::new()),
             jobs: self.jobs,
             threads: self
                 .threads
