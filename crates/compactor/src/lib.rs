@@ -151,6 +151,8 @@ pub struct RoundReport {
     pub purged: usize,
     /// Jobs due that this round did not start (over `--jobs`).
     pub jobs_left: usize,
+    /// Partitions with work that another holder leases.
+    pub leased_elsewhere: u64,
 }
 
 /// A compactor: plans and runs rounds until shut down.
@@ -256,7 +258,10 @@ impl Compactor {
     /// due jobs at once, and (every `orphan_sweep_interval`) sweep orphans.
     pub async fn run_round(&self) -> Result<RoundReport, Error> {
         let (plan, view) = self.plan().await?;
-        let mut report = RoundReport::default();
+        let mut report = RoundReport {
+            leased_elsewhere: plan.leased_elsewhere,
+            ..RoundReport::default()
+        };
         if self.ctx.config.dry_run {
             report.jobs_left = plan.jobs.len();
             return Ok(report);
@@ -357,18 +362,37 @@ impl Compactor {
         ok
     }
 
-    /// Rounds until one finds nothing due (`--once`), then a final orphan
-    /// sweep. Returns the rounds' totals.
+    /// Rounds until one finds nothing due and nothing leased by another
+    /// holder (`--once`; a crashed holder's lease is waited out), then a
+    /// final orphan sweep. Returns the rounds' totals; `jobs_left` counts
+    /// work it gave up on (failing jobs, leases that never expired).
     pub async fn run_until_idle(&self) -> Result<RoundReport, Error> {
         let mut total = RoundReport::default();
+        // Rounds without progress before giving up: enough to outlast a
+        // crashed holder's lease several times over.
+        let mut attempts_left = 20 + (4 * self.ctx.config.lease_ttl.as_secs() / self.ctx.config.plan_interval.as_secs().max(1)) as usize;
         loop {
             let r = self.run_round().await?;
             total.jobs_ok += r.jobs_ok;
             total.jobs_failed += r.jobs_failed;
             total.purged += r.purged;
-            if self.ctx.config.dry_run || (r.jobs_ok == 0 && r.purged == 0) {
+            if self.ctx.config.dry_run {
                 total.jobs_left = r.jobs_left;
                 break;
+            }
+            if r.jobs_ok == 0 && r.purged == 0 {
+                if r.leased_elsewhere == 0 && r.jobs_failed == 0 {
+                    break;
+                }
+                // Work another holder leases (or a crashed one's lease
+                // still runs), or a job that failed: try again shortly.
+                if attempts_left == 0 {
+                    total.jobs_left = r.jobs_left + r.jobs_failed;
+                    total.leased_elsewhere = r.leased_elsewhere;
+                    break;
+                }
+                attempts_left -= 1;
+                tokio::time::sleep(self.ctx.config.plan_interval.min(self.ctx.config.lease_ttl)).await;
             }
         }
         if !self.ctx.config.dry_run {

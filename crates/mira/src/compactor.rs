@@ -172,10 +172,6 @@ pub struct Running {
 }
 
 impl Running {
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
     /// Stops planning (a job in flight finishes or fails first), then the
     /// HTTP server.
     pub async fn shutdown(self) {

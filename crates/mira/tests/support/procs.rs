@@ -1,5 +1,6 @@
 //! Mira's roles as real processes on loopback: any number of `mira
-//! catalog`, `mira ingester`, `mira querier` and `mira serve` processes of
+//! catalog`, `mira ingester`, `mira querier`, `mira compactor` and `mira
+//! serve` processes of
 //! the binary under test, each with its ports and data directory fixed for
 //! its life, so one killed (-9) or stopped (SIGTERM) starts again on its
 //! data and its peers still find it. Every ingester and querier shares one
@@ -32,6 +33,7 @@ pub enum Role {
     Ingester,
     Querier,
     Serve,
+    Compactor,
 }
 
 impl Role {
@@ -41,6 +43,7 @@ impl Role {
             Role::Ingester => "ingester",
             Role::Querier => "querier",
             Role::Serve => "serve",
+            Role::Compactor => "compactor",
         }
     }
 }
@@ -56,7 +59,7 @@ pub struct Proc {
     pub dir: PathBuf,
     /// Where its `/ready` and `/metrics` answer: the catalog's gRPC and
     /// HTTP listener, the ingester's OTLP/HTTP one, the query API of a
-    /// querier or `serve`.
+    /// querier or `serve`, a compactor's HTTP port.
     pub addr: String,
     /// OTLP/gRPC (ingester, serve).
     pub grpc: String,
@@ -110,6 +113,16 @@ impl Proc {
             }
             Role::Querier => vec![
                 "--listen",
+                &self.addr,
+                "--catalog",
+                catalogs,
+                "--data-dir",
+                &dir,
+                "--object-store",
+                objects,
+            ],
+            Role::Compactor => vec![
+                "--compactor-listen",
                 &self.addr,
                 "--catalog",
                 catalogs,
