@@ -71,8 +71,14 @@ fn check_config_prints_the_defaults_of_every_role_and_starts_nothing() {
     assert_eq!(value(&querier, "querier", "cache_size"), "10GiB");
     let catalog = ok(&["catalog", "--check-config", "--data-dir", d], &[]);
     assert_eq!(value(&catalog, "catalog", "election_timeout"), "400ms");
+    let compactor = ok(&["compactor", "--check-config", "--data-dir", d], &[]);
+    assert_eq!(value(&compactor, "compactor", "cold_after"), "1h");
+    assert_eq!(value(&compactor, "compactor", "deletion_grace"), "1h");
+    assert_eq!(value(&compactor, "compactor", "memory_limit"), "2GiB");
     let serve = ok(&["serve", "--check-config", "--data-dir", d], &[]);
     assert_eq!(value(&serve, "serve", "catalog_listen"), "127.0.0.1:7400");
+    assert_eq!(value(&serve, "serve", "compactor"), "true");
+    assert_eq!(value(&serve, "compactor", "settle"), "10m");
     assert_eq!(value(&serve, "ingester", "id"), "serve");
     assert!(!serve.contains("[catalog]"), "{serve}");
     // Nothing was created, no port was bound.
@@ -151,6 +157,10 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         ),
         (&["catalog", "--node-id", "4"][..], "catalog.peers"),
         (&["serve", "--max-query-limit", "0"][..], "querier.max_query_limit"),
+        (&["compactor", "--merge-factor", "1"][..], "compactor.merge_factor"),
+        (&["compactor", "--partition-lease-ttl", "1s"][..], "compactor.lease_ttl"),
+        (&["compactor", "--memory-limit", "64MiB"][..], "compactor.memory_limit"),
+        (&["serve", "--compactor-jobs", "0"][..], "compactor.jobs"),
     ] {
         let mut with_check = args.to_vec();
         with_check.push("--check-config");
@@ -253,7 +263,7 @@ fn the_flags_of_the_last_release_keep_their_units_and_cannot_be_mixed_with_the_n
 fn the_data_dir_means_the_same_for_every_role() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().to_str().expect("path");
-    for role in ["catalog", "ingester", "querier", "serve"] {
+    for role in ["catalog", "ingester", "querier", "compactor", "serve"] {
         let out = ok(&[role, "--check-config"], &[("MIRA_DATA_DIR", d)]);
         assert_eq!(value(&out, "store", "data_dir"), d, "{role}");
     }
@@ -270,7 +280,7 @@ fn the_example_file_in_the_docs_is_valid_for_every_role() {
     let file = dir.path().join("example.toml");
     std::fs::write(&file, &doc[start..end]).expect("write");
     let f = file.to_str().expect("path");
-    for role in ["catalog", "ingester", "querier", "serve"] {
+    for role in ["catalog", "ingester", "querier", "compactor", "serve"] {
         ok(&[role, "--check-config", "--config", f], &[]);
     }
     let out = ok(&["ingester", "--check-config", "--config", f], &[]);
