@@ -365,9 +365,33 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
     for (name, req, needle) in [
         ("reversed range", list(10, 5, 1, "t", vec![]), "max_time_ns"),
         ("negative range", list(-1, 5, 1, "t", vec![]), "negative"),
-        ("bad signal", list(0, 5, 0, "t", vec![]), "signal"),
+        ("bad signal", list(0, 5, 9, "t", vec![]), "signal"),
         ("bad tenant", list(0, 5, 1, "a/b", vec![]), "tenant"),
         ("bad state", list(0, 5, 1, "t", vec![42]), "state"),
+        (
+            "bad page token",
+            pb::ListBlocksRequest {
+                page_token: "t/1/x".into(),
+                ..list(0, 5, 1, "t", vec![])
+            },
+            "page_token",
+        ),
+        (
+            "huge limit",
+            pb::ListBlocksRequest {
+                limit: 100_001,
+                ..list(0, 5, 1, "t", vec![])
+            },
+            "limit",
+        ),
+        (
+            "partition not an hour",
+            pb::ListBlocksRequest {
+                partition_start_ns: Some(5),
+                ..list(0, 5, 1, "t", vec![])
+            },
+            "partition_start_ns",
+        ),
     ] {
         let err = g.list_blocks(req).await.expect_err(name);
         assert_eq!(err.code(), Code::InvalidArgument, "{name}");
