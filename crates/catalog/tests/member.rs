@@ -665,14 +665,24 @@ async fn compactor_calls_and_their_state_survive_a_snapshot() {
     };
     let tombstoned = c.list_blocks(in_partition(hour)).await.expect("partition").blocks;
     assert_eq!(tombstoned.len(), 3);
-    assert!(c.list_blocks(in_partition(hour + HOUR)).await.expect("next hour").blocks.is_empty());
+    assert!(
+        c.list_blocks(in_partition(hour + HOUR))
+            .await
+            .expect("next hour")
+            .blocks
+            .is_empty()
+    );
 
     // Everything survives a restart from the snapshot alone.
     c.trigger_snapshot().await.expect("snapshot");
     node.shutdown().await;
     let node = start(dir.path(), addr, 10_000).await;
     let c = std::sync::Arc::new(client(addr));
-    let leases = c.list_leases(pb::ListLeasesRequest { linearizable: true }).await.expect("leases").leases;
+    let leases = c
+        .list_leases(pb::ListLeasesRequest { linearizable: true })
+        .await
+        .expect("leases")
+        .leases;
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].job, r#"{"v":1}"#);
     let again = c.list_all_blocks(&[pb::BlockState::Live]).await.expect("all");
@@ -701,13 +711,24 @@ async fn compactor_calls_and_their_state_survive_a_snapshot() {
     }
     let marked = reset.iter().find(|b| b.id == others[0].id).expect("marked block");
     assert_eq!(marked.no_compact_reason, "bad footer");
-    assert!(reset.iter().filter(|b| b.id != others[0].id).all(|b| b.no_compact_reason.is_empty()));
+    assert!(
+        reset
+            .iter()
+            .filter(|b| b.id != others[0].id)
+            .all(|b| b.no_compact_reason.is_empty())
+    );
     let mut late = mira_catalog::testing::block("t", hour, 1);
     late.object_key = late.object_key.replace(&late.id, &fenced);
     late.id = fenced;
     let err = c.publish(vec![late], None).await.expect_err("abandoned id");
     assert_eq!(err.code(), Code::FailedPrecondition);
     c.release_lease(&key, "c-1/01J").await.expect("release");
-    assert!(c.list_leases(pb::ListLeasesRequest::default()).await.expect("leases").leases.is_empty());
+    assert!(
+        c.list_leases(pb::ListLeasesRequest::default())
+            .await
+            .expect("leases")
+            .leases
+            .is_empty()
+    );
     node.shutdown().await;
 }

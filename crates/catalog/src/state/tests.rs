@@ -667,7 +667,9 @@ fn replace_v2(add: Vec<BlockRecord>, tombstone: &[u128], now_ns: i64, holder: &s
 fn compactable() -> State {
     let mut s = State::new();
     s.apply(&publish(
-        (1..=3).map(|i| block(i, "t", 10 * HOUR + i as i64, 10 * HOUR + 100)).collect(),
+        (1..=3)
+            .map(|i| block(i, "t", 10 * HOUR + i as i64, 10 * HOUR + 100))
+            .collect(),
     ))
     .expect("seed");
     s.apply(&acquire_job(PART_KEY, "c", 0, 60_000, None)).expect("lease");
@@ -780,11 +782,19 @@ fn replace_v2_stays_in_one_partition() {
             .expect_err("two partitions");
         assert_eq!(err.error_code(), ErrorCode::BadRequest);
         let msg = err.to_string();
-        assert!(msg.contains(&id(10).to_string()) && msg.contains(&id(other).to_string()), "{msg}");
+        assert!(
+            msg.contains(&id(10).to_string()) && msg.contains(&id(other).to_string()),
+            "{msg}"
+        );
     }
     // Outputs in another partition than their inputs.
     let err = s
-        .apply(&replace_v2(vec![rows(block(10, "t", 11 * HOUR, 11 * HOUR + 1), 10)], &[1], 5, "c"))
+        .apply(&replace_v2(
+            vec![rows(block(10, "t", 11 * HOUR, 11 * HOUR + 1), 10)],
+            &[1],
+            5,
+            "c",
+        ))
         .expect_err("moved partition");
     assert!(err.to_string().contains(&id(1).to_string()), "{err}");
     assert!(s.block(id(10)).is_none());
@@ -798,7 +808,10 @@ fn replace_v2_conserves_rows() {
         .expect_err("a row lost");
     assert_eq!(err.error_code(), ErrorCode::BadRequest);
     let msg = err.to_string();
-    assert!(msg.contains("hold 20 rows") && msg.contains("19 plus 0 dropped"), "{msg}");
+    assert!(
+        msg.contains("hold 20 rows") && msg.contains("19 plus 0 dropped"),
+        "{msg}"
+    );
     let err = s
         .apply(&replace_v2(vec![out(10, 21)], &[1, 2], 5, "c"))
         .expect_err("a row doubled");
@@ -821,8 +834,7 @@ fn replace_v2_conserves_rows() {
 #[test]
 fn replace_v2_never_adds_a_known_purged_or_abandoned_id() {
     let mut s = compactable();
-    s.apply(&Command::Abandon { ids: id_list(&[10]) })
-        .expect("abandon");
+    s.apply(&Command::Abandon { ids: id_list(&[10]) }).expect("abandon");
     let err = s
         .apply(&replace_v2(vec![out(10, 10)], &[1], 5, "c"))
         .expect_err("abandoned");
@@ -842,9 +854,7 @@ fn replace_v2_never_adds_a_known_purged_or_abandoned_id() {
         .expect_err("purged");
     assert!(err.to_string().contains("purged or abandoned"), "{err}");
     // A live id under a different block.
-    let err = s
-        .apply(&replace_v2(vec![out(3, 10)], &[1], 5, "c"))
-        .expect_err("known");
+    let err = s.apply(&replace_v2(vec![out(3, 10)], &[1], 5, "c")).expect_err("known");
     assert_eq!(err.error_code(), ErrorCode::AlreadyExists);
     assert_eq!(ids(&s, "t", 0, 20 * HOUR, &[StateKind::Live]), vec![1, 2, 3]);
 }
@@ -867,8 +877,7 @@ fn replace_v2_refuses_quarantined_inputs() {
         "{msg}"
     );
     assert!(s.block(id(10)).is_none());
-    s.apply(&Command::ClearNoCompact { ids: id_list(&[2]) })
-        .expect("clear");
+    s.apply(&Command::ClearNoCompact { ids: id_list(&[2]) }).expect("clear");
     s.apply(&replace_v2(vec![out(10, 20)], &[1, 2], 5, "c"))
         .expect("no longer quarantined");
 }
@@ -883,8 +892,7 @@ fn abandon_fences_unknown_ids_and_refuses_known_ones() {
             .is_empty()
     );
     // Already purged (here: abandoned) is a no-op.
-    s.apply(&Command::Abandon { ids: id_list(&[5]) })
-        .expect("again");
+    s.apply(&Command::Abandon { ids: id_list(&[5]) }).expect("again");
     let err = s.apply(&publish(vec![block(5, "t", 0, 1)])).expect_err("late publish");
     assert_eq!(err.error_code(), ErrorCode::Conflict);
     s.apply(&publish(vec![block(1, "t", 0, 1), block(6, "t", 0, 1)]))
@@ -901,9 +909,7 @@ fn abandon_fences_unknown_ids_and_refuses_known_ones() {
     assert_eq!(s.block(id(1)).expect("1").state, BlockState::Live);
     // A known id rejects the whole command, naming it; the unknown one in
     // the same command is not fenced.
-    let err = s
-        .apply(&Command::Abandon { ids: id_list(&[7, 6]) })
-        .expect_err("known");
+    let err = s.apply(&Command::Abandon { ids: id_list(&[7, 6]) }).expect_err("known");
     assert_eq!(err.error_code(), ErrorCode::Conflict);
     assert!(err.to_string().contains(&id(6).to_string()), "{err}");
     s.apply(&publish(vec![block(7, "t", 0, 1)])).expect("7 was not fenced");
@@ -946,7 +952,9 @@ fn quarantine_marks_keep_blocks_queryable_and_travel_with_the_row() {
     let back = State::from_image(s.to_image());
     assert_eq!(back.as_changes(), s.as_changes());
     assert_eq!(back.block(id(1)).expect("1").no_compact.as_deref(), Some("worse"));
-    let cleared = s.apply(&Command::ClearNoCompact { ids: id_list(&[1, 2]) }).expect("clear");
+    let cleared = s
+        .apply(&Command::ClearNoCompact { ids: id_list(&[1, 2]) })
+        .expect("clear");
     assert!(matches!(&cleared.changes[..], [Change::Block(b)] if b.id == id(1) && b.no_compact.is_none()));
     assert!(s.to_image().no_compact.is_empty());
     // Purging drops the mark; clearing a purged id is a no-op.
@@ -976,9 +984,15 @@ fn quarantine_marks_keep_blocks_queryable_and_travel_with_the_row() {
 fn lease_jobs_are_set_kept_replaced_and_cleared() {
     let mut s = State::new();
     let job = |a: Applied| a.lease.expect("lease").job;
-    assert_eq!(job(s.apply(&acquire_job("k", "a", 0, 1_000, Some("j1"))).expect("a")), "j1");
+    assert_eq!(
+        job(s.apply(&acquire_job("k", "a", 0, 1_000, Some("j1"))).expect("a")),
+        "j1"
+    );
     assert_eq!(job(s.apply(&renew_job("k", "a", 1, 1_000, None)).expect("keep")), "j1");
-    assert_eq!(job(s.apply(&renew_job("k", "a", 2, 1_000, Some("j2"))).expect("replace")), "j2");
+    assert_eq!(
+        job(s.apply(&renew_job("k", "a", 2, 1_000, Some("j2"))).expect("replace")),
+        "j2"
+    );
     let old_renew = Command::RenewLease {
         key: "k".into(),
         holder: "a".into(),
@@ -989,7 +1003,9 @@ fn lease_jobs_are_set_kept_replaced_and_cleared() {
     assert_eq!(s.leases()[0].job, "j2", "listed with its job");
     // Its own lease, expired and taken again: still its manifest.
     assert_eq!(
-        job(s.apply(&acquire_job("k", "a", 5_000_000_000, 1_000, None)).expect("again")),
+        job(s
+            .apply(&acquire_job("k", "a", 5_000_000_000, 1_000, None))
+            .expect("again")),
         "j2"
     );
     // Another holder takes the expired lease: the manifest is not its own.
@@ -1004,7 +1020,12 @@ fn lease_jobs_are_set_kept_replaced_and_cleared() {
         holder: "b".into(),
     })
     .expect("release");
-    assert!(job(s.apply(&acquire_job("k", "b", 10_000_000_002, 1_000, None)).expect("fresh")).is_empty());
+    assert!(
+        job(s
+            .apply(&acquire_job("k", "b", 10_000_000_002, 1_000, None))
+            .expect("fresh"))
+        .is_empty()
+    );
     // Too large a manifest.
     let huge = "x".repeat(crate::model::MAX_JOB_BYTES + 1);
     let err = s
@@ -1013,7 +1034,10 @@ fn lease_jobs_are_set_kept_replaced_and_cleared() {
     assert_eq!(err.error_code(), ErrorCode::BadRequest);
     assert!(err.to_string().contains("job"), "{err}");
     // Renewing someone else's lease is refused and keeps their job.
-    assert!(s.apply(&renew_job("k", "a", 10_000_000_003, 1_000, Some("steal"))).is_err());
+    assert!(
+        s.apply(&renew_job("k", "a", 10_000_000_003, 1_000, Some("steal")))
+            .is_err()
+    );
     assert!(s.leases()[0].job.is_empty());
 }
 
@@ -1121,7 +1145,14 @@ fn query_blocks_pages_across_tenants_signals_and_partitions() {
         (None, None, 0, i64::MAX, None, &both[..]),
         (Some(&t), None, 0, i64::MAX, None, &live[..]),
         (None, Some(Signal::Logs), 0, i64::MAX, Some(10 * HOUR), &both[..]),
-        (Some(&t), Some(Signal::Logs), 10 * HOUR + 20, 11 * HOUR, Some(10 * HOUR), &live[..]),
+        (
+            Some(&t),
+            Some(Signal::Logs),
+            10 * HOUR + 20,
+            11 * HOUR,
+            Some(10 * HOUR),
+            &live[..],
+        ),
         (None, None, 11 * HOUR, 11 * HOUR + 2, None, &live[..]),
         (None, None, 0, i64::MAX, Some(12 * HOUR), &live[..]),
     ];
@@ -1178,8 +1209,7 @@ fn image_v2_round_trips_every_field() {
     .expect("mark");
     s.apply(&renew_job(PART_KEY, "c", 1, 60_000, Some(r#"{"v":1}"#)))
         .expect("job");
-    s.apply(&Command::Abandon { ids: id_list(&[77]) })
-        .expect("abandon");
+    s.apply(&Command::Abandon { ids: id_list(&[77]) }).expect("abandon");
     s.apply(&Command::Fence {
         ingester_id: "i".into(),
     })
@@ -1280,7 +1310,10 @@ fn an_image_written_by_version_1_reads_back_whole() {
     }
     assert_eq!(image, expected.to_image());
     // Field by field, so a mismatch says which.
-    assert_eq!(image.blocks.iter().map(|b| b.id.as_u128()).collect::<Vec<_>>(), vec![1, 2, 4]);
+    assert_eq!(
+        image.blocks.iter().map(|b| b.id.as_u128()).collect::<Vec<_>>(),
+        vec![1, 2, 4]
+    );
     assert_eq!(image.blocks[1].state, BlockState::Tombstoned { at_ns: 7 });
     assert_eq!(
         image.blocks[2].state,
