@@ -3,7 +3,9 @@
 //! row section is fetched; the ingesters' recent blocks are merged under
 //! the catalog-version contract of `proto/ingester.proto`. Candidates are
 //! then read in [`Waves`] that grow, so a limit met early reads few blocks.
-//! The limits a query is checked against live here too.
+//! The limits a query is checked against live here too, and the
+//! staleness guard: no plan from a catalog copy older than
+//! `--catalog-max-staleness`.
 
 use std::sync::Arc;
 
@@ -81,9 +83,17 @@ impl Querier {
         end: u64,
         stats: &Stats,
     ) -> Result<Plan, QueryError> {
-        let Some(mut state) = self.mirror.wait_for(0, self.config.catalog_wait).await else {
+        if self.mirror.wait_for(0, self.config.catalog_wait).await.is_none() {
             return Err(QueryError::Unavailable("the catalog has not answered yet".into()));
-        };
+        }
+        // A copy that has not heard from the catalog for long may list
+        // blocks a compaction replaced and deleted since (the deletion
+        // grace assumes plans are at most this old).
+        let bound = self.config.max_staleness;
+        if let Err(age) = self.mirror.wait_fresh(bound, self.config.catalog_wait).await {
+            return Err(QueryError::StaleCatalog { age, bound });
+        }
+        let mut state = self.mirror.state();
         let mut plan = Plan::default();
         let now = self.now_ns();
         let (min, max) = (
