@@ -250,6 +250,21 @@ pub(crate) struct Waves {
 /// Largest wave, blocks.
 const MAX_WAVE: usize = 256;
 
+/// Whether the `limit` newest of `found` (times of what a newest-first
+/// search found so far) are final: nothing not yet read, of which the
+/// newest is `horizon` (the next block's max time, a trace not yet read
+/// whole), can be as new as the `limit`-th. Stopping only then makes a
+/// limited answer depend on the rows alone, never on how they are split
+/// into blocks (a compaction merges them; blocks overlap in time).
+pub(crate) fn newest_settled(found: impl Iterator<Item = u64>, limit: usize, horizon: Option<u64>) -> bool {
+    let mut times: Vec<u64> = found.collect();
+    if limit == 0 || times.len() < limit {
+        return false;
+    }
+    let (_, kth, _) = times.select_nth_unstable_by(limit - 1, |a, b| b.cmp(a));
+    horizon.is_none_or(|h| *kth > h)
+}
+
 impl Waves {
     pub fn new(len: usize, threads: usize) -> Waves {
         Waves {
