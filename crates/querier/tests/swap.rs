@@ -17,7 +17,7 @@ use mira_common::Process;
 use mira_core::block::path::block_path;
 use mira_core::block::{Block, VerifyCache};
 use mira_core::compact::merge_blocks;
-use mira_core::convert::{LogsBuilder, SignalBuilder};
+use mira_core::convert::{LogsBuilder, SignalBuilder, SpansBuilder};
 use mira_core::tables::write_hot;
 use mira_core::{BlockId, Signal, TenantId};
 use mira_querier::server::QuerierServer;
@@ -30,6 +30,10 @@ use mira_testkit::store::TestStore;
 use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use serde_json::Value;
 
@@ -59,6 +63,46 @@ fn logs_block(ns: impl IntoIterator<Item = u64>) -> (Bytes, pb::Block) {
     row(bytes)
 }
 
+/// A traces block of one span per `(trace byte, name, t0() + offset)`
+/// (each its trace's root, service `svc`): its bytes and its catalog row.
+fn traces_block(spans: &[(u8, &str, u64)]) -> (Bytes, pb::Block) {
+    let spans = spans
+        .iter()
+        .map(|(n, name, at)| Span {
+            trace_id: vec![*n; 16],
+            span_id: vec![*n, 1, 1, 1, 1, 1, 1, 1],
+            name: (*name).into(),
+            start_time_unix_nano: t0() + at,
+            end_time_unix_nano: t0() + at + 5,
+            ..Default::default()
+        })
+        .collect();
+    let export = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue("svc".into())),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut b = SpansBuilder::default();
+    b.append(&export).expect("append");
+    let tables = b.finish().expect("finish");
+    let bytes = write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("write");
+    row(bytes)
+}
+
 fn open(bytes: &Bytes) -> Block {
     Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(64))).expect("open")
 }
@@ -66,11 +110,15 @@ fn open(bytes: &Bytes) -> Block {
 /// A block's bytes and its catalog row (its canonical key, its meta).
 fn row(bytes: Bytes) -> (Bytes, pb::Block) {
     let meta = open(&bytes).meta().clone();
-    let key = block_path(&TenantId::default_tenant(), Signal::Logs, meta.min_time, meta.block_id);
+    let key = block_path(&TenantId::default_tenant(), meta.signal, meta.min_time, meta.block_id);
     let row = pb::Block {
         id: meta.block_id.to_string(),
         tenant: "default".into(),
-        signal: pb::Signal::Logs as i32,
+        signal: match meta.signal {
+            Signal::Logs => pb::Signal::Logs,
+            Signal::Traces => pb::Signal::Traces,
+            Signal::Metrics => pb::Signal::Metrics,
+        } as i32,
         min_time_ns: meta.min_time as i64,
         max_time_ns: meta.max_time as i64,
         rows: meta.rows,
@@ -139,11 +187,21 @@ impl Stack {
     /// A querier (its own cache) over the stack, serving on a free port;
     /// `tune` changes its config first.
     async fn querier(&self, name: &str, tune: impl FnOnce(&mut QuerierConfig)) -> Serving {
+        self.querier_via(self.client.clone(), name, tune).await
+    }
+
+    /// The same, reaching the catalog through `client`.
+    async fn querier_via(
+        &self,
+        client: Arc<CatalogClient>,
+        name: &str,
+        tune: impl FnOnce(&mut QuerierConfig),
+    ) -> Serving {
         let mut config = QuerierConfig::new(self.dir.path().join(name));
         config.threads = 2;
         tune(&mut config);
         let process = Process::default();
-        let querier = Querier::new(config, process.clock.clone(), self.store.clone(), self.client.clone())
+        let querier = Querier::new(config, process.clock.clone(), self.store.clone(), client)
             .expect("querier");
         let server = QuerierServer::start(querier, free_addr(), &process)
             .await
@@ -151,6 +209,52 @@ impl Stack {
         let addr = server.addr().to_string();
         http::wait_ready(&addr).await;
         Serving { addr, _server: server }
+    }
+}
+
+/// A TCP proxy to the catalog that can be cut: every connection through it
+/// dropped and new ones refused, as when the catalog's process stops or
+/// the network parts. (Stopping an in-process member leaves the watch
+/// streams it serves running, so the proxy is what the querier sees.)
+struct Proxy {
+    addr: SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (open, rx) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut rx = rx.clone();
+                if !*rx.borrow_and_update() {
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.wait_for(|open| !*open) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, open, task }
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.send_replace(open);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -246,8 +350,10 @@ async fn a_stale_catalog_copy_answers_503_until_the_catalog_is_back() {
     let mut stack = Stack::start().await;
     let a = logs_block(1..=3);
     stack.publish(&[&a]).await;
+    let proxy = Proxy::start(stack.catalog_addr).await;
+    let through = Arc::new(CatalogClient::new(vec![proxy.addr.to_string()], ClientConfig::default()));
     let q = stack
-        .querier("cache", |c| {
+        .querier_via(through, "cache", |c| {
             c.max_staleness = Duration::from_secs(2);
             c.catalog_wait = Duration::from_millis(500);
         })
@@ -256,6 +362,7 @@ async fn a_stale_catalog_copy_answers_503_until_the_catalog_is_back() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(bodies(&body), rs(1..=3));
 
+    proxy.set_open(false);
     if let Some(node) = stack.catalog.take() {
         node.shutdown().await;
     }
@@ -268,6 +375,7 @@ async fn a_stale_catalog_copy_answers_503_until_the_catalog_is_back() {
     assert!(body.contains("(bound 2 s)"), "{body}");
 
     stack.catalog = Some(start_catalog(stack.catalog_addr, stack.dir.path()).await);
+    proxy.set_open(true);
     let body = wait_for("answers once the catalog is back", PATIENCE, || async {
         let (status, body) = q.get(&logs_path()).await;
         (status == 200).then_some(body)
@@ -340,4 +448,51 @@ async fn a_live_block_without_its_object_is_a_500_counted_as_missing() {
     // Planned again once, then found missing while still live.
     assert_eq!(q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await, 1.0);
     assert_eq!(q.metric("mira_querier_missing_objects_total").await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_trace_search_answers_by_span_time_however_spans_are_split_into_blocks() {
+    let stack = Stack::start().await;
+    // Four blocks that end late (a `noise` span) but match early, and a
+    // fifth that ends earlier than all of them yet holds the newest match:
+    // a search that stopped once it had `limit` traces from the newest
+    // blocks would miss it, and a merge of the blocks would find it.
+    let mut blocks: Vec<(Bytes, pb::Block)> = (0..4u8)
+        .map(|i| traces_block(&[(0xa0 + i, "noise", 2_000 + u64::from(i)), (0x11 + i, "hit", 10 + u64::from(i))]))
+        .collect();
+    blocks.push(traces_block(&[(0x15, "hit", 500)]));
+    stack.publish(&blocks.iter().collect::<Vec<_>>()).await;
+    let q = stack.querier("cache", |c| c.threads = 1).await;
+
+    let native = format!(
+        "/api/mira/v1/traces/search?start={}&end={}&name=hit&limit=2",
+        t0(),
+        t0() + 1_000_000
+    );
+    let (status, body) = q.get(&native).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let ids: Vec<&str> = v["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .map(|t| t["traceId"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["15".repeat(16), "14".repeat(16)], "{body}");
+
+    let tempo = format!(
+        "/api/search?q=%7Bname%3D%22hit%22%7D&start={}&end={}&limit=2",
+        t0() / 1_000_000_000,
+        t0() / 1_000_000_000 + 1
+    );
+    let (status, body) = q.get(&tempo).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let ids: Vec<&str> = v["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .map(|t| t["traceID"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["15".repeat(16), "14".repeat(16)], "{body}");
 }
