@@ -53,7 +53,11 @@ async fn start_catalog(addr: SocketAddr, dir: &Path) -> CatalogNode {
 /// `t0() + n`: its bytes and its catalog row.
 fn logs_block(ns: impl IntoIterator<Item = u64>) -> (Bytes, pb::Block) {
     let export = ExportLogsServiceRequest::decode(
-        log_export(&[("service.name", "svc")], ns.into_iter().map(|n| (n, format!("r-{n}")))).as_slice(),
+        log_export(
+            &[("service.name", "svc")],
+            ns.into_iter().map(|n| (n, format!("r-{n}"))),
+        )
+        .as_slice(),
     )
     .expect("export");
     let mut b = LogsBuilder::default();
@@ -201,8 +205,7 @@ impl Stack {
         config.threads = 2;
         tune(&mut config);
         let process = Process::default();
-        let querier = Querier::new(config, process.clock.clone(), self.store.clone(), client)
-            .expect("querier");
+        let querier = Querier::new(config, process.clock.clone(), self.store.clone(), client).expect("querier");
         let server = QuerierServer::start(querier, free_addr(), &process)
             .await
             .expect("server");
@@ -351,7 +354,10 @@ async fn a_stale_catalog_copy_answers_503_until_the_catalog_is_back() {
     let a = logs_block(1..=3);
     stack.publish(&[&a]).await;
     let proxy = Proxy::start(stack.catalog_addr).await;
-    let through = Arc::new(CatalogClient::new(vec![proxy.addr.to_string()], ClientConfig::default()));
+    let through = Arc::new(CatalogClient::new(
+        vec![proxy.addr.to_string()],
+        ClientConfig::default(),
+    ));
     let q = stack
         .querier_via(through, "cache", |c| {
             c.max_staleness = Duration::from_secs(2);
@@ -430,7 +436,10 @@ async fn a_query_planned_before_a_swap_replans_once_and_answers_the_same() {
     let v: Value = serde_json::from_str(&answer.text()).expect("json");
     let want: Value = serde_json::from_str(&expected).expect("json");
     assert_eq!(v["lines"], want["lines"]);
-    assert_eq!(q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await, 1.0);
+    assert_eq!(
+        q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await,
+        1.0
+    );
     assert_eq!(q.metric("mira_querier_missing_objects_total").await, 0.0);
 }
 
@@ -446,7 +455,10 @@ async fn a_live_block_without_its_object_is_a_500_counted_as_missing() {
     assert_eq!(status, 500, "{body}");
     assert!(body.contains("\"missing_object\""), "{body}");
     // Planned again once, then found missing while still live.
-    assert_eq!(q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await, 1.0);
+    assert_eq!(
+        q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await,
+        1.0
+    );
     assert_eq!(q.metric("mira_querier_missing_objects_total").await, 1.0);
 }
 
@@ -458,7 +470,12 @@ async fn a_limited_trace_search_answers_by_span_time_however_spans_are_split_int
     // a search that stopped once it had `limit` traces from the newest
     // blocks would miss it, and a merge of the blocks would find it.
     let mut blocks: Vec<(Bytes, pb::Block)> = (0..4u8)
-        .map(|i| traces_block(&[(0xa0 + i, "noise", 2_000 + u64::from(i)), (0x11 + i, "hit", 10 + u64::from(i))]))
+        .map(|i| {
+            traces_block(&[
+                (0xa0 + i, "noise", 2_000 + u64::from(i)),
+                (0x11 + i, "hit", 10 + u64::from(i)),
+            ])
+        })
         .collect();
     blocks.push(traces_block(&[(0x15, "hit", 500)]));
     stack.publish(&blocks.iter().collect::<Vec<_>>()).await;

@@ -324,7 +324,11 @@ impl Querier {
                     }
                 }
             }
-            let unread = found.iter().filter(|(id, _)| !done.contains(*id)).map(|(_, t)| *t).max();
+            let unread = found
+                .iter()
+                .filter(|(id, _)| !done.contains(*id))
+                .map(|(_, t)| *t)
+                .max();
             let next_block = candidates.get(waves.position()).map(|c| c.max_time);
             let horizon = unread.max(next_block);
             if (last && unread.is_none())
