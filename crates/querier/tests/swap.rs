@@ -32,6 +32,7 @@ use object_store::path::Path as ObjectPath;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
@@ -512,4 +513,52 @@ async fn a_limited_trace_search_answers_by_span_time_however_spans_are_split_int
         .map(|t| t["traceID"].as_str().expect("id"))
         .collect();
     assert_eq!(ids, ["15".repeat(16), "14".repeat(16)], "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_label_value_list_is_the_first_values_in_order_not_the_first_rows() {
+    let stack = Stack::start().await;
+    // More values of `k` than a list holds, stored in descending order:
+    // the first rows hold the last values.
+    let n = mira_querier::labels::MAX_VALUES as u64 + 5;
+    let records = (0..n)
+        .map(|i| LogRecord {
+            time_unix_nano: t0() + i,
+            attributes: vec![KeyValue {
+                key: "k".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(format!("v{:05}", n - 1 - i))),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    let export = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut b = LogsBuilder::default();
+    b.append(&export).expect("append");
+    let bytes = write_hot(&b.finish().expect("finish"), BlockId::new(), TenantId::default_tenant()).expect("write");
+    stack.publish(&[&row(bytes)]).await;
+    let q = stack.querier("cache", |_| {}).await;
+
+    let path = format!("/api/mira/v1/label/k/values?start={}&end={}", t0(), t0() + 1_000_000);
+    let (status, body) = q.get(&path).await;
+    assert_eq!(status, 200, "{}", &body[..body.len().min(500)]);
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let data = v["data"].as_array().expect("data");
+    assert_eq!(data.len(), mira_querier::labels::MAX_VALUES);
+    assert_eq!(data[0], "v00000");
+    assert_eq!(
+        data[data.len() - 1],
+        format!("v{:05}", mira_querier::labels::MAX_VALUES - 1)
+    );
+    assert!(v["warnings"].to_string().contains("more than"), "{}", v["warnings"]);
 }
