@@ -199,8 +199,8 @@ fn run(layout: &Layout, req: &ScanRequest, morsels: bool) -> Res<(usize, usize)>
             if sidecars.may_match(&pr, meta.min_time, meta.max_time).is_pruned() {
                 return Ok(None);
             }
-            let tables = read_tables(block, Some(&tables_needed(Signal::Logs, &req.predicate)))
-                .map_err(|e| e.to_string())?;
+            let tables =
+                read_tables(block, Some(&tables_needed(Signal::Logs, &req.predicate))).map_err(|e| e.to_string())?;
             let input = ScanInput::load(&tables, &req.predicate).map_err(|e| e.to_string())?;
             let prepared = input.prepare(req).map_err(|e| e.to_string())?;
             let ranges = if morsels {
@@ -320,7 +320,9 @@ fn main() -> Res<()> {
         let sizes: Vec<String> = [64 << 10, 128 << 10, 1 << 20]
             .iter()
             .map(|&g| {
-                let n = mira_core::cold::encode_parquet_grouped(&root, g).map(|b| b.len()).unwrap_or(0);
+                let n = mira_core::cold::encode_parquet_grouped(&root, g)
+                    .map(|b| b.len())
+                    .unwrap_or(0);
                 format!("{}k={n}", g >> 10)
             })
             .collect();

@@ -311,14 +311,18 @@ fn attr_mask(r: &AttrReader<'_>, parents: Range<usize>, m: &AttrMatcher) -> Vec<
             found[p as usize - parents.start] = Some(r.text(row).unwrap_or_default());
         }
     }
-    found.iter().map(|v| m.op.test(Some(v.as_deref().unwrap_or("")))).collect()
+    found
+        .iter()
+        .map(|v| m.op.test(Some(v.as_deref().unwrap_or(""))))
+        .collect()
 }
 
 /// Per owner, whether all `matchers` hold; `None` without matchers.
 fn all_matchers(r: &AttrReader<'_>, parents: Range<usize>, matchers: &[&AttrMatcher]) -> Option<Vec<bool>> {
-    matchers.iter().map(|m| attr_mask(r, parents.clone(), m)).reduce(|a, b| {
-        a.iter().zip(&b).map(|(&x, &y)| x && y).collect()
-    })
+    matchers
+        .iter()
+        .map(|m| attr_mask(r, parents.clone(), m))
+        .reduce(|a, b| a.iter().zip(&b).map(|(&x, &y)| x && y).collect())
 }
 
 fn mask_from(v: impl IntoIterator<Item = bool>) -> BooleanArray {
@@ -501,10 +505,7 @@ impl PreparedScan<'_> {
         let n = self.rows();
         match ranges {
             Some(r) if r.rows() == n => r.kept(&self.range_probe()),
-            _ => (0..n)
-                .step_by(RANGE_ROWS)
-                .map(|s| s..(s + RANGE_ROWS).min(n))
-                .collect(),
+            _ => (0..n).step_by(RANGE_ROWS).map(|s| s..(s + RANGE_ROWS).min(n)).collect(),
         }
     }
 
@@ -514,7 +515,10 @@ impl PreparedScan<'_> {
         let signal = self.input.signal;
         let p = &self.req.predicate;
         let first = rows.start.min(self.rows());
-        let root = self.input.root.slice(first, rows.end.min(self.rows()).saturating_sub(first));
+        let root = self
+            .input
+            .root
+            .slice(first, rows.end.min(self.rows()).saturating_sub(first));
         let root_name = root_table(signal);
         let n = root.num_rows();
         let times = record_times(signal, &root)?;

@@ -61,7 +61,11 @@ struct Sample {
 }
 
 fn sample(signal: Signal, seed: u64, exports: usize, per: usize) -> Sample {
-    let card = if seed % 2 == 0 { Cardinality::Low } else { Cardinality::High };
+    let card = if seed % 2 == 0 {
+        Cardinality::Low
+    } else {
+        Cardinality::High
+    };
     let mut corpus = Corpus::new(seed, card);
     let resource_attrs: Vec<KeyValue> = corpus.resources().iter().flat_map(|r| r.attributes.clone()).collect();
     let mut record_attrs = Vec::new();
@@ -241,7 +245,14 @@ fn same(a: &ScanOutput, b: &ScanOutput) -> Result<(), TestCaseError> {
 }
 
 /// Checks eight random scans; returns how many ranges pruning skipped.
-fn check(signal: Signal, seed: u64, exports: usize, per: usize, range_rows: usize, pick: u64) -> Result<usize, TestCaseError> {
+fn check(
+    signal: Signal,
+    seed: u64,
+    exports: usize,
+    per: usize,
+    range_rows: usize,
+    pick: u64,
+) -> Result<usize, TestCaseError> {
     let s = sample(signal, seed, exports, per);
     let ranges = RowRanges::build_with(&s.tables, range_rows).expect("build ranges");
     let back = RowRanges::from_bytes(&ranges.to_bytes()).expect("decode ranges");
@@ -360,7 +371,10 @@ fn clustering_says_where_each_row_came_from() {
     let old = mira_core::convert::log_rows(&s.tables, &perm).expect("rows");
     let all: Vec<u32> = (0..perm.len() as u32).collect();
     let new = mira_core::convert::log_rows(&clustered, &all).expect("rows");
-    assert_eq!(old, new, "row i of the clustered block is not row perm[i] of the source");
+    assert_eq!(
+        old, new,
+        "row i of the clustered block is not row perm[i] of the source"
+    );
 }
 
 fn open(tables: &TableSet) -> Block {

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use futures::future::try_join_all;
-use rayon::iter::{IntoParallelIterator, ParallelIterator};
 use mira_core::block::{Block, Manifest, decode_section};
 use mira_core::convert::TableSet;
 use mira_core::scan::{ScanInput, ScanOutput, ScanRequest, tables_needed};
 use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ROW_RANGES_SECTION, Sidecars, ZONE_MAP_SECTION};
 use mira_core::tables::{read_sidecars, read_tables, sidecars_from, table_from_batches};
 use mira_core::{BlockId, Signal};
+use rayon::iter::{IntoParallelIterator, ParallelIterator};
 
 use crate::plan::{Candidate, Src};
 use crate::stats::Stats;

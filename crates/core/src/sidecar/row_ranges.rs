@@ -361,7 +361,13 @@ impl RowRanges {
             Aux::Severity => FLAG_SEVERITY,
             Aux::Duration => FLAG_DURATION,
         };
-        out.push(if self.resource_count.is_some() { FLAG_RESOURCES } else { 0 } | aux);
+        out.push(
+            if self.resource_count.is_some() {
+                FLAG_RESOURCES
+            } else {
+                0
+            } | aux,
+        );
         out.extend_from_slice(&[0, 0]);
         out.extend_from_slice(&(self.ranges.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.resource_count.unwrap_or(0).to_le_bytes());
@@ -417,7 +423,11 @@ impl RowRanges {
         if !with_sets && resource_count != 0 {
             return Err(bad(0, "a resource count without resource sets"));
         }
-        let words = if with_sets { resource_count.div_ceil(64) as usize } else { 0 };
+        let words = if with_sets {
+            resource_count.div_ceil(64) as usize
+        } else {
+            0
+        };
         // Each range takes at least its header, its set and a Bloom block.
         let min_range = RANGE_HEADER_LEN + words * 8 + 12 + 32;
         if count.saturating_mul(min_range) > bytes.len() {
@@ -440,9 +450,7 @@ impl RowRanges {
             if min_time > max_time || aux_min > aux_max {
                 return Err(bad(i, "a minimum above its maximum"));
             }
-            let resources = (0..words)
-                .map(|w| u64_at(b, RANGE_HEADER_LEN + 8 * w))
-                .collect();
+            let resources = (0..words).map(|w| u64_at(b, RANGE_HEADER_LEN + 8 * w)).collect();
             at += RANGE_HEADER_LEN + words * 8;
             let (attrs, used) = SplitBlockBloom::read(&bytes[at..]).ok_or(bad(i, "truncated attribute filter"))?;
             at += used;

@@ -574,8 +574,13 @@ fn sections_round_trip(t: &TableSet) {
             (name, _) => panic!("unexpected section {name}"),
         }
     }
-    let back = Sidecars::from_sections(&zone.expect("zone_map"), &attrs.expect("attr_index"), bloom.as_deref(), ranges.as_deref())
-        .expect("decode");
+    let back = Sidecars::from_sections(
+        &zone.expect("zone_map"),
+        &attrs.expect("attr_index"),
+        bloom.as_deref(),
+        ranges.as_deref(),
+    )
+    .expect("decode");
     assert_eq!(back, sc, "{names:?}");
 }
 
