@@ -206,7 +206,7 @@ fn run(layout: &Layout, req: &ScanRequest, morsels: bool) -> Res<(usize, usize)>
             let ranges = if morsels {
                 prepared.morsels(sidecars.ranges.as_ref())
             } else {
-                vec![0..prepared.rows()]
+                std::iter::once(0..prepared.rows()).collect()
             };
             let parts = ranges
                 .into_par_iter()

@@ -7,6 +7,14 @@
 //! table always; `resources`' attributes only for resource matchers; the
 //! record attribute table only for record matchers. With a block as the
 //! source, each section read is verified on first read.
+//!
+//! A scan can also run range by range ("morsels"): [`ScanInput`] loads the
+//! tables once, [`ScanInput::prepare`] evaluates what is per block
+//! (resource matchers on the `resources` table), [`PreparedScan::morsels`]
+//! picks the row ranges the `row_ranges` sidecar cannot rule out, and
+//! [`PreparedScan::scan_rows`] / [`PreparedScan::merge`] scan them
+//! (concurrently, if the caller likes) and join the results into exactly
+//! what [`scan`] returns for those rows.
 
 use std::cmp::Reverse;
 use std::collections::HashMap;

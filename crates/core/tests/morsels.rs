@@ -61,7 +61,7 @@ struct Sample {
 }
 
 fn sample(signal: Signal, seed: u64, exports: usize, per: usize) -> Sample {
-    let card = if seed % 2 == 0 {
+    let card = if seed.is_multiple_of(2) {
         Cardinality::Low
     } else {
         Cardinality::High
