@@ -208,6 +208,9 @@ pub struct AttrReader<'a> {
     table: &'static str,
     run_ends: &'a [i32],
     run_parents: &'a [u32],
+    /// Whether parents strictly ascend run by run (so runs can be found by
+    /// binary search).
+    ascending: bool,
     key: DictStr<'a>,
     value: &'a UnionArray,
     str: DictStr<'a>,
@@ -249,6 +252,7 @@ impl<'a> AttrReader<'a> {
             table,
             run_ends,
             run_parents,
+            ascending: run_parents.windows(2).all(|w| w[0] < w[1]),
             key: DictStr::new(batch, table, "key")?,
             str: DictStr::from_dyn(value.child(attr_type::STR).as_ref(), table, "value")?,
             int: child(value, attr_type::INT, table)?,
@@ -334,6 +338,44 @@ impl<'a> AttrReader<'a> {
             key: self.key(row).to_owned(),
             value: Some(AnyValue { value: Some(value) }),
             key_strindex: 0,
+        })
+    }
+
+    /// The value of `row` as matchers compare it: strings as they are,
+    /// ints, doubles and bools as text; other types (bytes, arrays, maps,
+    /// no value) have none.
+    pub fn text(&self, row: usize) -> Option<std::borrow::Cow<'a, str>> {
+        use std::borrow::Cow;
+        let o = self.offset(row);
+        let at = |len: usize| (o < len).then_some(o);
+        match self.value.type_id(row) {
+            attr_type::STR => Some(Cow::Borrowed(self.str.get(o).unwrap_or(""))),
+            attr_type::INT => at(self.int.len()).map(|o| Cow::Owned(self.int.value(o).to_string())),
+            attr_type::DOUBLE => at(self.double.len()).map(|o| Cow::Owned(self.double.value(o).to_string())),
+            attr_type::BOOL => at(self.boolean.len()).map(|o| Cow::Owned(self.boolean.value(o).to_string())),
+            _ => None,
+        }
+    }
+
+    /// The rows of parents `parents.start..parents.end` with their parent,
+    /// in row order. Parents ascend in the tables this crate writes, so
+    /// the runs are found by binary search; otherwise every run is checked.
+    pub fn rows_of(&self, parents: std::ops::Range<u32>) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let (first, last) = if self.ascending {
+            (
+                self.run_parents.partition_point(|&p| p < parents.start),
+                self.run_parents.partition_point(|&p| p < parents.end),
+            )
+        } else {
+            (0, self.run_parents.len())
+        };
+        (first..last).flat_map(move |i| {
+            let start = if i == 0 { 0 } else { self.run_ends[i - 1] as usize };
+            let p = self.run_parents[i];
+            let keep = parents.contains(&p);
+            (start..self.run_ends[i] as usize)
+                .filter(move |_| keep)
+                .map(move |row| (row, p))
         })
     }
 

@@ -3,7 +3,8 @@
 //! smallest of the layouts measured at an acceptable rewrite and scan cost.
 //! Attribute tables switch from the hot dense union to one nullable column
 //! per value type, which Parquet stores almost for free. Sidecars are copied
-//! unchanged, so pruning answers the same.
+//! unchanged, so pruning answers the same. The root table is written in
+//! row groups of one `row_ranges` range each, so a range is a row group.
 
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
@@ -15,21 +16,26 @@ use parquet::schema::types::ColumnPath;
 
 use crate::attrs;
 use crate::block::{Block, BlockMeta, BlockWriter, Codec, Level};
-use crate::convert::table_names;
+use crate::convert::{root_table, table_names};
 use crate::error::Error;
 use crate::ids::BlockId;
+use crate::sidecar::RANGE_ROWS;
 use crate::tables::{is_attr_table, read_table};
 
-/// Rows per Parquet row group: a whole block section is usually one group.
+/// Rows per Parquet row group of the tables other than the root: a whole
+/// section is usually one group.
 const ROW_GROUP_ROWS: usize = 1 << 20;
+/// Rows per Parquet row group of the root table: one `row_ranges` range
+/// ([`RANGE_ROWS`]), so a range is a row group.
+pub const ROOT_ROW_GROUP_ROWS: usize = RANGE_ROWS;
 
 /// Writer settings for one table: zstd(3), dictionaries where they pay,
 /// delta encoding for the u64 nanosecond timestamps (dictionary off there,
 /// or the delta encoding would never be used).
-fn properties(batch: &RecordBatch) -> WriterProperties {
+fn properties(batch: &RecordBatch, row_group_rows: usize) -> WriterProperties {
     let mut p = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_row_count(Some(row_group_rows.max(1)))
         .set_statistics_enabled(EnabledStatistics::None)
         .set_dictionary_enabled(true);
     for f in batch.schema().fields() {
@@ -53,10 +59,16 @@ fn properties(batch: &RecordBatch) -> WriterProperties {
     p.build()
 }
 
-/// Encodes one table as a Parquet file.
+/// Encodes one table as a Parquet file (row groups of up to 2^20 rows).
 pub fn encode_parquet(batch: &RecordBatch) -> Result<Vec<u8>, Error> {
+    encode_parquet_grouped(batch, ROW_GROUP_ROWS)
+}
+
+/// Encodes one table as a Parquet file with row groups of up to
+/// `row_group_rows` rows.
+pub fn encode_parquet_grouped(batch: &RecordBatch, row_group_rows: usize) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(batch.get_array_memory_size() / 4);
-    let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties(batch)))
+    let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties(batch, row_group_rows)))
         .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
     w.write(batch)
         .map_err(|e| arrow::error::ArrowError::ExternalError(Box::new(e)))?;
@@ -88,7 +100,17 @@ pub fn rewrite_cold(src: &Block, new_id: BlockId) -> Result<Bytes, Error> {
     for name in tables {
         let batch = read_table(src, name)?;
         let cold = cold_layout(name, &batch)?;
-        w.add_bytes(name, Codec::Parquet, cold.num_rows() as u64, &encode_parquet(&cold)?)?;
+        let groups = if *name == root_table(meta.signal) {
+            ROOT_ROW_GROUP_ROWS
+        } else {
+            ROW_GROUP_ROWS
+        };
+        w.add_bytes(
+            name,
+            Codec::Parquet,
+            cold.num_rows() as u64,
+            &encode_parquet_grouped(&cold, groups)?,
+        )?;
     }
     for entry in &manifest.sections {
         if !tables.contains(&entry.name.as_str()) {

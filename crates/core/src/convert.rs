@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod traces;
 pub(crate) mod wire;
 
+pub(crate) use context::Grouper;
 pub use limits::{Appended, Limits, TimeWindow};
 pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp};
 pub use metrics::{PointsBuilder, points_to_otlp};

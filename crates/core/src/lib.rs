@@ -6,6 +6,7 @@
 
 pub mod attrs;
 pub mod block;
+pub mod cluster;
 pub mod cold;
 pub mod compact;
 pub mod convert;

@@ -7,9 +7,18 @@
 //! table always; `resources`' attributes only for resource matchers; the
 //! record attribute table only for record matchers. With a block as the
 //! source, each section read is verified on first read.
+//!
+//! A scan can also run range by range ("morsels"): [`ScanInput`] loads the
+//! tables once, [`ScanInput::prepare`] evaluates what is per block
+//! (resource matchers on the `resources` table), [`PreparedScan::morsels`]
+//! picks the row ranges the `row_ranges` sidecar cannot rule out, and
+//! [`PreparedScan::scan_rows`] / [`PreparedScan::merge`] scan them
+//! (concurrently, if the caller likes) and join the results into exactly
+//! what [`scan`] returns for those rows.
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
+use std::ops::Range;
 
 use arrow::array::{Array, BooleanArray, FixedSizeBinaryArray, Int32Array, StringArray, UInt32Array, UInt64Array};
 use arrow::buffer::BooleanBuffer;
@@ -24,9 +33,9 @@ use crate::convert::columns::{DictStr, col};
 use crate::convert::{ConvertError, TableSet, root_table};
 use crate::error::Error;
 use crate::ids::Signal;
-use crate::schema::{self, attr_type};
+use crate::schema;
 pub use crate::sidecar::AttrScope;
-use crate::sidecar::{Probe, Verdict, field as sidecar_field};
+use crate::sidecar::{Probe, RANGE_ROWS, RangeProbe, RowRanges, Verdict, field as sidecar_field};
 
 /// Longest regex source accepted; the engine is linear-time, this bounds
 /// compile cost and memory.
@@ -258,39 +267,35 @@ struct Owners {
 }
 
 impl Owners {
-    fn load(src: &dyn TableSource, signal: Signal, root: &RecordBatch) -> Result<Self, Error> {
-        if signal != Signal::Metrics {
+    /// The owners of the rows of `root` (a whole root table or a slice of
+    /// one); `series` is the block's series table for metrics.
+    fn of(signal: Signal, root: &RecordBatch, series: Option<&RecordBatch>) -> Result<Self, Error> {
+        let Some(table) = series.filter(|_| signal == Signal::Metrics) else {
             return Ok(Owners {
                 table: root.clone(),
                 name: root_table(signal),
                 of_row: None,
             });
-        }
-        let table = src.table(schema::SERIES)?;
-        let series: &UInt32Array = col(root, schema::POINTS, "series")?;
-        if let Some(row) = series.values().iter().position(|&s| s as usize >= table.num_rows()) {
+        };
+        let s: &UInt32Array = col(root, schema::POINTS, "series")?;
+        if let Some(row) = s.values().iter().position(|&s| s as usize >= table.num_rows()) {
             return Err(ConvertError::BadReference {
                 table: schema::POINTS,
                 row,
             }
             .into());
         }
-        let of_row = series.values().iter().map(|&s| s as usize).collect();
         Ok(Owners {
-            table,
+            table: table.clone(),
             name: schema::SERIES,
-            of_row: Some(of_row),
+            of_row: Some(s.values().iter().map(|&s| s as usize).collect()),
         })
     }
 
-    fn rows(&self) -> usize {
-        self.table.num_rows()
-    }
-
     /// A per-owner verdict as a per-row mask.
-    fn expand(&self, per_owner: Vec<bool>) -> BooleanArray {
+    fn expand(&self, per_owner: &[bool]) -> BooleanArray {
         match &self.of_row {
-            None => mask_from(per_owner),
+            None => mask_from(per_owner.iter().copied()),
             Some(map) => mask_from(map.iter().map(|&o| per_owner[o])),
         }
     }
@@ -301,44 +306,31 @@ impl Owners {
         let per_key: Vec<bool> = (0..values.values().len())
             .map(|k| test(values.values().value(k)))
             .collect();
-        Ok(self.expand(values.map_values(&per_key)))
+        Ok(self.expand(&values.map_values(&per_key)))
     }
 }
 
-/// The string form of an attribute value, for matching: strings as they
-/// are, ints/doubles/bools as text, others not matchable (empty).
-fn attr_text(r: &AttrReader<'_>, row: usize) -> Option<String> {
-    match r.type_id(row) {
-        attr_type::STR => r.str_value(row).map(str::to_owned),
-        attr_type::INT | attr_type::DOUBLE | attr_type::BOOL => {
-            let kv = r.key_value(row).ok()?;
-            match kv.value?.value? {
-                opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i) => Some(i.to_string()),
-                opentelemetry_proto::tonic::common::v1::any_value::Value::DoubleValue(d) => Some(d.to_string()),
-                opentelemetry_proto::tonic::common::v1::any_value::Value::BoolValue(b) => Some(b.to_string()),
-                _ => None,
-            }
-        }
-        _ => None,
-    }
-}
-
-/// For each parent row (`0..n_parents`), whether the matcher holds.
-fn attr_mask(r: &AttrReader<'_>, table: &'static str, n_parents: usize, m: &AttrMatcher) -> Result<Vec<bool>, Error> {
-    // Value each parent has for the key (None = absent).
-    let mut found: Vec<Option<String>> = vec![None; n_parents];
-    for (row, p) in r.parents().enumerate() {
+/// For each parent `parents.start..parents.end`, whether the matcher holds
+/// (a value read with [`AttrReader::text`], absent as "").
+fn attr_mask(r: &AttrReader<'_>, parents: Range<usize>, m: &AttrMatcher) -> Vec<bool> {
+    let mut found: Vec<Option<std::borrow::Cow<'_, str>>> = vec![None; parents.len()];
+    for (row, p) in r.rows_of(parents.start as u32..parents.end as u32) {
         if r.key(row) == m.key {
-            let slot = found
-                .get_mut(p as usize)
-                .ok_or(ConvertError::BadReference { table, row })?;
-            *slot = Some(attr_text(r, row).unwrap_or_default());
+            found[p as usize - parents.start] = Some(r.text(row).unwrap_or_default());
         }
     }
-    Ok(found
+    found
         .iter()
         .map(|v| m.op.test(Some(v.as_deref().unwrap_or(""))))
-        .collect())
+        .collect()
+}
+
+/// Per owner, whether all `matchers` hold; `None` without matchers.
+fn all_matchers(r: &AttrReader<'_>, parents: Range<usize>, matchers: &[&AttrMatcher]) -> Option<Vec<bool>> {
+    matchers
+        .iter()
+        .map(|m| attr_mask(r, parents.clone(), m))
+        .reduce(|a, b| a.iter().zip(&b).map(|(&x, &y)| x && y).collect())
 }
 
 fn mask_from(v: impl IntoIterator<Item = bool>) -> BooleanArray {
@@ -370,142 +362,311 @@ pub fn tables_needed(signal: Signal, p: &Predicate) -> Vec<&'static str> {
     out
 }
 
-/// Evaluates a scan over one block's tables.
+/// Evaluates a scan over one block's tables: every row, as one range.
 pub fn scan(src: &dyn TableSource, req: &ScanRequest) -> Result<ScanOutput, Error> {
-    let signal = src.signal();
-    let p = &req.predicate;
-    if let Some((start, end)) = p.time
-        && start > end
-    {
-        return Err(ScanError::ReversedTimeRange { start, end }.into());
-    }
-    let na = |what| -> Error { ScanError::NotApplicable { what, signal }.into() };
-    if (!p.lines.is_empty() || p.min_severity.is_some()) && signal != Signal::Logs {
-        return Err(na("a log line or severity filter"));
-    }
-    if (p.span_name.is_some() || p.min_duration.is_some() || p.max_duration.is_some()) && signal != Signal::Traces {
-        return Err(na("a span name or duration filter"));
-    }
-    if p.metric_name.is_some() && signal != Signal::Metrics {
-        return Err(na("a metric name filter"));
-    }
-    if p.trace_id.is_some() && signal == Signal::Metrics {
-        return Err(na("a trace id filter"));
-    }
+    let input = ScanInput::load(src, &req.predicate)?;
+    let prepared = input.prepare(req)?;
+    prepared.scan_rows(0..prepared.rows())
+}
 
-    let root_name = root_table(signal);
-    let root = src.table(root_name)?;
-    let n = root.num_rows();
-    let times = record_times(signal, &root)?;
-    let mut mask: Option<BooleanArray> = None;
+/// The tables one scan of a block reads (see [`tables_needed`]), loaded
+/// once; [`ScanInput::prepare`] then evaluates what is per block, and
+/// [`PreparedScan::scan_rows`] any row range, so the ranges of a large
+/// block can be scanned in parallel.
+#[derive(Debug)]
+pub struct ScanInput {
+    signal: Signal,
+    root: RecordBatch,
+    /// Metrics: the series table, when the predicate needs owners.
+    series: Option<RecordBatch>,
+    /// `resources` and `resource_attrs`, for resource matchers.
+    resources: Option<(RecordBatch, RecordBatch)>,
+    /// The record attribute table, for record matchers.
+    record_attrs: Option<RecordBatch>,
+}
 
-    if let Some((start, end)) = p.time {
-        and_mask(&mut mask, mask_from(times.iter().map(|&t| t >= start && t < end)))?;
-    }
-    if let Some(min) = p.min_severity {
-        let sev: &Int32Array = col(&root, root_name, "severity_number")?;
-        and_mask(&mut mask, mask_from(sev.values().iter().map(|&s| s >= min)))?;
-    }
-    if let Some(id) = p.trace_id {
-        let ids: &FixedSizeBinaryArray = col(&root, root_name, "trace_id")?;
-        and_mask(
-            &mut mask,
-            mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)),
-        )?;
-    }
-    if !p.lines.is_empty() {
-        let body: &StringArray = col(&root, root_name, "body")?;
-        for f in &p.lines {
-            let m = match f {
-                LineFilter::Contains(s) => contains(body, &StringArray::new_scalar(s))?,
-                LineFilter::NotContains(s) => not(&contains(body, &StringArray::new_scalar(s))?)?,
-                LineFilter::Regex(re) => mask_from((0..n).map(|i| re.is_match(body_text(body, i)))),
-                LineFilter::NotRegex(re) => mask_from((0..n).map(|i| !re.is_match(body_text(body, i)))),
-            };
-            // A null body (non-string) reads as "" for every filter.
-            let m = mask_from((0..n).map(|i| if body.is_null(i) { f.test_empty() } else { m.value(i) }));
-            and_mask(&mut mask, m)?;
+impl ScanInput {
+    /// Checks that `p` applies to the source's signal and loads the tables
+    /// it needs.
+    pub fn load(src: &dyn TableSource, p: &Predicate) -> Result<Self, Error> {
+        let signal = src.signal();
+        if let Some((start, end)) = p.time
+            && start > end
+        {
+            return Err(ScanError::ReversedTimeRange { start, end }.into());
         }
+        let na = |what| -> Error { ScanError::NotApplicable { what, signal }.into() };
+        if (!p.lines.is_empty() || p.min_severity.is_some()) && signal != Signal::Logs {
+            return Err(na("a log line or severity filter"));
+        }
+        if (p.span_name.is_some() || p.min_duration.is_some() || p.max_duration.is_some()) && signal != Signal::Traces {
+            return Err(na("a span name or duration filter"));
+        }
+        if p.metric_name.is_some() && signal != Signal::Metrics {
+            return Err(na("a metric name filter"));
+        }
+        if p.trace_id.is_some() && signal == Signal::Metrics {
+            return Err(na("a trace id filter"));
+        }
+        for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
+            match (signal, m.key.as_str()) {
+                (Signal::Logs, sidecar_field::SEVERITY_TEXT)
+                | (Signal::Traces, sidecar_field::SPAN_NAME)
+                | (Signal::Metrics, sidecar_field::METRIC_NAME) => {}
+                _ => return Err(na("this field matcher")),
+            }
+        }
+        let needs_owners = p.metric_name.is_some() || !p.attrs.is_empty();
+        let has = |scope| p.attrs.iter().any(|m| m.scope == scope);
+        Ok(ScanInput {
+            signal,
+            root: src.table(root_table(signal))?,
+            series: if needs_owners && signal == Signal::Metrics {
+                Some(src.table(schema::SERIES)?)
+            } else {
+                None
+            },
+            resources: if has(AttrScope::Resource) {
+                Some((src.table(schema::RESOURCES)?, src.table(schema::RESOURCE_ATTRS)?))
+            } else {
+                None
+            },
+            record_attrs: if has(AttrScope::Record) {
+                Some(src.table(record_attr_table(signal))?)
+            } else {
+                None
+            },
+        })
     }
-    if let Some(op) = &p.span_name {
-        let names = DictStr::new(&root, root_name, "name")?;
-        let per_key: Vec<bool> = (0..names.values().len())
-            .map(|k| op.test(Some(names.values().value(k))))
-            .collect();
-        and_mask(&mut mask, mask_from(names.map_values(&per_key)))?;
-    }
-    if p.min_duration.is_some() || p.max_duration.is_some() {
-        let start = u64_col(&root, root_name, "start_time_unix_nano")?.values();
-        let end = u64_col(&root, root_name, "end_time_unix_nano")?.values();
-        let (lo, hi) = (p.min_duration.unwrap_or(0), p.max_duration.unwrap_or(u64::MAX));
-        and_mask(
-            &mut mask,
-            mask_from(start.iter().zip(end.iter()).map(|(&s, &e)| {
-                let d = e.saturating_sub(s);
-                d >= lo && d <= hi
-            })),
-        )?;
-    }
-    let needs_owners = p.metric_name.is_some() || !p.attrs.is_empty();
-    let owners = if needs_owners {
-        Some(Owners::load(src, signal, &root)?)
-    } else {
-        None
-    };
-    if let (Some(name), Some(o)) = (&p.metric_name, &owners) {
-        and_mask(&mut mask, o.dict_test("metric_name", |v| v == name)?)?;
-    }
-    for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
-        let column = match (signal, m.key.as_str()) {
-            (Signal::Logs, sidecar_field::SEVERITY_TEXT) => sidecar_field::SEVERITY_TEXT,
-            (Signal::Traces, sidecar_field::SPAN_NAME) => sidecar_field::SPAN_NAME,
-            (Signal::Metrics, sidecar_field::METRIC_NAME) => sidecar_field::METRIC_NAME,
-            _ => return Err(na("this field matcher")),
+
+    /// Evaluates what does not depend on the rows scanned: resource
+    /// matchers on the `resources` table, and (metrics) record matchers on
+    /// the series.
+    pub fn prepare<'a>(&'a self, req: &'a ScanRequest) -> Result<PreparedScan<'a>, Error> {
+        let p = &req.predicate;
+        let of_scope = |scope| p.attrs.iter().filter(|m| m.scope == scope).collect::<Vec<_>>();
+        let resource_ok = match &self.resources {
+            Some((resources, rattrs)) => {
+                let reader = AttrReader::new(rattrs, schema::RESOURCE_ATTRS)?;
+                all_matchers(&reader, 0..resources.num_rows(), &of_scope(AttrScope::Resource))
+            }
+            None => None,
         };
-        if let Some(o) = &owners {
-            and_mask(&mut mask, o.dict_test(column, |v| m.op.test(Some(v)))?)?;
+        let record = of_scope(AttrScope::Record);
+        let (attrs, series_ok) = match (&self.record_attrs, &self.series) {
+            (Some(batch), Some(series)) => {
+                let reader = AttrReader::new(batch, record_attr_table(self.signal))?;
+                (None, all_matchers(&reader, 0..series.num_rows(), &record))
+            }
+            (Some(batch), None) => (Some(AttrReader::new(batch, record_attr_table(self.signal))?), None),
+            (None, _) => (None, None),
+        };
+        Ok(PreparedScan {
+            input: self,
+            req,
+            resource_ok,
+            attrs,
+            record,
+            series_ok,
+        })
+    }
+}
+
+/// A scan ready to run over any row range of its block (see [`ScanInput`]).
+/// Ranges may be scanned concurrently; [`PreparedScan::merge`] joins their
+/// outputs into what one scan of all of them gives.
+#[derive(Debug)]
+pub struct PreparedScan<'a> {
+    input: &'a ScanInput,
+    req: &'a ScanRequest,
+    /// Per resource, whether every resource matcher holds.
+    resource_ok: Option<Vec<bool>>,
+    /// Record attributes (logs, spans), read range by range.
+    attrs: Option<AttrReader<'a>>,
+    record: Vec<&'a AttrMatcher>,
+    /// Metrics: per series, whether every record matcher holds.
+    series_ok: Option<Vec<bool>>,
+}
+
+impl PreparedScan<'_> {
+    /// Root rows of the block.
+    pub fn rows(&self) -> usize {
+        self.input.root.num_rows()
+    }
+
+    /// What the row range sidecar can check of this scan: its time range,
+    /// severity, durations, positive record attribute equalities, and which
+    /// resources pass the resource matchers.
+    pub fn range_probe(&self) -> RangeProbe {
+        let block = probe(&self.req.predicate);
+        RangeProbe {
+            resources: self.resource_ok.clone(),
+            ..RangeProbe::from_probe(&block)
         }
     }
-    let resource_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Resource).collect();
-    let record_matchers: Vec<&AttrMatcher> = p.attrs.iter().filter(|m| m.scope == AttrScope::Record).collect();
-    if let (false, Some(o)) = (resource_matchers.is_empty(), &owners) {
-        let resources = src.table(schema::RESOURCES)?;
-        let rattrs = src.table(schema::RESOURCE_ATTRS)?;
-        let reader = AttrReader::new(&rattrs, schema::RESOURCE_ATTRS)?;
-        let rid: &UInt32Array = col(&o.table, o.name, "resource_id")?;
-        if let Some(row) = rid.values().iter().position(|&r| r as usize >= resources.num_rows()) {
-            return Err(ConvertError::BadReference { table: o.name, row }.into());
+
+    /// The row ranges to scan: the ranges of `ranges` (the block's
+    /// `row_ranges` sidecar) that may hold a match, or without it every row
+    /// in ranges of [`RANGE_ROWS`]. A sidecar that does not cover the
+    /// block's rows is not trusted.
+    pub fn morsels(&self, ranges: Option<&RowRanges>) -> Vec<Range<usize>> {
+        let n = self.rows();
+        match ranges {
+            Some(r) if r.rows() == n => r.kept(&self.range_probe()),
+            _ => (0..n).step_by(RANGE_ROWS).map(|s| s..(s + RANGE_ROWS).min(n)).collect(),
         }
-        for m in resource_matchers {
-            let per_resource = attr_mask(&reader, schema::RESOURCE_ATTRS, resources.num_rows(), m)?;
+    }
+
+    /// Scans root rows `rows` (clamped to the block). Row numbers in the
+    /// output are the block's.
+    pub fn scan_rows(&self, rows: Range<usize>) -> Result<ScanOutput, Error> {
+        let signal = self.input.signal;
+        let p = &self.req.predicate;
+        let first = rows.start.min(self.rows());
+        let root = self
+            .input
+            .root
+            .slice(first, rows.end.min(self.rows()).saturating_sub(first));
+        let root_name = root_table(signal);
+        let n = root.num_rows();
+        let times = record_times(signal, &root)?;
+        let mut mask: Option<BooleanArray> = None;
+
+        if let Some((start, end)) = p.time {
+            and_mask(&mut mask, mask_from(times.iter().map(|&t| t >= start && t < end)))?;
+        }
+        if let Some(min) = p.min_severity {
+            let sev: &Int32Array = col(&root, root_name, "severity_number")?;
+            and_mask(&mut mask, mask_from(sev.values().iter().map(|&s| s >= min)))?;
+        }
+        if let Some(id) = p.trace_id {
+            let ids: &FixedSizeBinaryArray = col(&root, root_name, "trace_id")?;
             and_mask(
                 &mut mask,
-                o.expand(rid.values().iter().map(|&r| per_resource[r as usize]).collect()),
+                mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)),
             )?;
         }
-    }
-    if let (false, Some(o)) = (record_matchers.is_empty(), &owners) {
-        let table = record_attr_table(signal);
-        let attrs = src.table(table)?;
-        let reader = AttrReader::new(&attrs, table)?;
-        for m in record_matchers {
-            and_mask(&mut mask, o.expand(attr_mask(&reader, table, o.rows(), m)?))?;
+        if !p.lines.is_empty() {
+            let body: &StringArray = col(&root, root_name, "body")?;
+            for f in &p.lines {
+                let m = match f {
+                    LineFilter::Contains(s) => contains(body, &StringArray::new_scalar(s))?,
+                    LineFilter::NotContains(s) => not(&contains(body, &StringArray::new_scalar(s))?)?,
+                    LineFilter::Regex(re) => mask_from((0..n).map(|i| re.is_match(body_text(body, i)))),
+                    LineFilter::NotRegex(re) => mask_from((0..n).map(|i| !re.is_match(body_text(body, i)))),
+                };
+                // A null body (non-string) reads as "" for every filter.
+                let m = mask_from((0..n).map(|i| if body.is_null(i) { f.test_empty() } else { m.value(i) }));
+                and_mask(&mut mask, m)?;
+            }
         }
+        if let Some(op) = &p.span_name {
+            let names = DictStr::new(&root, root_name, "name")?;
+            let per_key: Vec<bool> = (0..names.values().len())
+                .map(|k| op.test(Some(names.values().value(k))))
+                .collect();
+            and_mask(&mut mask, mask_from(names.map_values(&per_key)))?;
+        }
+        if p.min_duration.is_some() || p.max_duration.is_some() {
+            let start = u64_col(&root, root_name, "start_time_unix_nano")?.values();
+            let end = u64_col(&root, root_name, "end_time_unix_nano")?.values();
+            let (lo, hi) = (p.min_duration.unwrap_or(0), p.max_duration.unwrap_or(u64::MAX));
+            and_mask(
+                &mut mask,
+                mask_from(start.iter().zip(end.iter()).map(|(&s, &e)| {
+                    let d = e.saturating_sub(s);
+                    d >= lo && d <= hi
+                })),
+            )?;
+        }
+        let needs_owners = p.metric_name.is_some() || !p.attrs.is_empty();
+        if needs_owners {
+            let o = Owners::of(signal, &root, self.input.series.as_ref())?;
+            if let Some(name) = &p.metric_name {
+                and_mask(&mut mask, o.dict_test("metric_name", |v| v == name)?)?;
+            }
+            for m in p.attrs.iter().filter(|m| m.scope == AttrScope::Field) {
+                // ScanInput::load checked the key against the signal.
+                let column = match m.key.as_str() {
+                    sidecar_field::SEVERITY_TEXT => sidecar_field::SEVERITY_TEXT,
+                    sidecar_field::SPAN_NAME => sidecar_field::SPAN_NAME,
+                    _ => sidecar_field::METRIC_NAME,
+                };
+                and_mask(&mut mask, o.dict_test(column, |v| m.op.test(Some(v)))?)?;
+            }
+            if let Some(ok) = &self.resource_ok {
+                let rid: &UInt32Array = col(&o.table, o.name, "resource_id")?;
+                if let Some(row) = rid.values().iter().position(|&r| r as usize >= ok.len()) {
+                    return Err(ConvertError::BadReference { table: o.name, row }.into());
+                }
+                let per_owner: Vec<bool> = rid.values().iter().map(|&r| ok[r as usize]).collect();
+                and_mask(&mut mask, o.expand(&per_owner))?;
+            }
+            if let Some(ok) = &self.series_ok {
+                and_mask(&mut mask, o.expand(ok))?;
+            }
+            if let (Some(reader), false) = (&self.attrs, self.record.is_empty()) {
+                let parents = first..first + n;
+                if let Some(ok) = all_matchers(reader, parents, &self.record) {
+                    and_mask(&mut mask, o.expand(&ok))?;
+                }
+            }
+        }
+
+        let selected: Vec<u32> = match &mask {
+            Some(m) => m.values().set_indices().map(|i| i as u32).collect(),
+            None => (0..n as u32).collect(),
+        };
+        let local = order_and_limit(selected, &times, self.req.order, self.req.limit);
+        let batch = take_record_batch(&root, &UInt32Array::from(local.clone()))?;
+        let out_times = local.iter().map(|&r| times[r as usize]).collect();
+        Ok(ScanOutput {
+            rows: local.iter().map(|&r| r + first as u32).collect(),
+            batch,
+            times: out_times,
+            rows_scanned: n,
+        })
     }
 
-    let selected: Vec<u32> = match &mask {
-        Some(m) => m.values().set_indices().map(|i| i as u32).collect(),
-        None => (0..n as u32).collect(),
-    };
-    let rows = order_and_limit(selected, &times, req.order, req.limit);
-    let batch = take_record_batch(&root, &UInt32Array::from(rows.clone()))?;
-    let out_times = rows.iter().map(|&r| times[r as usize]).collect();
-    Ok(ScanOutput {
-        rows,
-        batch,
-        times: out_times,
-        rows_scanned: n,
-    })
+    /// The outputs of scans of disjoint row ranges joined into what one
+    /// scan over all of them returns: the request's order and limit over
+    /// the union (ties broken by row, as in one scan), rows scanned summed.
+    pub fn merge(&self, mut parts: Vec<ScanOutput>) -> Result<ScanOutput, Error> {
+        if parts.len() == 1
+            && let Some(only) = parts.pop()
+        {
+            return Ok(only);
+        }
+        // (time, row, index into the concatenated batches)
+        let mut all: Vec<(u64, u32, u32)> = Vec::new();
+        let mut at = 0u32;
+        for part in &parts {
+            all.extend(
+                part.times
+                    .iter()
+                    .zip(&part.rows)
+                    .enumerate()
+                    .map(|(i, (&t, &r))| (t, r, at + i as u32)),
+            );
+            at += part.rows.len() as u32;
+        }
+        match self.req.order {
+            Order::Stored => all.sort_unstable_by_key(|&(_, r, _)| r),
+            Order::NewestFirst => all.sort_unstable_by_key(|&(t, r, _)| Reverse((t, r))),
+            Order::OldestFirst => all.sort_unstable_by_key(|&(t, r, _)| (t, r)),
+        }
+        all.truncate(self.req.limit.unwrap_or(usize::MAX));
+        let schema = self.input.root.schema();
+        let batches: Vec<&RecordBatch> = parts.iter().map(|p| &p.batch).collect();
+        let joined = arrow::compute::concat_batches(&schema, batches)?;
+        let take: Vec<u32> = all.iter().map(|&(_, _, i)| i).collect();
+        Ok(ScanOutput {
+            rows: all.iter().map(|&(_, r, _)| r).collect(),
+            times: all.iter().map(|&(t, _, _)| t).collect(),
+            batch: take_record_batch(&joined, &UInt32Array::from(take))?,
+            rows_scanned: parts.iter().map(|p| p.rows_scanned).sum(),
+        })
+    }
 }
 
 fn body_text(body: &StringArray, i: usize) -> &str {

@@ -13,6 +13,10 @@
 //!   few of them.
 //! - [`IdFilter`] (section `id_bloom`, raw bytes): split-block Bloom filters of
 //!   the trace ids (spans and logs) and span ids (logs) a block holds.
+//! - [`RowRanges`] (section `row_ranges`, raw bytes; blocks of more than
+//!   [`RANGE_ROWS`] rows): per range of root rows, time and severity or
+//!   duration bounds, the resources present and a Bloom filter of record
+//!   attribute pairs, so scans skip ranges of large blocks.
 //! - [`Sidecars::may_match`] applies a [`Probe`] and says which rule, if any,
 //!   rules the block out, so a querier can count prunes per rule.
 //!
@@ -28,6 +32,7 @@
 mod attr_index;
 mod error;
 mod id_filter;
+mod row_ranges;
 mod zone_map;
 
 #[cfg(test)]
@@ -37,7 +42,8 @@ use arrow::record_batch::RecordBatch;
 
 pub use attr_index::{AttrIndex, AttrScope, KeyEntry, MAX_VALUE_LEN, MAX_VALUES_PER_FIELD, MAX_VALUES_PER_KEY, field};
 pub use error::SidecarError;
-pub use id_filter::{BITS_PER_ID, IdFilter, SplitBlockBloom, span_hash, trace_hash};
+pub use id_filter::{BITS_PER_ID, IdFilter, SplitBlockBloom, pair_hash, span_hash, trace_hash};
+pub use row_ranges::{Aux, MAX_RESOURCE_SETS, RANGE_ROWS, RangeProbe, RangeSummary, RowRanges};
 pub use zone_map::{DURATION, ZoneMap, ZoneRange};
 
 use crate::convert::{TableSet, root_table};
@@ -49,6 +55,8 @@ pub const ZONE_MAP_SECTION: &str = "zone_map";
 pub const ATTR_INDEX_SECTION: &str = "attr_index";
 /// Section name of the [`IdFilter`].
 pub const ID_BLOOM_SECTION: &str = "id_bloom";
+/// Section name of the [`RowRanges`].
+pub const ROW_RANGES_SECTION: &str = "row_ranges";
 
 /// One sidecar as the block writer stores it.
 #[derive(Debug, Clone)]
@@ -67,6 +75,9 @@ pub struct Sidecars {
     /// Trace and span id filters; `None` for metrics blocks, which hold no
     /// ids.
     pub ids: Option<IdFilter>,
+    /// Per row range summaries; `None` for blocks of one range and for
+    /// blocks written before the section existed.
+    pub ranges: Option<RowRanges>,
 }
 
 impl Sidecars {
@@ -80,6 +91,7 @@ impl Sidecars {
                 Signal::Logs | Signal::Traces => Some(IdFilter::build(tables)?),
                 Signal::Metrics => None,
             },
+            ranges: RowRanges::build(tables)?,
         })
     }
 
@@ -93,6 +105,9 @@ impl Sidecars {
         if let Some(ids) = &self.ids {
             out.push((ID_BLOOM_SECTION, SidecarSection::Bytes(ids.to_bytes())));
         }
+        if let Some(ranges) = &self.ranges {
+            out.push((ROW_RANGES_SECTION, SidecarSection::Bytes(ranges.to_bytes())));
+        }
         Ok(out)
     }
 
@@ -101,11 +116,13 @@ impl Sidecars {
         zone_map: &RecordBatch,
         attr_index: &RecordBatch,
         id_bloom: Option<&[u8]>,
+        row_ranges: Option<&[u8]>,
     ) -> Result<Self, SidecarError> {
         Ok(Sidecars {
             zone: ZoneMap::from_batch(zone_map)?,
             attrs: AttrIndex::from_batch(attr_index)?,
             ids: id_bloom.map(IdFilter::from_bytes).transpose()?,
+            ranges: row_ranges.map(RowRanges::from_bytes).transpose()?,
         })
     }
 
@@ -124,6 +141,19 @@ impl Sidecars {
         }
         if !self.attrs_may_match(probe) {
             return Verdict::Pruned(PruneRule::AttrIndex);
+        }
+        if let Some(ranges) = &self.ranges {
+            let rp = RangeProbe::from_probe(probe);
+            if (0..ranges.ranges.len()).all(|i| !ranges.may_match(i, &rp)) {
+                // Every range ruled out: by an attribute pair, or by the
+                // time or numeric bounds.
+                let rule = if rp.attr_eq.is_empty() {
+                    PruneRule::ZoneMap
+                } else {
+                    PruneRule::AttrIndex
+                };
+                return Verdict::Pruned(rule);
+            }
         }
         if let (Some(id), Some(ids)) = (&probe.trace_id, &self.ids)
             && !ids.may_contain_trace(id)

@@ -100,21 +100,31 @@ pub fn read_tables(block: &Block, names: Option<&[&'static str]>) -> Result<Tabl
 
 /// The block's pruning sidecars, reading only their sections.
 pub fn read_sidecars(block: &Block) -> Result<Sidecars, Error> {
-    use crate::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ZONE_MAP_SECTION};
-    let ids = match block.manifest().section(ID_BLOOM_SECTION) {
-        Some(_) => Some(block.section_bytes(ID_BLOOM_SECTION)?),
-        None => None,
+    use crate::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ROW_RANGES_SECTION, ZONE_MAP_SECTION};
+    let raw = |name: &str| -> Result<Option<Bytes>, Error> {
+        match block.manifest().section(name) {
+            Some(_) => Ok(Some(block.section_bytes(name)?)),
+            None => Ok(None),
+        }
     };
+    let (ids, ranges) = (raw(ID_BLOOM_SECTION)?, raw(ROW_RANGES_SECTION)?);
     sidecars_from(
         block.read_batches(ZONE_MAP_SECTION)?,
         block.read_batches(ATTR_INDEX_SECTION)?,
         ids.as_deref(),
+        ranges.as_deref(),
     )
 }
 
 /// Sidecars from their decoded sections (zone map and attribute index, one
-/// batch each) and the raw id filter section, however they were fetched.
-pub fn sidecars_from(zone: Vec<RecordBatch>, attrs: Vec<RecordBatch>, ids: Option<&[u8]>) -> Result<Sidecars, Error> {
+/// batch each) and the raw id filter and row range sections (absent in
+/// some blocks), however they were fetched.
+pub fn sidecars_from(
+    zone: Vec<RecordBatch>,
+    attrs: Vec<RecordBatch>,
+    ids: Option<&[u8]>,
+    ranges: Option<&[u8]>,
+) -> Result<Sidecars, Error> {
     use crate::sidecar::{ATTR_INDEX_SECTION, ZONE_MAP_SECTION};
     let one = |name: &'static str, mut batches: Vec<RecordBatch>| -> Result<RecordBatch, Error> {
         if batches.len() != 1 {
@@ -130,5 +140,5 @@ pub fn sidecars_from(zone: Vec<RecordBatch>, attrs: Vec<RecordBatch>, ids: Optio
     };
     let zone = one(ZONE_MAP_SECTION, zone)?;
     let attrs = one(ATTR_INDEX_SECTION, attrs)?;
-    Ok(Sidecars::from_sections(&zone, &attrs, ids)?)
+    Ok(Sidecars::from_sections(&zone, &attrs, ids, ranges)?)
 }

@@ -1,17 +1,21 @@
 //! Reading a candidate block: its manifest, its sidecars and the sections
 //! of the tables a query needs, fetched through the block cache (published
 //! blocks) or taken from memory (recent ones), then decoded and scanned on
-//! the scan pool. Logs, traces, labels and PromQL all read blocks here.
+//! the scan pool. A block's row ranges (those its `row_ranges` sidecar says
+//! may match, or fixed ranges without one) are scanned in parallel on the
+//! pool and merged, so one large merged block keeps every thread busy.
+//! Logs, traces, labels and PromQL all read blocks here.
 
 use std::sync::Arc;
 
 use futures::future::try_join_all;
 use mira_core::block::{Block, Manifest, decode_section};
 use mira_core::convert::TableSet;
-use mira_core::scan::{ScanOutput, ScanRequest, scan, tables_needed};
-use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, Sidecars, ZONE_MAP_SECTION};
+use mira_core::scan::{ScanInput, ScanOutput, ScanRequest, tables_needed};
+use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ROW_RANGES_SECTION, Sidecars, ZONE_MAP_SECTION};
 use mira_core::tables::{read_sidecars, read_tables, sidecars_from, table_from_batches};
 use mira_core::{BlockId, Signal};
+use rayon::iter::{IntoParallelIterator, ParallelIterator};
 
 use crate::plan::{Candidate, Src};
 use crate::stats::Stats;
@@ -64,15 +68,20 @@ impl Querier {
                 .section(&self.store, key, manifest, ATTR_INDEX_SECTION, stats),
         )
         .map_err(|e| QueryError::block(key, e))?;
-        let ids = match manifest.section(ID_BLOOM_SECTION) {
-            Some(_) => Some(
-                self.cache
-                    .section(&self.store, key, manifest, ID_BLOOM_SECTION, stats)
+        // Raw sections some blocks lack: the id filter (metrics), the row
+        // ranges (small and older blocks).
+        let optional = |name: &'static str| async move {
+            match manifest.section(name) {
+                Some(_) => self
+                    .cache
+                    .section(&self.store, key, manifest, name, stats)
                     .await
-                    .map_err(|e| QueryError::block(key, e))?,
-            ),
-            None => None,
+                    .map(Some)
+                    .map_err(|e| QueryError::block(key, e)),
+                None => Ok(None),
+            }
         };
+        let (ids, ranges) = futures::try_join!(optional(ID_BLOOM_SECTION), optional(ROW_RANGES_SECTION))?;
         let id = manifest.meta.block_id;
         let (zone_entry, attr_entry) = (
             section_entry(manifest, ZONE_MAP_SECTION)?,
@@ -83,7 +92,7 @@ impl Querier {
             .on_pool(move || {
                 let zone = decode_section(id, &zone_entry, zone)?;
                 let attrs = decode_section(id, &attr_entry, attrs)?;
-                sidecars_from(zone, attrs, ids.as_deref())
+                sidecars_from(zone, attrs, ids.as_deref(), ranges.as_deref())
             })
             .await
             .map_err(|e| QueryError::corrupt(&owned, e))?;
@@ -105,13 +114,31 @@ impl Querier {
             return Ok(None);
         }
         stats.add_fetched();
+        // The row range summaries (cached with the other sidecars) of a
+        // published block; recent blocks are small and scanned whole.
+        let sidecars = match &c.src {
+            Src::Published { key } => Some(self.published_sidecars(key, stats).await?.1),
+            Src::Recent(_) => None,
+        };
         let raw = self
             .raw_tables(c, &tables_needed(signal, &req.predicate), stats)
             .await?;
         let what = raw.what();
-        // Decode and scan in one task on the pool.
+        // Decode in one task on the pool, then scan the block's row ranges
+        // that may match in parallel on the same pool.
         let out = self
-            .on_pool(move || raw.decode().and_then(|tables| scan(&tables, &req)))
+            .on_pool(move || {
+                let tables = raw.decode()?;
+                let input = ScanInput::load(&tables, &req.predicate)?;
+                let prepared = input.prepare(&req)?;
+                let ranges = sidecars.as_ref().and_then(|s| s.ranges.as_ref());
+                let parts = prepared
+                    .morsels(ranges)
+                    .into_par_iter()
+                    .map(|rows| prepared.scan_rows(rows))
+                    .collect::<Result<Vec<_>, _>>()?;
+                prepared.merge(parts)
+            })
             .await
             .map_err(|e| match e {
                 mira_core::Error::Scan(e) => QueryError::from(e),

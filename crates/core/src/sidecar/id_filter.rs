@@ -145,6 +145,51 @@ impl SplitBlockBloom {
     }
 }
 
+impl SplitBlockBloom {
+    /// Appends the filter as `u32 block count, u64 items, block count × 8 ×
+    /// u32 words` (little-endian), the layout of one `id_bloom` filter after
+    /// its kind.
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.items.to_le_bytes());
+        for w in self.blocks.iter().flatten() {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// Reads a filter written by [`SplitBlockBloom::write`] from the start
+    /// of `bytes`: the filter and the bytes it took, or `None` when `bytes`
+    /// is too short or the filter has no block.
+    pub(crate) fn read(bytes: &[u8]) -> Option<(Self, usize)> {
+        let h = bytes.get(..12)?;
+        let blocks = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let items = le_u64(&h[4..12]);
+        if blocks == 0 {
+            return None;
+        }
+        let end = blocks.checked_mul(BLOCK_BYTES)?.checked_add(12)?;
+        let words = bytes.get(12..end)?;
+        let blocks = words
+            .chunks_exact(BLOCK_BYTES)
+            .map(|b| std::array::from_fn(|i| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])))
+            .collect();
+        Some((SplitBlockBloom { blocks, items }, end))
+    }
+}
+
+/// The filter hash of an attribute `key` with value text `value` (part of
+/// the `row_ranges` format: never change it). FNV-1a over the key, a 0xFF
+/// byte (never in UTF-8, so pairs cannot collide by concatenation) and the
+/// value, then the MurmurHash3 finalizer.
+pub fn pair_hash(key: &str, value: &str) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key.as_bytes().iter().chain(&[0xff]).chain(value.as_bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    }
+    fmix64(h)
+}
+
 /// The id filters of one block.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IdFilter {

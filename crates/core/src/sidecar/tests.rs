@@ -564,16 +564,23 @@ fn sections_round_trip(t: &TableSet) {
     let mut zone = None;
     let mut attrs = None;
     let mut bloom = None;
+    let mut ranges = None;
     for (name, section) in sections {
         match (name, section) {
             (ZONE_MAP_SECTION, SidecarSection::Batch(b)) => zone = Some(ipc_round_trip(&b)),
             (ATTR_INDEX_SECTION, SidecarSection::Batch(b)) => attrs = Some(ipc_round_trip(&b)),
             (ID_BLOOM_SECTION, SidecarSection::Bytes(b)) => bloom = Some(b),
+            (ROW_RANGES_SECTION, SidecarSection::Bytes(b)) => ranges = Some(b),
             (name, _) => panic!("unexpected section {name}"),
         }
     }
-    let back = Sidecars::from_sections(&zone.expect("zone_map"), &attrs.expect("attr_index"), bloom.as_deref())
-        .expect("decode");
+    let back = Sidecars::from_sections(
+        &zone.expect("zone_map"),
+        &attrs.expect("attr_index"),
+        bloom.as_deref(),
+        ranges.as_deref(),
+    )
+    .expect("decode");
     assert_eq!(back, sc, "{names:?}");
 }
 
