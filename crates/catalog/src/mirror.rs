@@ -1,7 +1,15 @@
 //! A local copy of the catalog kept current through [`CatalogClient::watch`]:
 //! the live block list and the ingester leases, at a known version. The
 //! querier plans from it; it can wait until the copy has reached a version
-//! another party reported (the recent-data contract).
+//! another party reported (the recent-data contract) or the catalog's
+//! current version ([`Mirror::catch_up`]).
+//!
+//! The mirror also records when it last heard from the catalog: every
+//! event counts, and an idle member sends progress every
+//! [`WATCH_HEARTBEAT`](crate::service::WATCH_HEARTBEAT), so an old last
+//! event means the copy may be stale ([`Mirror::wait_fresh`]). That time
+//! is monotonic (`tokio::time::Instant`): it measures what this process
+//! heard, it decides nothing about data, so it is not the shared clock.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +19,7 @@ use futures::{FutureExt, StreamExt};
 use mira_common::retry::Backoff;
 use mira_core::ids::Signal;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::client::CatalogClient;
 use crate::proto as pb;
@@ -80,19 +89,24 @@ impl MirrorState {
     }
 }
 
+/// The catalog's applied version, read linearizably (through the leader).
+async fn linearizable_version(client: &CatalogClient) -> Result<u64, crate::ClientError> {
+    client
+        .list_ingesters(pb::ListIngestersRequest {
+            now_ns: 0,
+            linearizable: true,
+            include_expired: false,
+        })
+        .await
+        .map(|r| r.version)
+}
+
 /// The catalog's applied version (any member), retried until one answers.
 async fn current_version(client: &CatalogClient) -> u64 {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
-        match client
-            .list_ingesters(pb::ListIngestersRequest {
-                now_ns: 0,
-                linearizable: true,
-                include_expired: false,
-            })
-            .await
-        {
-            Ok(r) => return r.version,
+        match linearizable_version(client).await {
+            Ok(v) => return v,
             Err(e) => {
                 tracing::debug!(target: "mira::catalog", error = %e, "mirror: catalog version not known yet");
                 tokio::time::sleep(backoff.next_delay()).await;
@@ -106,6 +120,10 @@ async fn current_version(client: &CatalogClient) -> u64 {
 #[derive(Debug, Clone)]
 pub struct Mirror {
     rx: watch::Receiver<Arc<MirrorState>>,
+    /// When the last event (changes or progress) arrived; `None` before
+    /// the first.
+    heard: watch::Receiver<Option<Instant>>,
+    client: Arc<CatalogClient>,
     _task: Arc<AbortOnDrop>,
 }
 
@@ -122,7 +140,10 @@ impl Mirror {
     /// Starts following the catalog from scratch (a full state first).
     pub fn start(client: Arc<CatalogClient>) -> Mirror {
         let (tx, rx) = watch::channel(Arc::new(MirrorState::default()));
+        let (heard_tx, heard) = watch::channel(None);
+        let watcher = client.clone();
         let task = tokio::spawn(async move {
+            let client = watcher;
             // The catalog's version now: the copy is complete ("synced")
             // once it has caught up to it, not after the first event (a
             // long history arrives in many).
@@ -140,6 +161,7 @@ impl Mirror {
                 {
                     batch.push(e);
                 }
+                heard_tx.send_replace(Some(Instant::now()));
                 let mut changed = false;
                 for event in batch {
                     if event.reset {
@@ -151,6 +173,10 @@ impl Mirror {
                             continue;
                         }
                         state = incoming.take().unwrap_or_default();
+                    } else if event.changes.is_empty() && event.version == state.version && state.synced {
+                        // Progress that moves nothing (the idle heartbeat):
+                        // no copy of the state to publish.
+                        continue;
                     } else {
                         for c in event.changes {
                             state.apply(c);
@@ -167,6 +193,8 @@ impl Mirror {
         });
         Mirror {
             rx,
+            heard,
+            client,
             _task: Arc::new(AbortOnDrop(task)),
         }
     }
@@ -185,5 +213,48 @@ impl Mirror {
             Ok(Ok(state)) => Some(state.clone()),
             _ => None,
         }
+    }
+
+    /// How long ago the last event (changes or progress) arrived; `None`
+    /// before the first.
+    pub fn since_last_event(&self) -> Option<Duration> {
+        self.heard.borrow().map(|t| t.elapsed())
+    }
+
+    /// Returns at once if the last event is at most `max_age` old, else
+    /// waits up to `timeout` for a new one. `Err` carries the age of the
+    /// last event (`None`: never heard) when none came in time.
+    ///
+    /// Cancel safe: it only reads the mirror.
+    pub async fn wait_fresh(&self, max_age: Duration, timeout: Duration) -> Result<(), Option<Duration>> {
+        let fresh = |t: &Option<Instant>| t.is_some_and(|t| t.elapsed() <= max_age);
+        let mut heard = self.heard.clone();
+        if fresh(&heard.borrow_and_update()) {
+            return Ok(());
+        }
+        match tokio::time::timeout(timeout, heard.wait_for(fresh)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(self.since_last_event()),
+        }
+    }
+
+    /// Waits up to `timeout` until the mirror has reached the catalog's
+    /// current version, read linearizably now: every command committed
+    /// before this call is in the returned state. `None` when the catalog
+    /// did not answer or the copy did not catch up in time.
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn catch_up(&self, timeout: Duration) -> Option<Arc<MirrorState>> {
+        let deadline = Instant::now() + timeout;
+        let version = match tokio::time::timeout_at(deadline, linearizable_version(&self.client)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                tracing::debug!(target: "mira::catalog", error = %e, "mirror: catalog version not known");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        self.wait_for(version, deadline.saturating_duration_since(Instant::now()))
+            .await
     }
 }

@@ -106,7 +106,6 @@ impl BlockRecord {
         (&self.tenant, self.signal, self.partition_start_ns)
     }
 
-
     /// Same block as published (everything but the lifecycle state), so a
     /// retried publish is recognised after a compaction tombstoned it.
     pub fn same_publish(&self, other: &BlockRecord) -> bool {
@@ -627,7 +626,10 @@ fn check_text(field: &str, s: &str, max: usize) -> Result<(), CommandError> {
         return Err(CommandError::invalid(field, "must not be empty"));
     }
     if s.len() > max {
-        return Err(CommandError::invalid(field, format!("{} bytes, at most {max}", s.len())));
+        return Err(CommandError::invalid(
+            field,
+            format!("{} bytes, at most {max}", s.len()),
+        ));
     }
     if s.chars().any(char::is_control) {
         return Err(CommandError::invalid(field, "contains control characters"));
@@ -656,7 +658,10 @@ fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
         return Err(CommandError::invalid(field("state"), "new blocks are live"));
     }
     if b.no_compact.is_some() {
-        return Err(CommandError::invalid(field("no_compact"), "new blocks are not quarantined"));
+        return Err(CommandError::invalid(
+            field("no_compact"),
+            "new blocks are not quarantined",
+        ));
     }
     let loc = parse_block_path(&Path::from(b.object_key.as_str()))
         .map_err(|e| CommandError::invalid(field("object_key"), e.to_string()))?;

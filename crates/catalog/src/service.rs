@@ -20,8 +20,8 @@ use crate::error::{CommandError, RequestError};
 use crate::metrics::Metrics;
 use crate::model::{Command, StateKind, check_time};
 use crate::pb_impl::block::{page_token, parse_page_token, state_kind_from_pb};
-use crate::state::BlockQuery;
 use crate::pb_impl::{policy, signal};
+use crate::state::BlockQuery;
 use crate::state_machine::{Catalog, HistoryGone};
 use crate::types::{NodeId, Raft};
 

@@ -221,14 +221,7 @@ impl State {
                 holder,
                 now_ns,
                 ttl_ms,
-            } => self.acquire(
-                key,
-                holder,
-                *now_ns,
-                *ttl_ms,
-                LeaseOp::Acquire { prune: false },
-                None,
-            ),
+            } => self.acquire(key, holder, *now_ns, *ttl_ms, LeaseOp::Acquire { prune: false }, None),
             Command::RenewLease {
                 key,
                 holder,
@@ -315,7 +308,14 @@ impl State {
                 lease_holder,
                 reason,
                 dropped_rows,
-            } => self.replace_v2(add, tombstone, *now_ns, (lease_key, lease_holder), *reason, *dropped_rows),
+            } => self.replace_v2(
+                add,
+                tombstone,
+                *now_ns,
+                (lease_key, lease_holder),
+                *reason,
+                *dropped_rows,
+            ),
             Command::Abandon { ids } => self.abandon(ids),
             Command::MarkNoCompact { ids, reason } => self.mark_no_compact(ids, Some(reason)),
             Command::ClearNoCompact { ids } => self.mark_no_compact(ids, None),
@@ -1102,9 +1102,7 @@ impl State {
         blocks.sort_unstable_by_key(|b| b.id);
         let no_compact = blocks
             .iter_mut()
-            .filter_map(|b| {
-                b.no_compact.take().map(|reason| NoCompactMark { id: b.id, reason })
-            })
+            .filter_map(|b| b.no_compact.take().map(|reason| NoCompactMark { id: b.id, reason }))
             .collect();
         StateImage {
             blocks,

@@ -365,9 +365,33 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
     for (name, req, needle) in [
         ("reversed range", list(10, 5, 1, "t", vec![]), "max_time_ns"),
         ("negative range", list(-1, 5, 1, "t", vec![]), "negative"),
-        ("bad signal", list(0, 5, 0, "t", vec![]), "signal"),
+        ("bad signal", list(0, 5, 9, "t", vec![]), "signal"),
         ("bad tenant", list(0, 5, 1, "a/b", vec![]), "tenant"),
         ("bad state", list(0, 5, 1, "t", vec![42]), "state"),
+        (
+            "bad page token",
+            pb::ListBlocksRequest {
+                page_token: "t/1/x".into(),
+                ..list(0, 5, 1, "t", vec![])
+            },
+            "page_token",
+        ),
+        (
+            "huge limit",
+            pb::ListBlocksRequest {
+                limit: 100_001,
+                ..list(0, 5, 1, "t", vec![])
+            },
+            "limit",
+        ),
+        (
+            "partition not an hour",
+            pb::ListBlocksRequest {
+                partition_start_ns: Some(5),
+                ..list(0, 5, 1, "t", vec![])
+            },
+            "partition_start_ns",
+        ),
     ] {
         let err = g.list_blocks(req).await.expect_err(name);
         assert_eq!(err.code(), Code::InvalidArgument, "{name}");
@@ -538,5 +562,173 @@ async fn restore_from_a_snapshot_file_into_an_empty_member() {
     assert_eq!(got, want);
     let v = c.publish(vec![block(99)], None).await.expect("writes after restore");
     assert!(v > index, "versions continue after the snapshot ({v} <= {index})");
+    node.shutdown().await;
+}
+
+/// The compactor's calls end to end: a lease with a job, ReplaceV2,
+/// Abandon, quarantine marks in listings and a watch reset, listing every tenant
+/// page by page and by partition, all surviving a restart from a snapshot.
+#[tokio::test]
+async fn compactor_calls_and_their_state_survive_a_snapshot() {
+    const HOUR: i64 = 3_600_000_000_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = free_addr();
+    let node = start(dir.path(), addr, 10_000).await;
+    let c = client(addr);
+    let hour = EPOCH_NS - EPOCH_NS % HOUR;
+    let inputs: Vec<pb::Block> = (0..3)
+        .map(|i| mira_catalog::testing::block("t", hour + i, 10))
+        .collect();
+    let others: Vec<pb::Block> = (0..4)
+        .map(|i| mira_catalog::testing::block("u", hour + i, 10))
+        .collect();
+    c.publish(inputs.iter().chain(&others).cloned().collect(), None)
+        .await
+        .expect("publish");
+
+    let key = format!("part/t/logs/{hour}");
+    let lease = c
+        .acquire_lease(&key, "c-1/01J", EPOCH_NS, 60_000, Some(r#"{"v":1}"#.into()))
+        .await
+        .expect("acquire");
+    assert_eq!(lease.job, r#"{"v":1}"#);
+    let lease = c
+        .renew_lease(&key, "c-1/01J", EPOCH_NS + 1, 60_000, None)
+        .await
+        .expect("renew");
+    assert_eq!(lease.job, r#"{"v":1}"#, "renewing without a job keeps it");
+
+    let mut merged = mira_catalog::testing::block("t", hour, 20);
+    merged.rows = 3;
+    let replace = pb::ReplaceV2 {
+        add: vec![merged.clone()],
+        tombstone: inputs.iter().map(|b| b.id.clone()).collect(),
+        now_ns: EPOCH_NS + 2,
+        lease_key: key.clone(),
+        lease_holder: "c-1/01J".into(),
+        reason: pb::ReplaceReason::Merge as i32,
+        dropped_rows: 0,
+    };
+    c.replace_v2(replace.clone()).await.expect("replace");
+    c.replace_v2(replace.clone()).await.expect("a retry succeeds");
+    let err = c
+        .replace_v2(pb::ReplaceV2 {
+            reason: pb::ReplaceReason::Unspecified as i32,
+            ..replace
+        })
+        .await
+        .expect_err("no reason");
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let fenced = BlockId::new().to_string();
+    c.abandon(vec![fenced.clone()]).await.expect("abandon");
+    let err = c.abandon(vec![merged.id.clone()]).await.expect_err("known");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.to_string().contains(&merged.id), "{err}");
+
+    c.mark_no_compact(vec![others[0].id.clone()], "bad footer")
+        .await
+        .expect("mark");
+
+    let all = c.list_all_blocks(&[pb::BlockState::Live]).await.expect("all");
+    let mut live: Vec<String> = all.iter().map(|b| b.id.clone()).collect();
+    live.sort();
+    let mut want: Vec<String> = others.iter().map(|b| b.id.clone()).chain([merged.id.clone()]).collect();
+    want.sort();
+    assert_eq!(live, want);
+    // The same, two at a time.
+    let mut paged = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let r = c
+            .list_blocks(pb::ListBlocksRequest {
+                max_time_ns: i64::MAX,
+                limit: 2,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("page");
+        assert!(r.blocks.len() <= 2);
+        paged.extend(r.blocks.into_iter().map(|b| b.id));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        page_token = r.next_page_token;
+    }
+    assert_eq!(paged, all.iter().map(|b| b.id.clone()).collect::<Vec<_>>());
+    let in_partition = |p: i64| pb::ListBlocksRequest {
+        max_time_ns: i64::MAX,
+        partition_start_ns: Some(p),
+        states: vec![pb::BlockState::Tombstoned as i32],
+        ..Default::default()
+    };
+    let tombstoned = c.list_blocks(in_partition(hour)).await.expect("partition").blocks;
+    assert_eq!(tombstoned.len(), 3);
+    assert!(
+        c.list_blocks(in_partition(hour + HOUR))
+            .await
+            .expect("next hour")
+            .blocks
+            .is_empty()
+    );
+
+    // Everything survives a restart from the snapshot alone.
+    c.trigger_snapshot().await.expect("snapshot");
+    node.shutdown().await;
+    let node = start(dir.path(), addr, 10_000).await;
+    let c = std::sync::Arc::new(client(addr));
+    let leases = c
+        .list_leases(pb::ListLeasesRequest { linearizable: true })
+        .await
+        .expect("leases")
+        .leases;
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].job, r#"{"v":1}"#);
+    let again = c.list_all_blocks(&[pb::BlockState::Live]).await.expect("all");
+    assert_eq!(again, all);
+    assert_eq!(
+        again.iter().filter(|b| !b.no_compact_reason.is_empty()).count(),
+        1,
+        "the mark survives"
+    );
+    // A watch from before the snapshot starts with a reset: the rows carry
+    // their marks.
+    let mut watch = c.watch(0);
+    let mut reset = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(20), watch.next())
+            .await
+            .expect("watch stalled")
+            .expect("watch ended");
+        reset.extend(e.changes.into_iter().filter_map(|ch| match ch.change {
+            Some(pb::change::Change::Block(b)) => Some(b),
+            _ => None,
+        }));
+        if e.reset_done {
+            break;
+        }
+    }
+    let marked = reset.iter().find(|b| b.id == others[0].id).expect("marked block");
+    assert_eq!(marked.no_compact_reason, "bad footer");
+    assert!(
+        reset
+            .iter()
+            .filter(|b| b.id != others[0].id)
+            .all(|b| b.no_compact_reason.is_empty())
+    );
+    let mut late = mira_catalog::testing::block("t", hour, 1);
+    late.object_key = late.object_key.replace(&late.id, &fenced);
+    late.id = fenced;
+    let err = c.publish(vec![late], None).await.expect_err("abandoned id");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    c.release_lease(&key, "c-1/01J").await.expect("release");
+    assert!(
+        c.list_leases(pb::ListLeasesRequest::default())
+            .await
+            .expect("leases")
+            .leases
+            .is_empty()
+    );
     node.shutdown().await;
 }

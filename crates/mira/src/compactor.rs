@@ -42,17 +42,17 @@ pub struct CompactorArgs {
 #[derive(Debug, Args)]
 pub struct CompactFlags {
     /// HTTP listen address: /metrics, /ready, /live, status [default: 0.0.0.0:7600].
-    #[arg(long = "compactor-listen", env = "MIRA_COMPACTOR_LISTEN")]
-    pub listen: Option<SocketAddr>,
+    #[arg(long, env = "MIRA_COMPACTOR_LISTEN")]
+    pub compactor_listen: Option<SocketAddr>,
     /// Lease holder name [default: the host name].
     #[arg(long, env = "MIRA_COMPACTOR_ID")]
     pub compactor_id: Option<String>,
     /// Leased jobs at once [default: 2].
-    #[arg(long = "compactor-jobs", env = "MIRA_COMPACTOR_JOBS")]
-    pub jobs: Option<usize>,
+    #[arg(long, env = "MIRA_COMPACTOR_JOBS")]
+    pub compactor_jobs: Option<usize>,
     /// Threads merging and encoding [default: the number of cores].
-    #[arg(long = "compactor-threads", env = "MIRA_COMPACTOR_THREADS")]
-    pub threads: Option<usize>,
+    #[arg(long, env = "MIRA_COMPACTOR_THREADS")]
+    pub compactor_threads: Option<usize>,
     /// Memory reserved across running jobs [default: 2GiB].
     #[arg(long, env = "MIRA_COMPACTOR_MEMORY_LIMIT")]
     pub memory_limit: Option<ByteSize>,
@@ -60,8 +60,8 @@ pub struct CompactFlags {
     #[arg(long, env = "MIRA_PLAN_INTERVAL")]
     pub plan_interval: Option<Duration>,
     /// Partition lease time to live [default: 60s].
-    #[arg(long, env = "MIRA_LEASE_TTL")]
-    pub lease_ttl: Option<Duration>,
+    #[arg(long, env = "MIRA_PARTITION_LEASE_TTL")]
+    pub partition_lease_ttl: Option<Duration>,
     /// Hot merges ignore blocks younger than this [default: 60s].
     #[arg(long, env = "MIRA_MIN_BLOCK_AGE")]
     pub min_block_age: Option<Duration>,
@@ -106,11 +106,8 @@ impl CompactFlags {
         set_given!(
             self,
             s,
-            listen,
-            jobs,
             memory_limit,
             plan_interval,
-            lease_ttl,
             min_block_age,
             merge_factor,
             max_inputs,
@@ -127,8 +124,17 @@ impl CompactFlags {
         if self.compactor_id.is_some() {
             s.compactor_id.clone_from(&self.compactor_id);
         }
-        if self.threads.is_some() {
-            s.threads = self.threads;
+        if let Some(l) = self.compactor_listen {
+            s.listen = l;
+        }
+        if let Some(j) = self.compactor_jobs {
+            s.jobs = j;
+        }
+        if self.compactor_threads.is_some() {
+            s.threads = self.compactor_threads;
+        }
+        if let Some(t) = self.partition_lease_ttl {
+            s.lease_ttl = t;
         }
     }
 }

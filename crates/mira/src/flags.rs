@@ -58,12 +58,16 @@ impl ConfigFlags {
 pub struct ServeSettings {
     /// Listen address of the embedded catalog member (local traffic only).
     pub catalog_listen: std::net::SocketAddr,
+    /// Run the compactor in the process (off: blocks stay as sealed, e.g.
+    /// to measure before and after a separate `mira compactor --once`).
+    pub compactor: bool,
 }
 
 impl Default for ServeSettings {
     fn default() -> Self {
         ServeSettings {
             catalog_listen: std::net::SocketAddr::from(([127, 0, 0, 1], 7400)),
+            compactor: true,
         }
     }
 }

@@ -60,6 +60,13 @@ pub struct QueryFlags {
     /// answer is marked partial [default: 2s].
     #[arg(long, env = "MIRA_RECENT_TIMEOUT")]
     pub recent_timeout: Option<Duration>,
+    /// Longest a query may run before it is cancelled and answered 504 [default: 120s].
+    #[arg(long, env = "MIRA_QUERY_TIMEOUT")]
+    pub query_timeout: Option<Duration>,
+    /// Oldest the catalog copy's last update may be when a query is planned;
+    /// older, the query waits briefly for a fresh one, then answers 503 [default: 15s].
+    #[arg(long, env = "MIRA_CATALOG_MAX_STALENESS")]
+    pub catalog_max_staleness: Option<Duration>,
     /// Earlier releases' --max-query-range in hours (hidden; one release).
     #[arg(
         long,
@@ -86,6 +93,8 @@ impl QueryFlags {
             max_query_range,
             max_query_limit,
             recent_timeout,
+            query_timeout,
+            catalog_max_staleness,
         );
         if self.cache_dir.is_some() {
             s.cache_dir.clone_from(&self.cache_dir);

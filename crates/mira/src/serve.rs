@@ -23,6 +23,9 @@ pub struct ServeArgs {
     /// Listen address of the embedded catalog member (local traffic only) [default: 127.0.0.1:7400].
     #[arg(long, env = "MIRA_CATALOG_LISTEN")]
     pub catalog_listen: Option<SocketAddr>,
+    /// Do not run the compactor in this process.
+    #[arg(long, env = "MIRA_NO_COMPACTOR")]
+    pub no_compactor: bool,
     #[command(flatten)]
     pub store: StoreFlags,
     #[command(flatten)]
@@ -43,6 +46,9 @@ impl ServeArgs {
         self.store.apply(&mut c.store)?;
         if let Some(l) = self.catalog_listen {
             c.serve.catalog_listen = l;
+        }
+        if self.no_compactor {
+            c.serve.compactor = false;
         }
         self.ingest.apply(&mut c.ingester);
         self.query.apply(&mut c.querier);
@@ -86,9 +92,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client = catalog_client(&catalog_addr.to_string());
     let ingester =
         crate::ingester::start(&c.ingester, &process, data_dir.clone(), store.clone(), client.clone()).await?;
-    let compactor = mira_compactor::Compactor::new(c.compactor.build()?, &process, store.clone(), client.clone())?;
     let (stop_compactor, stopped) = tokio::sync::watch::channel(false);
-    let compactor = tokio::spawn(compactor.run(stopped));
+    let compactor = if c.serve.compactor {
+        let compactor = mira_compactor::Compactor::new(c.compactor.build()?, &process, store.clone(), client.clone())?;
+        Some(tokio::spawn(compactor.run(stopped)))
+    } else {
+        None
+    };
     let server = crate::querier::start(c.querier.listen, query_config, &process, store, client).await?;
     tracing::info!(
         target: "mira::serve",
@@ -102,7 +112,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(target: "mira::serve", "stopping: query API, then ingester (seal and publish), then catalog");
     server.shutdown().await;
     let _ = stop_compactor.send(true);
-    let _ = compactor.await;
+    if let Some(c) = compactor {
+        let _ = c.await;
+    }
     ingester.shutdown().await;
     catalog.shutdown().await;
     Ok(())

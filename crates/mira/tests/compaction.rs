@@ -28,7 +28,7 @@ const FLAGS: &[&str] = &[
     "2",
     "--plan-interval",
     "1s",
-    "--lease-ttl",
+    "--partition-lease-ttl",
     "3s",
     "--deletion-grace",
     "0s",

@@ -69,10 +69,18 @@ fn check_config_prints_the_defaults_of_every_role_and_starts_nothing() {
     let querier = ok(&["querier", "--check-config", "--data-dir", d], &[]);
     assert_eq!(value(&querier, "querier", "max_query_range"), "31d");
     assert_eq!(value(&querier, "querier", "cache_size"), "10GiB");
+    assert_eq!(value(&querier, "querier", "query_timeout"), "2m");
+    assert_eq!(value(&querier, "querier", "catalog_max_staleness"), "15s");
     let catalog = ok(&["catalog", "--check-config", "--data-dir", d], &[]);
     assert_eq!(value(&catalog, "catalog", "election_timeout"), "400ms");
+    let compactor = ok(&["compactor", "--check-config", "--data-dir", d], &[]);
+    assert_eq!(value(&compactor, "compactor", "cold_after"), "1h");
+    assert_eq!(value(&compactor, "compactor", "deletion_grace"), "1h");
+    assert_eq!(value(&compactor, "compactor", "memory_limit"), "2GiB");
     let serve = ok(&["serve", "--check-config", "--data-dir", d], &[]);
     assert_eq!(value(&serve, "serve", "catalog_listen"), "127.0.0.1:7400");
+    assert_eq!(value(&serve, "serve", "compactor"), "true");
+    assert_eq!(value(&serve, "compactor", "settle"), "10m");
     assert_eq!(value(&serve, "ingester", "id"), "serve");
     assert!(!serve.contains("[catalog]"), "{serve}");
     // Nothing was created, no port was bound.
@@ -151,6 +159,15 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         ),
         (&["catalog", "--node-id", "4"][..], "catalog.peers"),
         (&["serve", "--max-query-limit", "0"][..], "querier.max_query_limit"),
+        (&["compactor", "--merge-factor", "1"][..], "compactor.merge_factor"),
+        (&["compactor", "--partition-lease-ttl", "1s"][..], "compactor.lease_ttl"),
+        (&["compactor", "--memory-limit", "64MiB"][..], "compactor.memory_limit"),
+        (&["serve", "--compactor-jobs", "0"][..], "compactor.jobs"),
+        (&["querier", "--query-timeout", "0s"][..], "querier.query_timeout"),
+        (
+            &["serve", "--catalog-max-staleness", "0s"][..],
+            "querier.catalog_max_staleness",
+        ),
     ] {
         let mut with_check = args.to_vec();
         with_check.push("--check-config");
@@ -162,6 +179,42 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
     assert!(err.contains("--seal-size") && err.contains("64MiB"), "{err}");
     let err = refused(&["ingester", "--check-config"], &[("MIRA_SEAL_AGE", "soon")]);
     assert!(err.contains("30s, 5m or 168h"), "{err}");
+}
+
+#[test]
+fn query_timeout_and_catalog_staleness_come_from_the_file_variables_and_flags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mira.toml");
+    std::fs::write(
+        &file,
+        "[querier]\nquery_timeout = \"30s\"\ncatalog_max_staleness = \"1m\"\n",
+    )
+    .expect("write");
+    let f = file.to_str().expect("path");
+    let from_file = ok(&["querier", "--check-config", "--config", f], &[]);
+    assert_eq!(value(&from_file, "querier", "query_timeout"), "30s");
+    assert_eq!(value(&from_file, "querier", "catalog_max_staleness"), "1m");
+    let from_env = ok(
+        &["querier", "--check-config", "--config", f],
+        &[("MIRA_QUERY_TIMEOUT", "45s"), ("MIRA_CATALOG_MAX_STALENESS", "20s")],
+    );
+    assert_eq!(value(&from_env, "querier", "query_timeout"), "45s");
+    assert_eq!(value(&from_env, "querier", "catalog_max_staleness"), "20s");
+    let from_flags = ok(
+        &[
+            "serve",
+            "--check-config",
+            "--config",
+            f,
+            "--query-timeout",
+            "5m",
+            "--catalog-max-staleness",
+            "5s",
+        ],
+        &[("MIRA_QUERY_TIMEOUT", "45s")],
+    );
+    assert_eq!(value(&from_flags, "querier", "query_timeout"), "5m");
+    assert_eq!(value(&from_flags, "querier", "catalog_max_staleness"), "5s");
 }
 
 #[test]
@@ -253,7 +306,7 @@ fn the_flags_of_the_last_release_keep_their_units_and_cannot_be_mixed_with_the_n
 fn the_data_dir_means_the_same_for_every_role() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().to_str().expect("path");
-    for role in ["catalog", "ingester", "querier", "serve"] {
+    for role in ["catalog", "ingester", "querier", "compactor", "serve"] {
         let out = ok(&[role, "--check-config"], &[("MIRA_DATA_DIR", d)]);
         assert_eq!(value(&out, "store", "data_dir"), d, "{role}");
     }
@@ -270,7 +323,7 @@ fn the_example_file_in_the_docs_is_valid_for_every_role() {
     let file = dir.path().join("example.toml");
     std::fs::write(&file, &doc[start..end]).expect("write");
     let f = file.to_str().expect("path");
-    for role in ["catalog", "ingester", "querier", "serve"] {
+    for role in ["catalog", "ingester", "querier", "compactor", "serve"] {
         ok(&[role, "--check-config", "--config", f], &[]);
     }
     let out = ok(&["ingester", "--check-config", "--config", f], &[]);

@@ -28,6 +28,9 @@ pub enum ErrorCode {
     /// A deadline passed: the client was too slow sending its request, or
     /// an operation did not finish in time.
     Timeout,
+    /// The server's own bound on the work passed: a query ran longer than
+    /// the query timeout. Retrying the same work will likely time out again.
+    DeadlineExceeded,
     /// No room now; retry later.
     Overloaded,
     /// Not serving now (stopping, not ready, a dependency down); retry.
@@ -43,6 +46,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::Timeout => 408,
+            ErrorCode::DeadlineExceeded => 504,
             ErrorCode::AlreadyExists | ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
@@ -62,7 +66,7 @@ impl ErrorCode {
             ErrorCode::Conflict => tonic::Code::FailedPrecondition,
             ErrorCode::TooLarge | ErrorCode::Overloaded => tonic::Code::ResourceExhausted,
             ErrorCode::TooBig => tonic::Code::OutOfRange,
-            ErrorCode::Timeout => tonic::Code::DeadlineExceeded,
+            ErrorCode::Timeout | ErrorCode::DeadlineExceeded => tonic::Code::DeadlineExceeded,
             ErrorCode::Unavailable => tonic::Code::Unavailable,
             ErrorCode::Internal => tonic::Code::Internal,
         }
@@ -113,6 +117,7 @@ mod tests {
             ErrorCode::TooLarge,
             ErrorCode::TooBig,
             ErrorCode::Timeout,
+            ErrorCode::DeadlineExceeded,
             ErrorCode::Overloaded,
             ErrorCode::Unavailable,
             ErrorCode::Internal,
@@ -128,6 +133,7 @@ mod tests {
                 | ErrorCode::TooLarge
                 | ErrorCode::TooBig
                 | ErrorCode::Timeout
+                | ErrorCode::DeadlineExceeded
                 | ErrorCode::Overloaded
                 | ErrorCode::Unavailable
                 | ErrorCode::Internal => {}

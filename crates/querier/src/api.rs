@@ -35,6 +35,10 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .route("/api/mira/v1/metrics/query_range", get(metrics_query_range))
         .route("/api/mira/v1/labels", get(labels))
         .route("/api/mira/v1/label/{name}/values", get(label_values))
+        .route_layer(axum::middleware::from_fn_with_state(
+            q.clone(),
+            crate::attempt::guard::<QueryError>,
+        ))
         .with_state(q)
 }
 

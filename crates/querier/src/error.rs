@@ -20,6 +20,34 @@ pub enum QueryError {
     /// The querier cannot answer yet (503).
     #[error("{0}")]
     Unavailable(String),
+    /// The query ran longer than `--query-timeout` and was cancelled (504).
+    #[error(
+        "the query ran longer than the query timeout of {} s (--query-timeout) and was cancelled; narrow its time range or selector",
+        .limit.as_secs_f64()
+    )]
+    Timeout { limit: std::time::Duration },
+    /// The catalog copy has not heard from the catalog for longer than
+    /// `--catalog-max-staleness` (503): a plan from it could name blocks
+    /// already replaced and deleted.
+    #[error("catalog copy is stale: {} (bound {} s)", stale_age(.age), .bound.as_secs())]
+    StaleCatalog {
+        /// Since the last update; `None`: never heard.
+        age: Option<std::time::Duration>,
+        bound: std::time::Duration,
+    },
+    /// A planned block's object is not in the store (500 when it stays
+    /// so): replaced and deleted since the plan, which one re-plan
+    /// recovers from, or lost.
+    #[error("block {block}: the object is gone from the store")]
+    ObjectGone {
+        block: String,
+        #[source]
+        source: BlockError,
+    },
+    /// The catalog lists a block live whose object is not in the store
+    /// (500): lost data, counted in `mira_querier_missing_objects_total`.
+    #[error("block {id} is live in the catalog but its object {key} is missing from the store")]
+    ObjectMissing { id: String, key: String },
     /// A stored block failed verification (500, `corrupt_block`). Never
     /// answered with rows from it.
     #[error("block {block}: {source}")]
@@ -68,8 +96,11 @@ impl ServiceError for QueryError {
             QueryError::BadRequest(_) => ErrorCode::BadRequest,
             QueryError::NotFound(_) => ErrorCode::NotFound,
             QueryError::TooBig(_) => ErrorCode::TooBig,
-            QueryError::Unavailable(_) => ErrorCode::Unavailable,
+            QueryError::Unavailable(_) | QueryError::StaleCatalog { .. } => ErrorCode::Unavailable,
+            QueryError::Timeout { .. } => ErrorCode::DeadlineExceeded,
             QueryError::CorruptBlock { .. }
+            | QueryError::ObjectGone { .. }
+            | QueryError::ObjectMissing { .. }
             | QueryError::Corrupt { .. }
             | QueryError::BlockRead { .. }
             | QueryError::RecentBlock { .. }
@@ -87,8 +118,10 @@ impl QueryError {
             QueryError::BadRequest(_) => "bad_request",
             QueryError::NotFound(_) => "not_found",
             QueryError::TooBig(_) => "too_big",
-            QueryError::Unavailable(_) => "unavailable",
+            QueryError::Unavailable(_) | QueryError::StaleCatalog { .. } => "unavailable",
+            QueryError::Timeout { .. } => "timeout",
             QueryError::CorruptBlock { .. } | QueryError::Corrupt { .. } => "corrupt_block",
+            QueryError::ObjectGone { .. } | QueryError::ObjectMissing { .. } => "missing_object",
             QueryError::BlockRead { .. }
             | QueryError::RecentBlock { .. }
             | QueryError::Cache { .. }
@@ -97,11 +130,21 @@ impl QueryError {
         }
     }
 
-    /// A block read failed: corruption, or the store.
+    /// A block read failed: corruption, the object gone (noted for the
+    /// query's one re-plan, [`crate::attempt`]), or the store.
     pub(crate) fn block(key: &str, e: BlockError) -> QueryError {
         let block = key.to_owned();
         if e.is_corrupt() {
             QueryError::CorruptBlock { block, source: e }
+        } else if matches!(
+            &e,
+            BlockError::ObjectStore {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }
+        ) {
+            crate::attempt::object_gone(key);
+            QueryError::ObjectGone { block, source: e }
         } else {
             QueryError::BlockRead { block, source: e }
         }
@@ -112,6 +155,14 @@ impl QueryError {
             what: what.to_owned(),
             detail: e.to_string(),
         }
+    }
+}
+
+/// "last update 37 s ago", or that there was none.
+fn stale_age(age: &Option<std::time::Duration>) -> String {
+    match age {
+        Some(a) => format!("last update {} s ago", a.as_secs()),
+        None => "no update received yet".to_owned(),
     }
 }
 

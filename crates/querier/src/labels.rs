@@ -142,14 +142,18 @@ impl Querier {
                 self.on_pool(move || -> Result<Vec<String>, mira_core::Error> {
                     let batch = tables.get(table)?;
                     let r = AttrReader::new(batch, table)?;
+                    // The smallest values, one more than listed (to tell
+                    // that there are more): the answer is then the first
+                    // values of the whole range in order, however the rows
+                    // are split into blocks, not the first found.
                     let mut out = BTreeSet::new();
                     for row in 0..r.len() {
                         if r.key(row) == key
                             && let Some(v) = value_text(&r, row)
                         {
                             out.insert(v);
-                            if out.len() >= MAX_VALUES {
-                                break;
+                            if out.len() > MAX_VALUES + 1 {
+                                out.pop_last();
                             }
                         }
                     }

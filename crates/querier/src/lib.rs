@@ -13,10 +13,14 @@
 //! ([`labels`]), served by the native HTTP API under `/api/mira/v1/`
 //! ([`api`]), by Prometheus' HTTP API under `/api/v1/` ([`prom_api`]) and
 //! by Tempo's trace-by-id and tag endpoints ([`tempo_api`]); [`server`]
-//! puts them and the process's probes on one port.
+//! puts them and the process's probes on one port. Every query endpoint
+//! runs under one layer ([`attempt`]): the query timeout, and one re-plan
+//! when a compaction deleted a planned block; planning refuses a catalog
+//! copy that has not heard from the catalog for too long.
 
 pub mod answer;
 pub mod api;
+pub mod attempt;
 mod blocks;
 pub mod cache;
 pub mod error;
@@ -67,8 +71,13 @@ pub struct QuerierConfig {
     pub max_limit: usize,
     /// How long an ingester may take to answer for its recent data.
     pub recent_timeout: Duration,
-    /// How long to wait for the catalog copy to catch up.
+    /// How long to wait for the catalog copy to catch up (or for a fresh
+    /// update when it is stale).
     pub catalog_wait: Duration,
+    /// Longest a query may run (then 504).
+    pub query_timeout: Duration,
+    /// Oldest the catalog copy's last update may be when planning.
+    pub max_staleness: Duration,
 }
 
 impl QuerierConfig {
@@ -83,6 +92,8 @@ impl QuerierConfig {
             max_limit: 10_000,
             recent_timeout: Duration::from_secs(2),
             catalog_wait: Duration::from_secs(5),
+            query_timeout: Duration::from_secs(120),
+            max_staleness: Duration::from_secs(15),
         }
     }
 }
@@ -101,6 +112,8 @@ pub struct Querier {
     clock: Clock,
     /// Which attributes give a Loki label name, per tenant.
     resolutions: logql::eval::Resolutions,
+    /// Re-plans and missing objects ([`attempt`]).
+    counters: attempt::Counters,
 }
 
 impl Querier {
@@ -132,6 +145,7 @@ impl Querier {
             config,
             clock,
             resolutions: Default::default(),
+            counters: Default::default(),
         }))
     }
 

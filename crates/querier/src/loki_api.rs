@@ -51,13 +51,18 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .route("/loki/api/v1/label", get(labels))
         .route("/loki/api/v1/label/{name}/values", get(label_values))
         .route("/loki/api/v1/series", get(series).post(series))
-        .route("/loki/api/v1/tail", get(tail))
         .route("/loki/api/v1/index/stats", get(index_stats))
         .route("/loki/api/v1/index/volume", get(volume))
         .route("/loki/api/v1/index/volume_range", get(volume_range))
         .route("/loki/api/v1/status/buildinfo", get(buildinfo))
         .route("/prometheus/api/v1/rules", get(rules))
         .route("/loki/api/v1/{*rest}", get(not_found).post(not_found))
+        .route_layer(axum::middleware::from_fn_with_state(
+            q.clone(),
+            crate::attempt::guard::<LokiError>,
+        ))
+        // A tail is a long-lived WebSocket: no query timeout, no replay.
+        .route("/loki/api/v1/tail", get(tail))
         .with_state(q)
 }
 

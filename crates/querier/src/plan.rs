@@ -3,7 +3,9 @@
 //! row section is fetched; the ingesters' recent blocks are merged under
 //! the catalog-version contract of `proto/ingester.proto`. Candidates are
 //! then read in [`Waves`] that grow, so a limit met early reads few blocks.
-//! The limits a query is checked against live here too.
+//! The limits a query is checked against live here too, and the
+//! staleness guard: no plan from a catalog copy older than
+//! `--catalog-max-staleness`.
 
 use std::sync::Arc;
 
@@ -81,9 +83,17 @@ impl Querier {
         end: u64,
         stats: &Stats,
     ) -> Result<Plan, QueryError> {
-        let Some(mut state) = self.mirror.wait_for(0, self.config.catalog_wait).await else {
+        if self.mirror.wait_for(0, self.config.catalog_wait).await.is_none() {
             return Err(QueryError::Unavailable("the catalog has not answered yet".into()));
-        };
+        }
+        // A copy that has not heard from the catalog for long may list
+        // blocks a compaction replaced and deleted since (the deletion
+        // grace assumes plans are at most this old).
+        let bound = self.config.max_staleness;
+        if let Err(age) = self.mirror.wait_fresh(bound, self.config.catalog_wait).await {
+            return Err(QueryError::StaleCatalog { age, bound });
+        }
+        let mut state = self.mirror.state();
         let mut plan = Plan::default();
         let now = self.now_ns();
         let (min, max) = (
@@ -240,6 +250,21 @@ pub(crate) struct Waves {
 /// Largest wave, blocks.
 const MAX_WAVE: usize = 256;
 
+/// Whether the `limit` newest of `found` (times of what a newest-first
+/// search found so far) are final: nothing not yet read, of which the
+/// newest is `horizon` (the next block's max time, a trace not yet read
+/// whole), can be as new as the `limit`-th. Stopping only then makes a
+/// limited answer depend on the rows alone, never on how they are split
+/// into blocks (a compaction merges them; blocks overlap in time).
+pub(crate) fn newest_settled(found: impl Iterator<Item = u64>, limit: usize, horizon: Option<u64>) -> bool {
+    let mut times: Vec<u64> = found.collect();
+    if limit == 0 || times.len() < limit {
+        return false;
+    }
+    let (_, kth, _) = times.select_nth_unstable_by(limit - 1, |a, b| b.cmp(a));
+    horizon.is_none_or(|h| *kth > h)
+}
+
 impl Waves {
     pub fn new(len: usize, threads: usize) -> Waves {
         Waves {
@@ -262,5 +287,23 @@ impl Waves {
         self.next = r.end;
         self.size = (self.size * 2).min(MAX_WAVE);
         Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_settled;
+
+    #[test]
+    fn a_newest_first_search_is_settled_only_when_nothing_unread_can_be_newer() {
+        // Too few found: never settled.
+        assert!(!newest_settled([30, 20].into_iter(), 3, None));
+        // Enough, nothing left: settled.
+        assert!(newest_settled([30, 20, 10].into_iter(), 2, None));
+        // The 2nd newest (20) is newer than anything left (15): settled.
+        assert!(newest_settled([10, 30, 20].into_iter(), 2, Some(15)));
+        // Something left could be newer (25), or as new (20): not yet.
+        assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(25)));
+        assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(20)));
     }
 }

@@ -48,6 +48,10 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .route("/api/v1/status/buildinfo", get(buildinfo))
         .route("/api/v1/rules", get(rules))
         .route("/api/v1/alerts", get(alerts))
+        .route_layer(axum::middleware::from_fn_with_state(
+            q.clone(),
+            crate::attempt::guard::<PromError>,
+        ))
         .with_state(q)
 }
 
@@ -68,6 +72,7 @@ impl IntoResponse for PromError {
             404 => (StatusCode::NOT_FOUND, "not_found"),
             422 => (StatusCode::UNPROCESSABLE_ENTITY, "execution"),
             503 => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            504 => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = json!({"status": "error", "errorType": kind, "error": e.public_message()});
@@ -363,6 +368,13 @@ mod tests {
             (QueryError::TooBig("x".into()), 422, "execution"),
             (QueryError::NotFound("x".into()), 404, "not_found"),
             (QueryError::Unavailable("x".into()), 503, "unavailable"),
+            (
+                QueryError::Timeout {
+                    limit: std::time::Duration::from_secs(1),
+                },
+                504,
+                "timeout",
+            ),
             (QueryError::Internal("secret".into()), 500, "internal"),
         ] {
             let r = PromError::from(e).into_response();

@@ -52,6 +52,7 @@ impl Metrics {
             "Query API request duration by endpoint and status",
             duration.clone(),
         );
+        querier.counters.register(registry);
         registry.register_collector(Box::new(CacheCollector(querier)));
         Metrics { queries, duration }
     }

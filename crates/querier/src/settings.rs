@@ -39,6 +39,11 @@ pub struct Settings {
     /// How long an ingester may take to return its recent data before the
     /// answer is marked partial.
     pub recent_timeout: Duration,
+    /// Longest a query may run before it is cancelled and answered 504.
+    pub query_timeout: Duration,
+    /// Oldest the catalog copy's last update may be when a query is
+    /// planned; older, the query waits for a fresh one, then answers 503.
+    pub catalog_max_staleness: Duration,
 }
 
 impl Default for Settings {
@@ -54,6 +59,8 @@ impl Default for Settings {
             max_query_range: Duration::from_secs(744 * 3600),
             max_query_limit: 10_000,
             recent_timeout: Duration::from_secs(2),
+            query_timeout: Duration::from_secs(120),
+            catalog_max_staleness: Duration::from_secs(15),
         }
     }
 }
@@ -72,6 +79,8 @@ impl Settings {
         positive("querier.max_query_range", self.max_query_range)?;
         positive("querier.max_query_limit", self.max_query_limit)?;
         positive("querier.recent_timeout", self.recent_timeout)?;
+        positive("querier.query_timeout", self.query_timeout)?;
+        positive("querier.catalog_max_staleness", self.catalog_max_staleness)?;
         Ok(())
     }
 
@@ -88,6 +97,8 @@ impl Settings {
         c.max_range = self.max_query_range.get();
         c.max_limit = self.max_query_limit;
         c.recent_timeout = self.recent_timeout.get();
+        c.query_timeout = self.query_timeout.get();
+        c.max_staleness = self.catalog_max_staleness.get();
         Ok(c)
     }
 }
@@ -103,6 +114,8 @@ mod tests {
         assert_eq!(c.cache_bytes, 10 << 30);
         assert_eq!(c.max_range, std::time::Duration::from_secs(744 * 3600));
         assert_eq!(c.recent_timeout, std::time::Duration::from_secs(2));
+        assert_eq!(c.query_timeout, std::time::Duration::from_secs(120));
+        assert_eq!(c.max_staleness, std::time::Duration::from_secs(15));
     }
 
     #[test]
@@ -116,6 +129,10 @@ mod tests {
             ("querier.max_fetches", |s| s.max_fetches = 0),
             ("querier.query_threads", |s| s.query_threads = Some(0)),
             ("querier.max_query_limit", |s| s.max_query_limit = 0),
+            ("querier.query_timeout", |s| s.query_timeout = Duration::default()),
+            ("querier.catalog_max_staleness", |s| {
+                s.catalog_max_staleness = Duration::default()
+            }),
         ] {
             let mut s = Settings::default();
             change(&mut s);

@@ -48,6 +48,10 @@ pub fn router(q: Arc<Querier>) -> axum::Router {
         .route("/api/search/tags", get(tags_v1))
         .route("/api/v2/search/tag/{tag}/values", get(tag_values))
         .route("/api/search/tag/{tag}/values", get(tag_values))
+        .route_layer(axum::middleware::from_fn_with_state(
+            q.clone(),
+            crate::attempt::guard::<TempoError>,
+        ))
         .with_state(q)
 }
 

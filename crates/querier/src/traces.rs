@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use serde::Serialize;
 
 use crate::answer::{Answer, Gaps, u64_as_string};
-use crate::plan::{Candidate, Waves};
+use crate::plan::{Candidate, Waves, newest_settled};
 use crate::stats::Stats;
 use crate::{Querier, QueryError};
 
@@ -211,10 +211,13 @@ impl Querier {
                     e.1 += 1;
                 }
             }
-            // Blocks come newest first: once enough traces are found the
-            // rest can only add older ones (a trace's spans may still be
-            // in later blocks; the summary reads the whole trace).
-            if found.len() >= s.limit {
+            // Blocks come newest first (by max time): once the `limit`
+            // newest traces found are newer than anything the next block
+            // can hold, the rest can only add older ones (a trace's spans
+            // may still be in later blocks; the summary reads the whole
+            // trace).
+            let horizon = plan.candidates.get(waves.position()).map(|c| c.max_time);
+            if newest_settled(found.values().map(|(t, _)| *t), s.limit, horizon) {
                 break;
             }
         }

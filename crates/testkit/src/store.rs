@@ -1,11 +1,12 @@
 //! An in-memory [`ObjectStore`] for tests that records every GET range it
-//! serves and can stall writes behind a gate (a store that hangs, then
-//! recovers).
+//! serves and can stall writes, or reads, behind a gate (a store that
+//! hangs, then recovers).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::stream::BoxStream;
 use object_store::memory::InMemory;
@@ -22,6 +23,9 @@ pub struct TestStore {
     inner: InMemory,
     gets: Mutex<Vec<Option<GetRange>>>,
     open: watch::Sender<bool>,
+    readable: watch::Sender<bool>,
+    /// GETs waiting at the read gate now.
+    stalled_reads: Arc<AtomicUsize>,
     multipart: std::sync::atomic::AtomicU64,
 }
 
@@ -38,6 +42,8 @@ impl TestStore {
             inner: InMemory::new(),
             gets: Mutex::new(Vec::new()),
             open: watch::channel(true).0,
+            readable: watch::channel(true).0,
+            stalled_reads: Arc::new(AtomicUsize::new(0)),
             multipart: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -58,11 +64,45 @@ impl TestStore {
         self.open.send_replace(open);
     }
 
+    /// Stalls (`false`) or releases (`true`) every GET; a stalled GET waits
+    /// (for ever while closed), it does not fail, and is recorded only once
+    /// it goes through.
+    pub fn set_readable(&self, open: bool) {
+        self.readable.send_replace(open);
+    }
+
+    /// GETs waiting at the read gate now (a cancelled one stops counting).
+    pub fn stalled_reads(&self) -> usize {
+        self.stalled_reads.load(Ordering::SeqCst)
+    }
+
+    fn read_gate(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.readable.subscribe();
+        let stalled = self.stalled_reads.clone();
+        async move {
+            if *rx.borrow_and_update() {
+                return;
+            }
+            stalled.fetch_add(1, Ordering::SeqCst);
+            let _waiting = Waiting(stalled);
+            let _ = rx.wait_for(|open| *open).await;
+        }
+    }
+
     fn gate(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.open.subscribe();
         async move {
             let _ = rx.wait_for(|open| *open).await;
         }
+    }
+}
+
+/// Counts one stalled read until dropped (done or cancelled).
+struct Waiting(Arc<AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -118,13 +158,17 @@ impl ObjectStore for TestStore {
         'b: 'c,
         Self: 'c,
     {
-        if !options.head {
-            self.gets
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(options.range.clone());
-        }
-        self.inner.get_opts(location, options)
+        let gate = self.read_gate();
+        Box::pin(async move {
+            gate.await;
+            if !options.head {
+                self.gets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(options.range.clone());
+            }
+            self.inner.get_opts(location, options).await
+        })
     }
 
     fn delete_stream(

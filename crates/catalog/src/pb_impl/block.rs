@@ -180,7 +180,14 @@ mod tests {
             id: BlockId::from_u128(u128::MAX - 5),
         };
         assert_eq!(parse_page_token(&page_token(&cursor)).expect("back"), cursor);
-        for bad in ["", "t/1/2", "t/9/2/01ARZ3NDEKTSV4RRFFQ69G5FAV", "../x/1/2/01ARZ3NDEKTSV4RRFFQ69G5FAV", "t/1/x/01ARZ3NDEKTSV4RRFFQ69G5FAV", "t/1/2/nope"] {
+        for bad in [
+            "",
+            "t/1/2",
+            "t/9/2/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "../x/1/2/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "t/1/x/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "t/1/2/nope",
+        ] {
             let err = parse_page_token(bad).expect_err(bad);
             assert!(err.to_string().contains("page_token"), "{bad}: {err}");
         }

@@ -147,3 +147,215 @@ impl TryFrom<&pb::WriteRequest> for Command {
         Ok(cmd)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mira_core::block::path::block_path;
+    use mira_core::ids::{BlockId, Signal, TenantId};
+
+    use super::*;
+    use crate::model::{BlockState, Level};
+
+    const HOUR: i64 = 3_600_000_000_000;
+
+    fn record(n: u128, rows: u64) -> BlockRecord {
+        let tenant = TenantId::new("t").expect("tenant");
+        let id = BlockId::from_u128(n << 80 | 7);
+        BlockRecord {
+            id,
+            tenant: tenant.clone(),
+            signal: Signal::Logs,
+            partition_start_ns: HOUR,
+            min_time_ns: HOUR + 1,
+            max_time_ns: HOUR + 2,
+            rows,
+            bytes: 10,
+            level: Level::Cold,
+            object_key: block_path(&tenant, Signal::Logs, (HOUR + 1) as u64, id).to_string(),
+            created_at_ns: 3,
+            state: BlockState::Live,
+            no_compact: None,
+        }
+    }
+
+    fn command(c: pb::write_request::Command) -> Result<Command, CommandError> {
+        Command::try_from(&pb::WriteRequest { command: Some(c) })
+    }
+
+    #[test]
+    fn replace_v2_maps_field_by_field() {
+        use pb::write_request::Command as C;
+        let (out, input) = (record(1, 5), record(2, 6));
+        for (reason, model, dropped) in [
+            (pb::ReplaceReason::Merge, ReplaceReason::Merge, 0),
+            (pb::ReplaceReason::Cold, ReplaceReason::Cold, 0),
+            (pb::ReplaceReason::RetentionRewrite, ReplaceReason::RetentionRewrite, 1),
+        ] {
+            assert_eq!(pb::ReplaceReason::from(model), reason);
+            let msg = pb::ReplaceV2 {
+                add: vec![pb::Block::from(&out)],
+                tombstone: vec![input.id.to_string()],
+                now_ns: 9,
+                lease_key: "part/t/logs/1".into(),
+                lease_holder: "c/1".into(),
+                reason: reason as i32,
+                dropped_rows: dropped,
+            };
+            assert_eq!(
+                command(C::ReplaceV2(msg)).expect("valid"),
+                Command::ReplaceV2 {
+                    add: vec![out.clone()],
+                    tombstone: vec![input.id],
+                    now_ns: 9,
+                    lease_key: "part/t/logs/1".into(),
+                    lease_holder: "c/1".into(),
+                    reason: model,
+                    dropped_rows: dropped,
+                }
+            );
+        }
+        let unspecified = pb::ReplaceV2 {
+            add: vec![pb::Block::from(&out)],
+            tombstone: vec![input.id.to_string()],
+            lease_key: "k".into(),
+            lease_holder: "h".into(),
+            ..Default::default()
+        };
+        let err = command(C::ReplaceV2(unspecified)).expect_err("no reason");
+        assert!(err.to_string().contains("reason"), "{err}");
+    }
+
+    #[test]
+    fn lease_jobs_abandon_and_marks_map() {
+        use pb::write_request::Command as C;
+        let acquire = |job: Option<&str>| pb::AcquireLease {
+            key: "k".into(),
+            holder: "h".into(),
+            now_ns: 1,
+            ttl_ms: 2,
+            job: job.map(str::to_owned),
+        };
+        for job in [None, Some(""), Some("{\"v\":1}")] {
+            assert_eq!(
+                command(C::AcquireLease(acquire(job))).expect("acquire"),
+                Command::AcquireLeaseJob {
+                    key: "k".into(),
+                    holder: "h".into(),
+                    now_ns: 1,
+                    ttl_ms: 2,
+                    job: job.map(str::to_owned),
+                }
+            );
+            let renew = pb::RenewLease {
+                key: "k".into(),
+                holder: "h".into(),
+                now_ns: 1,
+                ttl_ms: 2,
+                job: job.map(str::to_owned),
+            };
+            assert!(matches!(
+                command(C::RenewLease(renew)).expect("renew"),
+                Command::RenewLeaseJob { job: j, .. } if j.as_deref() == job
+            ));
+        }
+        let lease = crate::model::Lease {
+            key: "k".into(),
+            holder: "h".into(),
+            expires_at_ns: 5,
+            job: "{}".into(),
+        };
+        assert_eq!(pb::Lease::from(&lease).job, "{}");
+
+        let ids = vec![BlockId::from_u128(1 << 90), BlockId::from_u128(2 << 90)];
+        let text: Vec<String> = ids.iter().map(BlockId::to_string).collect();
+        assert_eq!(
+            command(C::Abandon(pb::Abandon { ids: text.clone() })).expect("abandon"),
+            Command::Abandon { ids: ids.clone() }
+        );
+        assert_eq!(
+            command(C::MarkNoCompact(pb::MarkNoCompact {
+                ids: text.clone(),
+                reason: "r".into()
+            }))
+            .expect("mark"),
+            Command::MarkNoCompact {
+                ids: ids.clone(),
+                reason: "r".into()
+            }
+        );
+        assert_eq!(
+            command(C::ClearNoCompact(pb::ClearNoCompact { ids: text })).expect("clear"),
+            Command::ClearNoCompact { ids }
+        );
+        let err = command(C::Abandon(pb::Abandon { ids: vec![] })).expect_err("empty");
+        assert!(err.to_string().contains("ids"), "{err}");
+        let err = command(C::Abandon(pb::Abandon {
+            ids: vec!["nope".into()],
+        }))
+        .expect_err("bad id");
+        assert!(err.to_string().contains("ids"), "{err}");
+    }
+
+    #[test]
+    fn new_commands_encode_after_the_old_ones() {
+        // postcard encodes the variant index first: the new commands take
+        // indexes after FencedPublish (14), so log entries already written
+        // keep decoding as the variants they were.
+        let first = |c: &Command| postcard::to_stdvec(c).expect("encode")[0];
+        let ids = vec![BlockId::from_u128(1)];
+        assert_eq!(
+            first(&Command::ReplaceV2 {
+                add: vec![],
+                tombstone: vec![],
+                now_ns: 0,
+                lease_key: String::new(),
+                lease_holder: String::new(),
+                reason: ReplaceReason::Merge,
+                dropped_rows: 0,
+            }),
+            15
+        );
+        assert_eq!(first(&Command::Abandon { ids: ids.clone() }), 16);
+        assert_eq!(
+            first(&Command::MarkNoCompact {
+                ids: ids.clone(),
+                reason: String::new()
+            }),
+            17
+        );
+        assert_eq!(first(&Command::ClearNoCompact { ids }), 18);
+        let lease = |renew| {
+            let (key, holder, job) = (String::new(), String::new(), None);
+            if renew {
+                Command::RenewLeaseJob {
+                    key,
+                    holder,
+                    now_ns: 0,
+                    ttl_ms: 0,
+                    job,
+                }
+            } else {
+                Command::AcquireLeaseJob {
+                    key,
+                    holder,
+                    now_ns: 0,
+                    ttl_ms: 0,
+                    job,
+                }
+            }
+        };
+        assert_eq!((first(&lease(false)), first(&lease(true))), (19, 20));
+        // And a command round-trips, its new blocks without a mark.
+        let cmd = Command::ReplaceV2 {
+            add: vec![record(1, 5)],
+            tombstone: vec![BlockId::from_u128(9)],
+            now_ns: 4,
+            lease_key: "k".into(),
+            lease_holder: "h".into(),
+            reason: ReplaceReason::RetentionRewrite,
+            dropped_rows: 2,
+        };
+        let back: Command = postcard::from_bytes(&postcard::to_stdvec(&cmd).expect("encode")).expect("decode");
+        assert_eq!(back, cmd);
+    }
+}

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::ast::{Attribute, BinOp, CmpOp, FieldExpr, Intrinsic, Query, Scope, SpansetExpr, Static, Status};
 use super::eval::{Compiled, TraceView, V, attr, hex, named_attributes};
 use crate::answer::{Answer, Gaps};
-use crate::plan::Waves;
+use crate::plan::{Waves, newest_settled};
 use crate::stats::Stats;
 use crate::{Querier, QueryError};
 
@@ -252,12 +252,16 @@ impl Querier {
         // Trace ids by their newest matching span. Blocks are read newest
         // first, in waves; once the traces found (and not yet read) could
         // fill the limit, they are read whole, newest first, and the query
-        // runs over each; older blocks are read only while too few match.
+        // runs over each; older blocks (and traces) are read until the
+        // `limit` newest answers are newer than anything left, so the
+        // answer does not depend on how spans are split into blocks.
         let mut found: std::collections::HashMap<[u8; 16], u64> = std::collections::HashMap::new();
         let mut done: std::collections::HashSet<[u8; 16]> = std::collections::HashSet::new();
         let mut gaps = gaps;
         let wide = Arc::new(wide);
-        let mut traces: Vec<(u64, Value)> = Vec::new();
+        // Answers by trace id; each ranks by its newest matching span in
+        // `found` (a later block may still raise it).
+        let mut traces: Vec<([u8; 16], Value)> = Vec::new();
         let mut waves = Waves::new(candidates.len(), self.config.threads);
         loop {
             let wave = waves.next_wave();
@@ -294,22 +298,22 @@ impl Querier {
                         async move { self.trace_in(wide, *id, stats).await }
                     });
                     let whole = futures::future::try_join_all(reads).await?;
-                    let times: Vec<u64> = batch.iter().map(|(_, t)| *t).collect();
+                    let ids: Vec<[u8; 16]> = batch.iter().map(|(id, _)| *id).collect();
                     let c = compiled.clone();
                     let named = named.clone();
                     let (spss, start, end) = (s.spss, s.start, s.end);
-                    let got: Vec<(u64, Value)> = self
+                    let got: Vec<([u8; 16], Value)> = self
                         .on_pool(move || {
                             whole
                                 .iter()
-                                .zip(times)
-                                .filter_map(|(t, newest)| {
+                                .zip(ids)
+                                .filter_map(|(t, id)| {
                                     let view = TraceView::new(t);
                                     if view.spans.is_empty() || view.start >= end || view.end < start {
                                         return None;
                                     }
                                     let sets = c.run(&view);
-                                    (!sets.is_empty()).then(|| (newest, trace_json(&view, &sets, &named, spss)))
+                                    (!sets.is_empty()).then(|| (id, trace_json(&view, &sets, &named, spss)))
                                 })
                                 .collect()
                         })
@@ -320,11 +324,21 @@ impl Querier {
                     }
                 }
             }
-            if last || traces.len() >= s.limit || done.len() >= MAX_TRACES_READ {
+            let unread = found
+                .iter()
+                .filter(|(id, _)| !done.contains(*id))
+                .map(|(_, t)| *t)
+                .max();
+            let next_block = candidates.get(waves.position()).map(|c| c.max_time);
+            let horizon = unread.max(next_block);
+            if (last && unread.is_none())
+                || newest_settled(traces.iter().map(|(id, _)| found[id]), s.limit, horizon)
+                || done.len() >= MAX_TRACES_READ
+            {
                 break;
             }
         }
-        traces.sort_by_key(|t| std::cmp::Reverse(t.0));
+        traces.sort_by(|a, b| found[&b.0].cmp(&found[&a.0]).then(a.0.cmp(&b.0)));
         traces.truncate(s.limit);
         let inspected = done.len();
         let traces: Vec<Value> = traces.into_iter().map(|(_, v)| v).collect();

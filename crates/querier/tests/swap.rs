@@ -1,0 +1,564 @@
+//! A querier behind a real catalog member and a store that can hang, while
+//! blocks are swapped under it the way the compactor swaps them: the query
+//! timeout (504, the next query served), the staleness guard (503 while
+//! the catalog is down, answers again once it is back), one re-plan when a
+//! planned block was replaced and its object deleted (the same answer), and
+//! a live block without its object (500, counted as missing).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mira_catalog::proto as pb;
+use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
+use mira_common::Process;
+use mira_core::block::path::block_path;
+use mira_core::block::{Block, VerifyCache};
+use mira_core::compact::merge_blocks;
+use mira_core::convert::{LogsBuilder, SignalBuilder, SpansBuilder};
+use mira_core::tables::write_hot;
+use mira_core::{BlockId, Signal, TenantId};
+use mira_querier::server::QuerierServer;
+use mira_querier::{Querier, QuerierConfig};
+use mira_testkit::http;
+use mira_testkit::net::{free_addr, wait_for};
+use mira_testkit::otlp::log_export;
+use mira_testkit::recent_base_time as t0;
+use mira_testkit::store::TestStore;
+use object_store::ObjectStoreExt;
+use object_store::path::Path as ObjectPath;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use serde_json::Value;
+
+/// Long enough for anything that should happen; a test waits on a
+/// condition, never this long unless it fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+async fn start_catalog(addr: SocketAddr, dir: &Path) -> CatalogNode {
+    let node = CatalogNode::start(NodeConfig::single(addr, dir.join("catalog")), &Process::default())
+        .await
+        .expect("catalog");
+    node.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
+    node
+}
+
+/// A logs block of the default tenant holding records `r-{n}` at
+/// `t0() + n`: its bytes and its catalog row.
+fn logs_block(ns: impl IntoIterator<Item = u64>) -> (Bytes, pb::Block) {
+    let export = ExportLogsServiceRequest::decode(
+        log_export(
+            &[("service.name", "svc")],
+            ns.into_iter().map(|n| (n, format!("r-{n}"))),
+        )
+        .as_slice(),
+    )
+    .expect("export");
+    let mut b = LogsBuilder::default();
+    b.append(&export).expect("append");
+    let tables = b.finish().expect("finish");
+    let bytes = write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("write");
+    row(bytes)
+}
+
+/// A traces block of one span per `(trace byte, name, t0() + offset)`
+/// (each its trace's root, service `svc`): its bytes and its catalog row.
+fn traces_block(spans: &[(u8, &str, u64)]) -> (Bytes, pb::Block) {
+    let spans = spans
+        .iter()
+        .map(|(n, name, at)| Span {
+            trace_id: vec![*n; 16],
+            span_id: vec![*n, 1, 1, 1, 1, 1, 1, 1],
+            name: (*name).into(),
+            start_time_unix_nano: t0() + at,
+            end_time_unix_nano: t0() + at + 5,
+            ..Default::default()
+        })
+        .collect();
+    let export = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue("svc".into())),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut b = SpansBuilder::default();
+    b.append(&export).expect("append");
+    let tables = b.finish().expect("finish");
+    let bytes = write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("write");
+    row(bytes)
+}
+
+fn open(bytes: &Bytes) -> Block {
+    Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(64))).expect("open")
+}
+
+/// A block's bytes and its catalog row (its canonical key, its meta).
+fn row(bytes: Bytes) -> (Bytes, pb::Block) {
+    let meta = open(&bytes).meta().clone();
+    let key = block_path(&TenantId::default_tenant(), meta.signal, meta.min_time, meta.block_id);
+    let row = pb::Block {
+        id: meta.block_id.to_string(),
+        tenant: "default".into(),
+        signal: match meta.signal {
+            Signal::Logs => pb::Signal::Logs,
+            Signal::Traces => pb::Signal::Traces,
+            Signal::Metrics => pb::Signal::Metrics,
+        } as i32,
+        min_time_ns: meta.min_time as i64,
+        max_time_ns: meta.max_time as i64,
+        rows: meta.rows,
+        bytes: bytes.len() as u64,
+        level: pb::Level::Hot as i32,
+        object_key: key.to_string(),
+        created_at_ns: t0() as i64,
+        ..Default::default()
+    };
+    (bytes, row)
+}
+
+/// A running catalog member, the store and what publishes into them.
+struct Stack {
+    dir: tempfile::TempDir,
+    catalog_addr: SocketAddr,
+    catalog: Option<CatalogNode>,
+    client: Arc<CatalogClient>,
+    store: Arc<TestStore>,
+}
+
+impl Stack {
+    async fn start() -> Stack {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let catalog_addr = free_addr();
+        let catalog = start_catalog(catalog_addr, dir.path()).await;
+        let client = Arc::new(CatalogClient::new(
+            vec![catalog_addr.to_string()],
+            ClientConfig::default(),
+        ));
+        Stack {
+            dir,
+            catalog_addr,
+            catalog: Some(catalog),
+            client,
+            store: Arc::new(TestStore::new()),
+        }
+    }
+
+    /// Uploads a block's object.
+    async fn upload(&self, bytes: &Bytes, row: &pb::Block) {
+        self.store
+            .put(&ObjectPath::from(row.object_key.as_str()), bytes.clone().into())
+            .await
+            .expect("put");
+    }
+
+    /// Uploads and publishes blocks.
+    async fn publish(&self, blocks: &[&(Bytes, pb::Block)]) {
+        for (bytes, row) in blocks {
+            self.upload(bytes, row).await;
+        }
+        self.client
+            .publish(blocks.iter().map(|(_, r)| r.clone()).collect(), None)
+            .await
+            .expect("publish");
+    }
+
+    async fn delete(&self, row: &pb::Block) {
+        self.store
+            .delete(&ObjectPath::from(row.object_key.as_str()))
+            .await
+            .expect("delete");
+    }
+
+    /// A querier (its own cache) over the stack, serving on a free port;
+    /// `tune` changes its config first.
+    async fn querier(&self, name: &str, tune: impl FnOnce(&mut QuerierConfig)) -> Serving {
+        self.querier_via(self.client.clone(), name, tune).await
+    }
+
+    /// The same, reaching the catalog through `client`.
+    async fn querier_via(
+        &self,
+        client: Arc<CatalogClient>,
+        name: &str,
+        tune: impl FnOnce(&mut QuerierConfig),
+    ) -> Serving {
+        let mut config = QuerierConfig::new(self.dir.path().join(name));
+        config.threads = 2;
+        tune(&mut config);
+        let process = Process::default();
+        let querier = Querier::new(config, process.clock.clone(), self.store.clone(), client).expect("querier");
+        let server = QuerierServer::start(querier, free_addr(), &process)
+            .await
+            .expect("server");
+        let addr = server.addr().to_string();
+        http::wait_ready(&addr).await;
+        Serving { addr, _server: server }
+    }
+}
+
+/// A TCP proxy to the catalog that can be cut: every connection through it
+/// dropped and new ones refused, as when the catalog's process stops or
+/// the network parts. (Stopping an in-process member leaves the watch
+/// streams it serves running, so the proxy is what the querier sees.)
+struct Proxy {
+    addr: SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (open, rx) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut rx = rx.clone();
+                if !*rx.borrow_and_update() {
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.wait_for(|open| !*open) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, open, task }
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.send_replace(open);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Serving {
+    addr: String,
+    _server: QuerierServer,
+}
+
+impl Serving {
+    /// GETs `path`: the status and the body (status 0 when none came).
+    async fn get(&self, path: &str) -> (u16, String) {
+        http::get(&self.addr, path)
+            .await
+            .map_or((0, String::new()), |r| (r.status, r.text()))
+    }
+
+    /// The value of a sample in `/metrics` (0 when absent).
+    async fn metric(&self, sample: &str) -> f64 {
+        let (status, text) = self.get("/metrics").await;
+        assert_eq!(status, 200, "{text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|v| v.strip_prefix(' ')))
+            .map_or(0.0, |v| v.trim().parse().expect("a number"))
+    }
+}
+
+/// The native logs query over every row these tests write.
+fn logs_path() -> String {
+    format!(
+        "/api/mira/v1/logs?start={}&end={}&limit=100&direction=forward",
+        t0(),
+        t0() + 1_000_000
+    )
+}
+
+/// The bodies of a native logs answer, in its order.
+fn bodies(answer: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(answer).expect("json");
+    v["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .map(|l| l["record"]["body"]["stringValue"].as_str().expect("body").to_owned())
+        .collect()
+}
+
+fn rs(ns: std::ops::RangeInclusive<u64>) -> Vec<String> {
+    ns.map(|n| format!("r-{n}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_over_the_timeout_answers_504_and_the_next_query_is_served() {
+    let stack = Stack::start().await;
+    let a = logs_block(1..=3);
+    stack.publish(&[&a]).await;
+    let q = stack
+        .querier("cache", |c| c.query_timeout = Duration::from_millis(500))
+        .await;
+
+    // Reads never complete: every query endpoint gives up at the timeout.
+    stack.store.set_readable(false);
+    let (status, body) = q.get(&logs_path()).await;
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("query timeout of 0.5 s"), "{body}");
+    assert!(body.contains("\"timeout\""), "{body}");
+    let loki = format!(
+        "/loki/api/v1/query_range?query=%7Bservice_name%3D%22svc%22%7D&start={}&end={}&limit=10",
+        t0(),
+        t0() + 1_000_000
+    );
+    let (status, body) = q.get(&loki).await;
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("--query-timeout"), "{body}");
+    // The cancelled queries left nothing waiting on the store.
+    wait_for("the cancelled reads to go", PATIENCE, || async {
+        (stack.store.stalled_reads() == 0).then_some(())
+    })
+    .await;
+
+    stack.store.set_readable(true);
+    let (status, body) = q.get(&logs_path()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(bodies(&body), rs(1..=3));
+    assert_eq!(
+        q.metric("mira_querier_requests_total{endpoint=\"/api/mira/v1/logs\",code=\"504\"}")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_catalog_copy_answers_503_until_the_catalog_is_back() {
+    let mut stack = Stack::start().await;
+    let a = logs_block(1..=3);
+    stack.publish(&[&a]).await;
+    let proxy = Proxy::start(stack.catalog_addr).await;
+    let through = Arc::new(CatalogClient::new(
+        vec![proxy.addr.to_string()],
+        ClientConfig::default(),
+    ));
+    let q = stack
+        .querier_via(through, "cache", |c| {
+            c.max_staleness = Duration::from_secs(2);
+            c.catalog_wait = Duration::from_millis(500);
+        })
+        .await;
+    let (status, body) = q.get(&logs_path()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(bodies(&body), rs(1..=3));
+
+    proxy.set_open(false);
+    if let Some(node) = stack.catalog.take() {
+        node.shutdown().await;
+    }
+    let body = wait_for("a 503 from the stale copy", PATIENCE, || async {
+        let (status, body) = q.get(&logs_path()).await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(body.contains("catalog copy is stale: last update"), "{body}");
+    assert!(body.contains("(bound 2 s)"), "{body}");
+
+    stack.catalog = Some(start_catalog(stack.catalog_addr, stack.dir.path()).await);
+    proxy.set_open(true);
+    let body = wait_for("answers once the catalog is back", PATIENCE, || async {
+        let (status, body) = q.get(&logs_path()).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(bodies(&body), rs(1..=3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_planned_before_a_swap_replans_once_and_answers_the_same() {
+    let stack = Stack::start().await;
+    let (a, b) = (logs_block(1..=3), logs_block(4..=6));
+    stack.publish(&[&a, &b]).await;
+    // The answer before the swap, from a querier of its own (its cache
+    // would otherwise spare the second one every read).
+    let before = stack.querier("cache-before", |_| {}).await;
+    let (status, expected) = before.get(&logs_path()).await;
+    assert_eq!(status, 200, "{expected}");
+    assert_eq!(bodies(&expected), rs(1..=6));
+
+    let q = stack.querier("cache", |_| {}).await;
+    // The query plans A and B, then waits at its first read.
+    stack.store.set_readable(false);
+    let running = {
+        let (addr, path) = (q.addr.clone(), logs_path());
+        tokio::spawn(async move { http::get(&addr, &path).await })
+    };
+    wait_for("the query to plan and read", PATIENCE, || async {
+        (stack.store.stalled_reads() > 0).then_some(())
+    })
+    .await;
+    // The compactor's swap: C holds A's and B's rows, one Replace, then
+    // A's object is deleted (its grace assumed passed).
+    let inputs = [open(&a.0), open(&b.0)];
+    let c = row(merge_blocks(&inputs, BlockId::new()).expect("merge"));
+    stack.upload(&c.0, &c.1).await;
+    stack
+        .client
+        .replace(pb::Replace {
+            add: vec![c.1.clone()],
+            tombstone: vec![a.1.id.clone(), b.1.id.clone()],
+            now_ns: t0() as i64,
+            ..Default::default()
+        })
+        .await
+        .expect("replace");
+    stack.delete(&a.1).await;
+    stack.store.set_readable(true);
+
+    let answer = running.await.expect("task").expect("an answer");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let v: Value = serde_json::from_str(&answer.text()).expect("json");
+    let want: Value = serde_json::from_str(&expected).expect("json");
+    assert_eq!(v["lines"], want["lines"]);
+    assert_eq!(
+        q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await,
+        1.0
+    );
+    assert_eq!(q.metric("mira_querier_missing_objects_total").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_block_without_its_object_is_a_500_counted_as_missing() {
+    let stack = Stack::start().await;
+    let a = logs_block(1..=3);
+    stack.publish(&[&a]).await;
+    stack.delete(&a.1).await;
+    let q = stack.querier("cache", |_| {}).await;
+
+    let (status, body) = q.get(&logs_path()).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("\"missing_object\""), "{body}");
+    // Planned again once, then found missing while still live.
+    assert_eq!(
+        q.metric("mira_querier_replans_total{reason=\"object_gone\"}").await,
+        1.0
+    );
+    assert_eq!(q.metric("mira_querier_missing_objects_total").await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_trace_search_answers_by_span_time_however_spans_are_split_into_blocks() {
+    let stack = Stack::start().await;
+    // Four blocks that end late (a `noise` span) but match early, and a
+    // fifth that ends earlier than all of them yet holds the newest match:
+    // a search that stopped once it had `limit` traces from the newest
+    // blocks would miss it, and a merge of the blocks would find it.
+    let mut blocks: Vec<(Bytes, pb::Block)> = (0..4u8)
+        .map(|i| {
+            traces_block(&[
+                (0xa0 + i, "noise", 2_000 + u64::from(i)),
+                (0x11 + i, "hit", 10 + u64::from(i)),
+            ])
+        })
+        .collect();
+    blocks.push(traces_block(&[(0x15, "hit", 500)]));
+    stack.publish(&blocks.iter().collect::<Vec<_>>()).await;
+    let q = stack.querier("cache", |c| c.threads = 1).await;
+
+    let native = format!(
+        "/api/mira/v1/traces/search?start={}&end={}&name=hit&limit=2",
+        t0(),
+        t0() + 1_000_000
+    );
+    let (status, body) = q.get(&native).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let ids: Vec<&str> = v["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .map(|t| t["traceId"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["15".repeat(16), "14".repeat(16)], "{body}");
+
+    let tempo = format!(
+        "/api/search?q=%7Bname%3D%22hit%22%7D&start={}&end={}&limit=2",
+        t0() / 1_000_000_000,
+        t0() / 1_000_000_000 + 1
+    );
+    let (status, body) = q.get(&tempo).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let ids: Vec<&str> = v["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .map(|t| t["traceID"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["15".repeat(16), "14".repeat(16)], "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_label_value_list_is_the_first_values_in_order_not_the_first_rows() {
+    let stack = Stack::start().await;
+    // More values of `k` than a list holds, stored in descending order:
+    // the first rows hold the last values.
+    let n = mira_querier::labels::MAX_VALUES as u64 + 5;
+    let records = (0..n)
+        .map(|i| LogRecord {
+            time_unix_nano: t0() + i,
+            attributes: vec![KeyValue {
+                key: "k".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(format!("v{:05}", n - 1 - i))),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    let export = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut b = LogsBuilder::default();
+    b.append(&export).expect("append");
+    let bytes = write_hot(&b.finish().expect("finish"), BlockId::new(), TenantId::default_tenant()).expect("write");
+    stack.publish(&[&row(bytes)]).await;
+    let q = stack.querier("cache", |_| {}).await;
+
+    let path = format!("/api/mira/v1/label/k/values?start={}&end={}", t0(), t0() + 1_000_000);
+    let (status, body) = q.get(&path).await;
+    assert_eq!(status, 200, "{}", &body[..body.len().min(500)]);
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let data = v["data"].as_array().expect("data");
+    assert_eq!(data.len(), mira_querier::labels::MAX_VALUES);
+    assert_eq!(data[0], "v00000");
+    assert_eq!(
+        data[data.len() - 1],
+        format!("v{:05}", mira_querier::labels::MAX_VALUES - 1)
+    );
+    assert!(v["warnings"].to_string().contains("more than"), "{}", v["warnings"]);
+}
