@@ -215,7 +215,7 @@ def test_two_compactors_under_load_answer_every_acknowledged_row_once():
                 "compactor", "--compactor-id", name, "--catalog", catalog, "--compactor-listen", addr,
                 "--data-dir", os.path.join(d, f"compactor-{name}"), "--compactor-threads", "1",
                 "--min-block-age", "0s", "--merge-factor", str(MERGE_FACTOR), "--plan-interval", "1s",
-                "--lease-ttl", "5s", "--deletion-grace", f"{DELETION_GRACE_S}s",
+                "--partition-lease-ttl", "5s", "--deletion-grace", f"{DELETION_GRACE_S}s",
                 # A closed hour is rewritten cold once nothing was published
                 # into it for 2 s; the current hour only gets hot merges.
                 "--cold-after", "0s", "--settle", "2s"] + store)
