@@ -1,0 +1,122 @@
+"""Compactor measurements (docs/perf.md): query.py's corpus (1,000 log
+blocks x 1,000 records, 1,000 trace blocks x 500 spans, 40 counter series)
+placed in one whole UTC hour three hours back, loaded into `mira serve
+--no-compactor`; then the query battery against ClickHouse (chdb, the same
+records, `use_query_condition_cache = 0`) three times:
+
+1. before compaction (1,000 small blocks per signal);
+2. after `mira compactor --once --cold-after 1000h` (hot merge only);
+3. after `mira compactor --once --cold-after 0s` (the cold rewrite).
+
+Prints objects and bytes per signal, bytes stored per OTLP wire byte, each
+query's warm and cold-cache latency and its ratio to ClickHouse, and the
+compactor's own cost (CPU seconds of the process, input MiB per CPU
+second, records per CPU second).
+
+Usage: scripts/measure/compactor.sh [log-blocks] [records-per-block]"""
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ["MIRA_MEASURE_PAST_HOUR"] = "1"
+os.environ.setdefault("MIRA_SERVE_ARGS", "--no-compactor")
+sys.path.insert(0, os.path.dirname(__file__))
+import query  # noqa: E402
+from query import MIRA, Serve, battery, battery_queries, clickhouse, load, wait_until  # noqa: E402
+
+SIGNALS = ("logs", "traces", "metrics")
+
+
+def objects(serve):
+    """Per signal: (objects, bytes) under the store."""
+    root = os.path.join(serve.dir, "data", "objects")
+    out = {s: [0, 0] for s in SIGNALS}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".mira"):
+                sig = os.path.relpath(dirpath, root).split(os.sep)[1]
+                out[sig][0] += 1
+                out[sig][1] += os.path.getsize(os.path.join(dirpath, f))
+    return out
+
+
+def compact(serve, *flags):
+    """Runs `mira compactor --once` against serve's catalog and store;
+    returns (wall s, CPU s, its JSON summary)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    out = subprocess.run(
+        [MIRA, "compactor", "--once", "--catalog", serve.catalog, "--data-dir", os.path.join(serve.dir, "data"),
+         "--compactor-listen", f"127.0.0.1:{query.free_port()}", "--min-block-age", "0s", "--deletion-grace", "0s",
+         "--settle", "0s", *flags],
+        check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with open(os.path.join(serve.dir, "compactor.log"), "a") as log:
+        log.write(out.stderr)
+    return wall, cpu, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    scratch = tempfile.mkdtemp(prefix="mira-compactor-corpus-")
+    serve = Serve()
+    t = time.perf_counter()
+    trace_ids = load(serve, scratch)
+    records = query.LOG_BLOCKS * query.PER_BLOCK + query.TRACE_BLOCKS * query.SPANS_PER_BLOCK + 40 * 233
+    print(f"# corpus: {query.LOG_BLOCKS} log blocks x {query.PER_BLOCK} records, {query.TRACE_BLOCKS} trace "
+          f"blocks x {query.SPANS_PER_BLOCK} spans, 40 counter series; one hour from "
+          f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(query.T0))}; loaded in {time.perf_counter() - t:.1f} s; "
+          f"OTLP bytes {query.WIRE}")
+    sess = clickhouse(scratch)
+    hour = {"start": query.T0, "end": query.END + 1}
+    queries = battery_queries(hour, trace_ids[len(trace_ids) // 2])
+    wait_until("published", lambda: serve.get("logs", dict(hour, limit=1))[1]["stats"]["recent_blocks"] == 0,
+               timeout=600)
+    stages = [("before", objects(serve), battery(serve, sess, queries), None)]
+    for stage, flags in [("hot merge", ["--cold-after", "1000h"]), ("cold", ["--cold-after", "0s"])]:
+        cost = compact(serve, *flags)
+        stages.append((stage, objects(serve), battery(serve, sess, queries), cost))
+    serve.stop()
+    shutil.rmtree(serve.dir, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    print(f"{'stage':<10} " + " ".join(f"{s + ' objects':>15} {s + ' B/B':>12}" for s in SIGNALS)
+          + f" {'compactor wall/CPU s':>22} {'MiB/CPU s':>10} {'records/CPU s':>14}")
+    prev_bytes = None
+    for stage, objs, _, cost in stages:
+        line = f"{stage:<10} " + " ".join(
+            f"{objs[s][0]:>15} {objs[s][1] / max(query.WIRE.get(s, 1), 1):>12.3f}" for s in SIGNALS)
+        if cost:
+            wall, cpu, summary = cost
+            mib = sum(v[1] for v in prev_bytes.values()) / 1048576
+            line += f" {wall:>10.1f} / {cpu:<9.1f} {mib / cpu:>10.1f} {records / cpu:>14.0f}  {summary}"
+        print(line)
+        prev_bytes = objs
+    print(f"{'query':<24} " + " ".join(f"{st[0] + ' warm':>16} {'cold':>8} {'x CH':>6}" for st in stages)
+          + f" {'clickhouse':>11}")
+    for i, (name, *_rest) in enumerate(stages[0][2]):
+        cells = []
+        for _, _, rows, _ in stages:
+            _, w, _, c, ch, ratio, _, _ = rows[i]
+            cells.append(f"{w:>14.1f}ms {c:>6.1f}ms {ratio:>6.2f}")
+        print(f"{name:<24} " + " ".join(cells) + f" {stages[0][2][i][4]:>9.1f}ms")
+    # The answers must not change with the layout.
+    for i, (name, *_rest) in enumerate(stages[0][2]):
+        answers = []
+        for _, _, rows, _ in stages:
+            a = dict(rows[i][7])
+            a.pop("stats", None)
+            answers.append(json.dumps(a, sort_keys=True))
+        same = all(x == answers[0] for x in answers)
+        print(f"# {name}: answers {'identical' if same else 'DIFFER'} across the three layouts")
+
+
+if __name__ == "__main__":
+    main()
