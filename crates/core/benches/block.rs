@@ -126,8 +126,8 @@ fn merge_section() {
         .map(|_| {
             let mut b = LogsBuilder::default();
             b.append(&corpus.logs(1_000)).expect("append");
-            let bytes = write_hot(&b.finish().expect("finish"), BlockId::new(), TenantId::default_tenant())
-                .expect("hot");
+            let bytes =
+                write_hot(&b.finish().expect("finish"), BlockId::new(), TenantId::default_tenant()).expect("hot");
             Block::from_bytes(bytes, cache()).expect("open")
         })
         .collect();
@@ -137,7 +137,10 @@ fn merge_section() {
     println!("| output | records | input MiB | output MiB | seconds | records/s | input MiB/s |");
     println!("|---|---|---|---|---|---|---|");
     for (name, merge) in [
-        ("hot", merge_blocks as fn(&[Block], BlockId) -> Result<Bytes, mira_core::Error>),
+        (
+            "hot",
+            merge_blocks as fn(&[Block], BlockId) -> Result<Bytes, mira_core::Error>,
+        ),
         ("cold", merge_blocks_cold),
     ] {
         let start = Instant::now();

@@ -225,7 +225,11 @@ impl Block {
                 let rows = u32::try_from(self.meta().rows).map_err(|_| SidecarError::InvalidEntry {
                     section: LINEAGE_SECTION,
                     row: 0,
-                    reason: format!("block {} has {} rows, over 2^32", self.meta().block_id, self.meta().rows),
+                    reason: format!(
+                        "block {} has {} rows, over 2^32",
+                        self.meta().block_id,
+                        self.meta().rows
+                    ),
                 })?;
                 Ok(Lineage::identity(self.meta().block_id, rows))
             }
@@ -307,7 +311,7 @@ mod tests {
         l.extend(&Lineage::identity(id(9), 2));
         let batch = l.to_batch().expect("batch");
         assert_eq!(Lineage::from_batch(&batch).expect("read"), l);
-        assert_eq!(lineage_from(7, &[batch.clone()]).expect("covers"), l);
+        assert_eq!(lineage_from(7, std::slice::from_ref(&batch)).expect("covers"), l);
         assert!(lineage_from(8, &[batch]).is_err());
         let empty = Lineage::default().to_batch().expect("empty batch");
         assert_eq!(Lineage::from_batch(&empty).expect("read"), Lineage::default());

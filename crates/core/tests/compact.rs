@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use mira_core::block::{Block, VerifyCache};
-use mira_core::cold::rewrite_cold;
 use mira_core::block::{Level, Manifest};
+use mira_core::cold::rewrite_cold;
 use mira_core::compact::{merge_blocks, merge_blocks_at, merge_blocks_cold, merge_tables};
 use mira_core::convert::{
     LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, log_rows, logs_to_otlp, points_to_otlp,
@@ -285,7 +285,12 @@ fn root_values(b: &Block) -> Vec<String> {
         .map(|(_, c)| ArrayFormatter::try_new(c.as_ref(), &opts).expect("format"))
         .collect();
     (0..root.num_rows())
-        .map(|r| cols.iter().map(|c| c.value(r).to_string()).collect::<Vec<_>>().join("|"))
+        .map(|r| {
+            cols.iter()
+                .map(|c| c.value(r).to_string())
+                .collect::<Vec<_>>()
+                .join("|")
+        })
         .collect()
 }
 
@@ -398,7 +403,13 @@ fn a_merge_output_footer_gives_its_time_range_and_rows() {
         let m = Manifest::from_tail(&bytes, bytes.len() as u64).expect("manifest");
         assert_eq!(m.meta.rows, 150);
         assert_eq!(m.meta.level, level);
-        assert_eq!(m.meta.min_time, inputs.iter().map(|b| b.meta().min_time).min().unwrap_or(0));
-        assert_eq!(m.meta.max_time, inputs.iter().map(|b| b.meta().max_time).max().unwrap_or(0));
+        assert_eq!(
+            m.meta.min_time,
+            inputs.iter().map(|b| b.meta().min_time).min().unwrap_or(0)
+        );
+        assert_eq!(
+            m.meta.max_time,
+            inputs.iter().map(|b| b.meta().max_time).max().unwrap_or(0)
+        );
     }
 }
