@@ -13,6 +13,7 @@ pub mod convert;
 pub mod dict;
 pub mod error;
 pub mod ids;
+pub mod lineage;
 pub mod scan;
 pub mod schema;
 pub mod sidecar;
