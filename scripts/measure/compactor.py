@@ -13,16 +13,29 @@ query's warm and cold-cache latency and its ratio to ClickHouse, and the
 compactor's own cost (CPU seconds of the process, input MiB per CPU
 second, records per CPU second).
 
+Then, unless MIRA_PHASES says otherwise (a comma list of battery, bytes,
+lag):
+
+- bytes: testkit's low- and high-cardinality log corpora (no request sent
+  twice) sent by `mira loadgen` over OTLP/HTTP into `mira serve
+  --no-compactor`, three hours back, then the cold rewrite: bytes in the
+  store per OTLP byte acknowledged, sealed and after compaction;
+- lag: `mira serve` with its compactor under `mira loadgen` (every export
+  sealed at once into the current hour) for LAG_S seconds (120), sampling
+  the compactor's backlog, lag and the fullest partition every 5 s.
+
 Usage: scripts/measure/compactor.sh [log-blocks] [records-per-block]"""
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 os.environ["MIRA_MEASURE_PAST_HOUR"] = "1"
 os.environ.setdefault("MIRA_SERVE_ARGS", "--no-compactor")
@@ -64,7 +77,80 @@ def compact(serve, *flags):
     return wall, cpu, json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def loadgen(target, *flags):
+    """Runs `mira loadgen` over OTLP/HTTP; returns (requests, bytes) acked."""
+    out = subprocess.run([MIRA, "loadgen", "--target", target, "--protocol", "http", "--signal", "logs", *flags],
+                         check=True, capture_output=True, text=True).stdout
+    m = re.search(r"acked (\d+) requests, (\d+) records, (\d+) bytes", out)
+    return int(m.group(1)), int(m.group(3))
+
+
+def bytes_phase():
+    """Bytes stored per OTLP byte through the whole system, before and after
+    the cold rewrite, for the low- and high-cardinality corpora."""
+    print("# bytes in the store per OTLP byte acknowledged (testkit log corpus, loadgen, 3 h back)")
+    for card in ("low", "high"):
+        serve = Serve(["--shards", "1"])
+        pool = 400
+        extra = ["--high-cardinality"] if card == "high" else []
+        reqs, wire = loadgen(serve.http, "--batch", "1000", "--conns", "2", "--rate", "20", "--for", "15",
+                             "--pool", str(pool), "--past", "3h", *extra)
+        assert reqs <= pool, f"{reqs} requests sent from a pool of {pool}: some were repeats"
+        serve.stop()  # seals and publishes what is open
+        serve.start()
+        sealed = objects(serve)["logs"]
+        cost = compact(serve, "--cold-after", "0s")
+        cold = objects(serve)["logs"]
+        serve.stop()
+        shutil.rmtree(serve.dir, ignore_errors=True)
+        print(f"#   {card:<4}: {reqs} requests, {wire} OTLP bytes; sealed {sealed[0]} objects "
+              f"{sealed[1] / wire:.3f} B/B; cold {cold[0]} objects {cold[1] / wire:.3f} B/B; "
+              f"cold rewrite {cost[1]:.1f} CPU s, {sealed[1] / 1048576 / cost[1]:.0f} MiB/CPU s")
+
+
+def metric(text, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(name + ("{" + want + "}" if want else " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def lag_phase():
+    """The compactor inside `mira serve` under load: backlog and lag."""
+    secs = int(os.environ.get("LAG_S", "120"))
+    serve = Serve(["--shards", "1", "--seal-size", "1", "--min-block-age", "5s", "--plan-interval", "2s"])
+    gen = subprocess.Popen([MIRA, "loadgen", "--target", serve.http, "--protocol", "http", "--signal", "logs",
+                            "--batch", "1000", "--conns", "1", "--rate", "10", "--for", str(secs)],
+                           stdout=subprocess.PIPE, text=True)
+    print(f"# lag: loadgen 10 requests/s x 1,000 records, every request sealed as its own block, for {secs} s")
+    print(f"#   {'t s':>5} {'merge backlog':>13} {'oldest merge s':>14} {'fullest partition':>17} {'jobs ok':>8}")
+    t0 = time.time()
+    while gen.poll() is None:
+        time.sleep(5)
+        with urllib.request.urlopen(f"http://{serve.query}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        print(f"#   {time.time() - t0:>5.0f} "
+              f"{metric(text, 'mira_compactor_backlog_partitions', kind='merge'):>13.0f} "
+              f"{metric(text, 'mira_compactor_oldest_pending_seconds', kind='merge'):>14.1f} "
+              f"{metric(text, 'mira_compactor_partition_objects_max'):>17.0f} "
+              f"{metric(text, 'mira_compactor_jobs_total', kind='merge', outcome='ok'):>8.0f}")
+    print(f"#   loadgen: {gen.stdout.read().strip()}")
+    serve.stop()
+    shutil.rmtree(serve.dir, ignore_errors=True)
+
+
 def main():
+    phases = os.environ.get("MIRA_PHASES", "battery,bytes,lag").split(",")
+    if "battery" in phases:
+        battery_phase()
+    if "bytes" in phases:
+        bytes_phase()
+    if "lag" in phases:
+        lag_phase()
+
+
+def battery_phase():
     scratch = tempfile.mkdtemp(prefix="mira-compactor-corpus-")
     serve = Serve()
     t = time.perf_counter()

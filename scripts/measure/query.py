@@ -67,7 +67,9 @@ def post(addr, path, body):
 
 
 class Serve:
-    def __init__(self):
+    def __init__(self, flags=None):
+        # Every export its own block (seal size 1 byte) unless told otherwise.
+        self.flags = flags if flags is not None else ["--shards", "1", "--seal-size", "1", "--seal-age", "5m"]
         self.dir = tempfile.mkdtemp(prefix="mira-query-")
         self.query, self.http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         self.grpc, self.catalog = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -77,8 +79,8 @@ class Serve:
     def start(self):
         self.proc = subprocess.Popen(
             [MIRA, "serve", "--data-dir", os.path.join(self.dir, "data"), "--listen", self.query,
-             "--http-listen", self.http, "--grpc-listen", self.grpc, "--catalog-listen", self.catalog,
-             "--shards", "1", "--seal-size", "1", "--seal-age", "5m"]
+             "--http-listen", self.http, "--grpc-listen", self.grpc, "--catalog-listen", self.catalog]
+            + self.flags
             # The blocks stay as sealed unless asked otherwise: the corpus is
             # "many small blocks" (compactor.py compacts them itself).
             + os.environ.get("MIRA_SERVE_ARGS", "--no-compactor").split(),
