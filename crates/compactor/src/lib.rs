@@ -99,7 +99,9 @@ impl Ctx {
     /// Reserves `bytes` of the memory budget (all of it at most: a job
     /// larger than the budget runs alone), waiting for running jobs.
     pub(crate) async fn reserve(&self, bytes: u64) -> Result<Reservation<'_>, Error> {
-        let mib = u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX).clamp(1, self.memory_mib);
+        let mib = u32::try_from(bytes.div_ceil(1 << 20))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.memory_mib);
         let permit = self.memory.acquire_many(mib).await.map_err(|_| Error::Stopping)?;
         let bytes = i64::from(mib) << 20;
         self.metrics.memory_reserved_bytes.inc_by(bytes);
@@ -219,7 +221,12 @@ impl Compactor {
     /// Reads the catalog and plans, without doing anything.
     pub async fn plan(&self) -> Result<(Plan, view::View), Error> {
         let view = view::load(&self.ctx).await?;
-        let plan = planner::plan(&view.blocks, &view.leased, self.ctx.clock.now_ns(), &self.ctx.config.rules);
+        let plan = planner::plan(
+            &view.blocks,
+            &view.leased,
+            self.ctx.clock.now_ns(),
+            &self.ctx.config.rules,
+        );
         self.record_plan(&plan, &view);
         let _ = self.ready.send(true);
         Ok((plan, view))
@@ -354,7 +361,8 @@ impl Compactor {
             }
         }
         let mut s = ctx.status();
-        s.running.retain(|r| !(r.partition == st.partition && r.started_ns == st.started_ns));
+        s.running
+            .retain(|r| !(r.partition == st.partition && r.started_ns == st.started_ns));
         s.finished.push_back(st);
         while s.finished.len() > 20 {
             s.finished.pop_front();
@@ -370,7 +378,8 @@ impl Compactor {
         let mut total = RoundReport::default();
         // Rounds without progress before giving up: enough to outlast a
         // crashed holder's lease several times over.
-        let mut attempts_left = 20 + (4 * self.ctx.config.lease_ttl.as_secs() / self.ctx.config.plan_interval.as_secs().max(1)) as usize;
+        let mut attempts_left =
+            20 + (4 * self.ctx.config.lease_ttl.as_secs() / self.ctx.config.plan_interval.as_secs().max(1)) as usize;
         loop {
             let r = self.run_round().await?;
             total.jobs_ok += r.jobs_ok;
@@ -436,7 +445,10 @@ where
     F: std::future::Future,
 {
     use futures::StreamExt;
-    futures::stream::iter(futures).buffer_unordered(n.max(1)).collect().await
+    futures::stream::iter(futures)
+        .buffer_unordered(n.max(1))
+        .collect()
+        .await
 }
 
 #[cfg(test)]

@@ -118,7 +118,10 @@ impl Settings {
             return Err(ConfigError::new("compactor.merge_factor", "at least 2"));
         }
         if self.max_inputs < 2 || self.max_inputs > 10_000 {
-            return Err(ConfigError::new("compactor.max_inputs", "2 to 10000 (one catalog command)"));
+            return Err(ConfigError::new(
+                "compactor.max_inputs",
+                "2 to 10000 (one catalog command)",
+            ));
         }
         positive("compactor.mature_hot_bytes", self.mature_hot_bytes.bytes())?;
         if self.target_hot_bytes.bytes() < self.mature_hot_bytes.bytes() {
@@ -198,7 +201,11 @@ mod tests {
         assert_eq!(c.rules, Rules::default());
         assert_eq!(c.jobs, 2);
         assert!(c.holder.contains('/'));
-        assert_ne!(c.holder, Settings::default().build().unwrap().holder, "fresh incarnation");
+        assert_ne!(
+            c.holder,
+            Settings::default().build().unwrap().holder,
+            "fresh incarnation"
+        );
     }
 
     #[test]

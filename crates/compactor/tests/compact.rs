@@ -41,14 +41,16 @@ struct Env {
     corpus: Corpus,
 }
 
-
 impl Env {
     async fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let addr = mira_testkit::net::free_addr();
-        let node = CatalogNode::start(NodeConfig::single(addr, dir.path().join("catalog")), &Process::default())
-            .await
-            .unwrap();
+        let node = CatalogNode::start(
+            NodeConfig::single(addr, dir.path().join("catalog")),
+            &Process::default(),
+        )
+        .await
+        .unwrap();
         node.wait_for_leader(Duration::from_secs(20)).await.unwrap();
         let catalog = Arc::new(CatalogClient::new(vec![addr.to_string()], ClientConfig::default()));
         let (clock, manual) = Clock::manual(SystemTime::now());
@@ -66,7 +68,14 @@ impl Env {
 
     /// Publishes `n` blocks of `records` log records each, with record
     /// times starting `hour_start + 1 min`, created `created_ago` before now.
-    async fn publish(&mut self, tenant: &str, hour_start: i64, n: usize, records: usize, created_ago: i64) -> Vec<pb::Block> {
+    async fn publish(
+        &mut self,
+        tenant: &str,
+        hour_start: i64,
+        n: usize,
+        records: usize,
+        created_ago: i64,
+    ) -> Vec<pb::Block> {
         let mut out = Vec::new();
         let seed = self.sent.values().map(Vec::len).sum::<usize>() as u64;
         self.corpus = Corpus::starting_at(seed, Cardinality::Low, (hour_start + MIN) as u64);
@@ -128,7 +137,14 @@ impl Env {
     async fn live_records(&self) -> BTreeMap<i64, Vec<Vec<u8>>> {
         let mut out: BTreeMap<i64, Vec<Vec<u8>>> = BTreeMap::new();
         for b in self.blocks(pb::BlockState::Live).await {
-            let bytes = self.store.get(&Path::from(b.object_key.as_str())).await.unwrap().bytes().await.unwrap();
+            let bytes = self
+                .store
+                .get(&Path::from(b.object_key.as_str()))
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
             let block = Block::from_bytes(bytes, Arc::new(VerifyCache::new(8))).unwrap();
             let req = logs_to_otlp(&read_tables(&block, None).unwrap()).unwrap();
             out.entry(b.partition_start_ns).or_default().extend(flatten::logs(&req));
@@ -192,7 +208,11 @@ async fn merges_rewrites_cold_then_deletes_after_the_grace() {
     let by_part = count_by_partition(&live);
     assert_eq!(by_part[&old].len(), 1, "the settled hour is one cold block");
     assert_eq!(by_part[&old][0].level, pb::Level::Cold as i32);
-    assert_eq!(by_part[&recent].len(), 1, "20 tiny recent blocks merge into one hot block");
+    assert_eq!(
+        by_part[&recent].len(),
+        1,
+        "20 tiny recent blocks merge into one hot block"
+    );
     assert_eq!(by_part[&recent][0].level, pb::Level::Hot as i32);
     env.assert_exactly_once().await;
 
@@ -206,14 +226,25 @@ async fn merges_rewrites_cold_then_deletes_after_the_grace() {
     assert!(env.blocks(pb::BlockState::Tombstoned).await.is_empty());
     let mut live_keys: Vec<String> = live.iter().map(|b| b.object_key.clone()).collect();
     live_keys.sort();
-    assert_eq!(env.object_keys().await, live_keys, "the bucket holds exactly the live objects");
+    assert_eq!(
+        env.object_keys().await,
+        live_keys,
+        "the bucket holds exactly the live objects"
+    );
     env.assert_exactly_once().await;
 
     // A retried ingester publish of a purged input cannot bring it back.
     let again = tomb[0].clone();
     let refused = env
         .catalog
-        .publish(vec![pb::Block { state: 0, tombstoned_at_ns: 0, ..again }], None)
+        .publish(
+            vec![pb::Block {
+                state: 0,
+                tombstoned_at_ns: 0,
+                ..again
+            }],
+            None,
+        )
         .await;
     assert!(refused.is_err(), "{refused:?}");
     env.node.shutdown().await;
@@ -232,7 +263,10 @@ async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
         inputs[0].min_time_ns as u64,
         dead_id,
     );
-    env.store.put(&dead_key, PutPayload::from_static(b"half a merge")).await.unwrap();
+    env.store
+        .put(&dead_key, PutPayload::from_static(b"half a merge"))
+        .await
+        .unwrap();
     let manifest = format!(
         r#"{{"v":1,"kind":"merge","started_ns":1,"inputs":10,"outputs":[{{"id":"{dead_id}","key":"{dead_key}"}}]}}"#
     );
@@ -243,8 +277,16 @@ async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
         .unwrap();
     // An ingester's upload whose publish never happened.
     let orphan_id = BlockId::new();
-    let orphan_key = block_path(&TenantId::new("acme").unwrap(), Signal::Logs, inputs[0].min_time_ns as u64, orphan_id);
-    env.store.put(&orphan_key, PutPayload::from_static(b"never published")).await.unwrap();
+    let orphan_key = block_path(
+        &TenantId::new("acme").unwrap(),
+        Signal::Logs,
+        inputs[0].min_time_ns as u64,
+        orphan_id,
+    );
+    env.store
+        .put(&orphan_key, PutPayload::from_static(b"never published"))
+        .await
+        .unwrap();
 
     let c = env.compactor("c1");
     // While the dead holder's lease runs, its partition is left alone.
@@ -254,7 +296,10 @@ async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
     env.manual.advance(Duration::from_secs(10));
     c.run_until_idle().await.unwrap();
     let keys = env.object_keys().await;
-    assert!(!keys.contains(&dead_key.to_string()), "the dead holder's output is deleted");
+    assert!(
+        !keys.contains(&dead_key.to_string()),
+        "the dead holder's output is deleted"
+    );
     assert!(keys.contains(&orphan_key.to_string()), "a young unknown object is kept");
     // The fenced id can never be committed.
     let late = pb::Block {
@@ -284,7 +329,11 @@ async fn a_corrupt_input_is_quarantined_and_other_partitions_go_on() {
     let victim = &in_a[3];
     let path = Path::from(victim.object_key.as_str());
     let original = env.store.get(&path).await.unwrap().bytes().await.unwrap();
-    let first = Block::from_bytes(original.clone(), Arc::new(VerifyCache::new(8))).unwrap().manifest().sections[0].clone();
+    let first = Block::from_bytes(original.clone(), Arc::new(VerifyCache::new(8)))
+        .unwrap()
+        .manifest()
+        .sections[0]
+        .clone();
     let mut bytes = original.to_vec();
     bytes[first.offset as usize + first.length as usize / 2] ^= 0xff;
     env.store.put(&path, PutPayload::from(bytes)).await.unwrap();
@@ -295,10 +344,18 @@ async fn a_corrupt_input_is_quarantined_and_other_partitions_go_on() {
     let quarantined: Vec<&pb::Block> = live.iter().filter(|x| !x.no_compact_reason.is_empty()).collect();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].id, victim.id);
-    assert!(quarantined[0].no_compact_reason.contains("crc") || quarantined[0].no_compact_reason.contains("CRC"), "{}", quarantined[0].no_compact_reason);
+    assert!(
+        quarantined[0].no_compact_reason.contains("crc") || quarantined[0].no_compact_reason.contains("CRC"),
+        "{}",
+        quarantined[0].no_compact_reason
+    );
     let by_part = count_by_partition(&live);
     assert_eq!(by_part[&b].len(), 1, "the healthy partition merged");
-    assert_eq!(by_part[&a].len(), 2, "the other 8 merged; the corrupt block stays live, apart");
+    assert_eq!(
+        by_part[&a].len(),
+        2,
+        "the other 8 merged; the corrupt block stays live, apart"
+    );
     let rows: u64 = by_part[&a].iter().map(|x| x.rows).sum();
     assert_eq!(rows, in_a.iter().map(|x| x.rows).sum::<u64>());
     let metrics = c.status();
@@ -311,8 +368,10 @@ async fn two_compactors_at_once_never_both_commit() {
     let mut env = Env::new().await;
     for h in 0..4 {
         let start = env.hour_start(h);
-        env.publish("acme", start, 12, 10, if h >= 2 { 150 * MIN } else { 2 * MIN }).await;
-        env.publish("other", start, 9, 10, if h >= 2 { 150 * MIN } else { 2 * MIN }).await;
+        env.publish("acme", start, 12, 10, if h >= 2 { 150 * MIN } else { 2 * MIN })
+            .await;
+        env.publish("other", start, 9, 10, if h >= 2 { 150 * MIN } else { 2 * MIN })
+            .await;
     }
     let (c1, c2) = (env.compactor("c1"), env.compactor("c2"));
     let (r1, r2) = tokio::join!(c1.run_until_idle(), c2.run_until_idle());

@@ -135,10 +135,7 @@ impl Querier {
                 // A wave per pool's worth of ranges: a limited scan ordered
                 // by time stops after the waves that can make the cut.
                 prepared.scan_in_waves(ranges, rayon::current_num_threads(), |batch| {
-                    batch
-                        .par_iter()
-                        .map(|rows| prepared.scan_rows(rows.clone()))
-                        .collect()
+                    batch.par_iter().map(|rows| prepared.scan_rows(rows.clone())).collect()
                 })
             })
             .await
