@@ -14,7 +14,7 @@
 //!   cleanup after a crashed holder; quarantine of corrupt inputs.
 //! - [`gc`]: deletion after the grace and purge; the orphan sweep.
 //! - [`settings`]: flags and the `[compactor]` table.
-//! - [`metrics`]: `mira_compactor_*`.
+//! - [`metrics`]: the `mira_compactor_*` metrics.
 //! - [`server`]: `/metrics`, `/ready`, `/live` and
 //!   `/api/mira/v1/compactor/status`.
 //! - [`error`]: why a job failed, and its outcome label.
@@ -440,10 +440,7 @@ impl Compactor {
 }
 
 /// Runs `futures` with at most `n` at once, returning their outputs.
-async fn limit<F: std::future::Future>(futures: impl IntoIterator<Item = F>, n: usize) -> Vec<F::Output>
-where
-    F: std::future::Future,
-{
+async fn limit<F: std::future::Future>(futures: impl IntoIterator<Item = F>, n: usize) -> Vec<F::Output> {
     use futures::StreamExt;
     futures::stream::iter(futures)
         .buffer_unordered(n.max(1))
@@ -458,7 +455,7 @@ mod tests {
     use super::*;
 
     fn compactor(memory_limit: u64) -> Arc<Compactor> {
-        let mut config = settings::Settings::default().build().unwrap();
+        let mut config = settings::Settings::default().build().expect("test step");
         config.memory_limit = memory_limit;
         let catalog = Arc::new(CatalogClient::new(
             vec!["127.0.0.1:1".to_owned()],
@@ -470,24 +467,24 @@ mod tests {
             Arc::new(object_store::memory::InMemory::new()),
             catalog,
         )
-        .unwrap()
+        .expect("test step")
     }
 
     #[tokio::test]
     async fn a_job_waits_for_memory_and_a_job_over_the_limit_runs_alone() {
         let c = compactor(4 << 20);
         let ctx = c.ctx();
-        let first = ctx.reserve(3 << 20).await.unwrap();
+        let first = ctx.reserve(3 << 20).await.expect("test step");
         assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 3 << 20);
         // 2 MiB more does not fit beside the first job: it waits.
         let mut second = Box::pin(ctx.reserve(2 << 20));
         assert!((&mut second).now_or_never().is_none());
         drop(first);
-        let second = second.await.unwrap();
+        let second = second.await.expect("test step");
         assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 2 << 20);
         drop(second);
         // A job estimated over the whole budget takes all of it, alone.
-        let big = ctx.reserve(64 << 20).await.unwrap();
+        let big = ctx.reserve(64 << 20).await.expect("test step");
         assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 4 << 20);
         assert!(ctx.reserve(1).now_or_never().is_none());
         drop(big);

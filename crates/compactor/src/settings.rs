@@ -197,13 +197,13 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_build_the_planner_defaults() {
-        let c = Settings::default().build().unwrap();
+        let c = Settings::default().build().expect("test step");
         assert_eq!(c.rules, Rules::default());
         assert_eq!(c.jobs, 2);
         assert!(c.holder.contains('/'));
         assert_ne!(
             c.holder,
-            Settings::default().build().unwrap().holder,
+            Settings::default().build().expect("test step").holder,
             "fresh incarnation"
         );
     }
@@ -224,7 +224,7 @@ mod tests {
         for (field, edit) in cases {
             let mut s = Settings::default();
             edit(&mut s);
-            assert_eq!(s.validate().unwrap_err().field, field);
+            assert_eq!(s.validate().expect_err(field).field, field);
         }
     }
 }

@@ -14,7 +14,7 @@ fn block(tenant: &str, hour: i64, offset_ns: i64, bytes: u64, level: Level, crea
     let start = DAY0 + hour * H;
     BlockInfo {
         id: BlockId::new(),
-        tenant: TenantId::new(tenant).unwrap(),
+        tenant: TenantId::new(tenant).expect("test step"),
         signal: Signal::Logs,
         partition_start_ns: start,
         min_time_ns: start + offset_ns,
@@ -52,8 +52,8 @@ fn apply(blocks: &mut Vec<BlockInfo>, job: &Job, now_ns: i64) {
     };
     blocks.push(BlockInfo {
         id: BlockId::new(),
-        min_time_ns: job.inputs.iter().map(|b| b.min_time_ns).min().unwrap(),
-        max_time_ns: job.inputs.iter().map(|b| b.max_time_ns).max().unwrap(),
+        min_time_ns: job.inputs.iter().map(|b| b.min_time_ns).min().expect("test step"),
+        max_time_ns: job.inputs.iter().map(|b| b.max_time_ns).max().expect("test step"),
         rows: job.input_rows(),
         bytes,
         level: job.kind.output_level(),
