@@ -1,10 +1,14 @@
 //! Merging blocks: the records of several blocks of one tenant and signal
 //! rewritten as one block (the compactor's merge), hot ([`merge_blocks`])
-//! or straight into the cold codec ([`merge_blocks_cold`]). Each input's
-//! tables are turned back into OTLP and appended to a fresh builder, so
-//! resources, scopes and series repeated across inputs are stored once in
-//! the output, and its sidecars (zone maps, attribute index, id filters)
-//! are built anew over all its rows.
+//! or straight into the cold codec ([`merge_blocks_cold`]). Logs and
+//! traces are merged on Arrow ([`concat`]): root and child tables
+//! concatenated, resources and scopes deduplicated across inputs,
+//! dictionaries re-interned. Metrics (and inputs not in the layout the
+//! builders write) take the OTLP path ([`merge_via_otlp`]): each input's
+//! tables are turned back into OTLP and appended to a fresh builder. Both
+//! give the same tables: resources, scopes and series repeated across
+//! inputs are stored once in the output. Its sidecars (zone maps,
+//! attribute index, id filters) are built anew over all its rows.
 //!
 //! Records keep their order exactly: row `k` of the output is row `k - n`
 //! of input `i`, where `n` is the rows of the inputs before `i` (the OTLP
@@ -16,6 +20,8 @@
 //! The output's time range and row count are in its footer: parse it with
 //! [`crate::block::Manifest::from_tail`] (or open the bytes as a
 //! [`Block`]) instead of reading any section.
+
+mod concat;
 
 use bytes::Bytes;
 
@@ -60,11 +66,14 @@ pub fn merge(inputs: &[Block]) -> Result<(TableSet, Lineage), Error> {
     for b in inputs {
         lineage.extend(&b.lineage_or_identity()?);
     }
-    let tables = match signal {
-        Signal::Logs => merge_with::<LogsBuilder>(inputs, |t| Ok(logs_to_otlp_in_row_order(t)?)),
-        Signal::Traces => merge_with::<SpansBuilder>(inputs, |t| Ok(spans_to_otlp_in_row_order(t)?)),
-        Signal::Metrics => merge_with::<PointsBuilder>(inputs, |t| Ok(points_to_otlp_in_row_order(t)?)),
-    }?;
+    let read = inputs
+        .iter()
+        .map(|b| read_tables(b, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tables = match merge_on_arrow(signal, &read)? {
+        Some(tables) => tables,
+        None => merge_via_otlp(signal, &read)?,
+    };
     if lineage.rows() != tables.rows as u64 {
         return Err(Error::Merge(format!(
             "the inputs hold {} rows, the merge {}",
@@ -75,14 +84,31 @@ pub fn merge(inputs: &[Block]) -> Result<(TableSet, Lineage), Error> {
     Ok((tables, lineage))
 }
 
+/// The merged tables of `inputs` (tables of one signal, in merge order)
+/// by the OTLP path: every input's rows back as OTLP in row order,
+/// appended to one builder. The reference the Arrow merge is tested
+/// against, and the path for what it does not take.
+pub fn merge_via_otlp(signal: Signal, inputs: &[TableSet]) -> Result<TableSet, Error> {
+    match signal {
+        Signal::Logs => merge_with::<LogsBuilder>(inputs, |t| Ok(logs_to_otlp_in_row_order(t)?)),
+        Signal::Traces => merge_with::<SpansBuilder>(inputs, |t| Ok(spans_to_otlp_in_row_order(t)?)),
+        Signal::Metrics => merge_with::<PointsBuilder>(inputs, |t| Ok(points_to_otlp_in_row_order(t)?)),
+    }
+}
+
+/// The merged tables of `inputs` on Arrow (see [`concat`]), or `None` for
+/// what it does not take (metrics, tables not in the builders' layout).
+pub fn merge_on_arrow(signal: Signal, inputs: &[TableSet]) -> Result<Option<TableSet>, Error> {
+    Ok(concat::concat(signal, inputs)?)
+}
+
 fn merge_with<B: SignalBuilder>(
-    inputs: &[Block],
+    inputs: &[TableSet],
     to_otlp: impl Fn(&TableSet) -> Result<B::Request, Error>,
 ) -> Result<TableSet, Error> {
     let mut builder = B::default();
-    for b in inputs {
-        let tables = read_tables(b, None)?;
-        builder.append(&to_otlp(&tables)?)?;
+    for tables in inputs {
+        builder.append(&to_otlp(tables)?)?;
     }
     Ok(builder.finish()?)
 }

@@ -10,7 +10,7 @@ use arrow::record_batch::RecordBatch;
 use crate::ids::Signal;
 
 pub mod columns;
-mod context;
+pub(crate) mod context;
 pub mod limits;
 pub mod logs;
 pub mod metrics;

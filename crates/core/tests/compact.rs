@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mira_core::block::{Block, VerifyCache};
 use mira_core::block::{Level, Manifest};
 use mira_core::cold::rewrite_cold;
-use mira_core::compact::{merge_blocks, merge_blocks_at, merge_blocks_cold, merge_tables};
+use mira_core::compact::{merge_blocks, merge_blocks_at, merge_blocks_cold, merge_on_arrow, merge_tables, merge_via_otlp};
 use mira_core::convert::{
     LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, log_rows, logs_to_otlp, points_to_otlp,
     points_to_otlp_in_row_order, spans_to_otlp, spans_to_otlp_rows,
@@ -412,4 +412,84 @@ fn a_merge_output_footer_gives_its_time_range_and_rows() {
             inputs.iter().map(|b| b.meta().max_time).max().unwrap_or(0)
         );
     }
+}
+
+/// The tables of `inputs` as a merge reads them: each input hot, or
+/// rewritten cold (attribute tables come back from the typed layout) when
+/// its flag says so, or itself a merge of two copies of the request.
+fn merge_inputs<B: SignalBuilder>(reqs: &[(B::Request, u8)]) -> Vec<TableSet>
+where
+    B::Request: Clone,
+{
+    reqs.iter()
+        .map(|(r, how)| {
+            let mut hot = blocks::<B>(&[r.clone(), r.clone()]);
+            let b = match how % 3 {
+                0 => hot.remove(0),
+                1 => open(rewrite_cold(&hot[0], BlockId::new()).expect("cold")),
+                _ => merged(&hot),
+            };
+            read_tables(&b, None).expect("read")
+        })
+        .collect()
+}
+
+/// The Arrow merge gives table for table what the OTLP path gives: the
+/// same rows in the same order, resources and scopes numbered alike,
+/// dictionaries interned alike (same values, keys and key widths).
+fn check_same_as_otlp(signal: Signal, inputs: &[TableSet]) -> Result<(), TestCaseError> {
+    let arrow = merge_on_arrow(signal, inputs)
+        .expect("arrow merge")
+        .expect("the builders' layout is taken");
+    let otlp = merge_via_otlp(signal, inputs).expect("otlp merge");
+    prop_assert_eq!(arrow.rows, otlp.rows);
+    prop_assert_eq!((arrow.min_time, arrow.max_time), (otlp.min_time, otlp.max_time));
+    let names = |t: &TableSet| t.tables.iter().map(|(n, _)| *n).collect::<Vec<_>>();
+    prop_assert_eq!(names(&arrow), names(&otlp));
+    for ((name, a), (_, o)) in arrow.tables.iter().zip(&otlp.tables) {
+        prop_assert_eq!(a.schema(), o.schema(), "{} schema", name);
+        for (i, (x, y)) in a.columns().iter().zip(o.columns()).enumerate() {
+            prop_assert_eq!(x.to_data(), y.to_data(), "{} column {}", name, a.schema().field(i).name());
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arrow_merge_of_logs_equals_the_otlp_path(
+        reqs in proptest::collection::vec((arb::logs_request(), any::<u8>()), 1..5)
+    ) {
+        check_same_as_otlp(Signal::Logs, &merge_inputs::<LogsBuilder>(&reqs))?;
+    }
+
+    #[test]
+    fn arrow_merge_of_spans_equals_the_otlp_path(
+        reqs in proptest::collection::vec((arb::traces_request(), any::<u8>()), 1..5)
+    ) {
+        check_same_as_otlp(Signal::Traces, &merge_inputs::<SpansBuilder>(&reqs))?;
+    }
+}
+
+#[test]
+fn arrow_merge_of_shared_resources_stores_them_once() {
+    let mut corpus = Corpus::new(3, Cardinality::Low);
+    let reqs: Vec<_> = (0..6).map(|_| (corpus.logs(200), 0u8)).collect();
+    let inputs = merge_inputs::<LogsBuilder>(&reqs);
+    let merged = merge_on_arrow(Signal::Logs, &inputs).expect("merge").expect("taken");
+    let resources = |t: &TableSet| t.get(mira_core::schema::RESOURCES).expect("resources").num_rows();
+    let sum: usize = inputs.iter().map(resources).sum();
+    assert!(resources(&merged) < sum, "{} resources of {sum}", resources(&merged));
+    assert_eq!(merged.rows, 1_200);
+    check_same_as_otlp(Signal::Logs, &inputs).expect("same as the otlp path");
+}
+
+#[test]
+fn arrow_merge_leaves_metrics_to_the_otlp_path() {
+    let mut corpus = Corpus::new(5, Cardinality::Low);
+    let reqs: Vec<_> = (0..2).map(|_| (corpus.metrics(50), 0u8)).collect();
+    let inputs = merge_inputs::<PointsBuilder>(&reqs);
+    assert!(merge_on_arrow(Signal::Metrics, &inputs).expect("merge").is_none());
 }

@@ -1,0 +1,397 @@
+//! The merge on Arrow (compactor design §6.1): the inputs' tables are
+//! concatenated instead of being turned back into OTLP and rebuilt.
+//!
+//! - Resources and scopes are deduplicated across inputs by their full
+//!   content (the same key the builders use), numbered by first use in
+//!   the merged root's row order, and the root's `resource_id` /
+//!   `scope_id` are remapped.
+//! - Root tables are concatenated in input order: row `k` of the output is
+//!   row `k - n` of input `i`, `n` the rows of the inputs before `i`.
+//! - Child tables (`*_attrs`, `span_events`, `span_links`) are concatenated
+//!   with `parent` re-based by the rows of the owning table before them.
+//! - Dictionary columns are re-interned in row order, so every value is
+//!   stored once and keys take the narrowest width that fits.
+//!
+//! The output equals, table for table, what appending the inputs' records
+//! in row order to a fresh builder gives (the OTLP path, kept as the
+//! reference and for what this module does not take). Inputs this module
+//! does not take: metrics, and tables not in the layout the builders write
+//! (attributes or children out of parent order, union children with
+//! unused values); for those [`concat`] answers `None`.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int32Array, RunArray, UInt32Array, UInt64Array, UnionArray};
+use arrow::buffer::ScalarBuffer;
+use arrow::datatypes::{DataType, Int32Type, SchemaRef, UnionMode};
+use arrow::record_batch::RecordBatch;
+
+use crate::convert::columns::{DictStr, col};
+use crate::convert::context::{ContextBuilder, Contexts};
+use crate::convert::logs::effective_time;
+use crate::convert::{ConvertError, TableSet, TimeRange};
+use crate::dict::DictBuilder;
+use crate::schema::{self, attr_type};
+use crate::Signal;
+
+/// The merged tables of `inputs` (one signal, in merge order), or `None`
+/// when an input is not in the layout this module takes.
+pub(crate) fn concat(signal: Signal, inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
+    match signal {
+        Signal::Logs => logs(inputs),
+        Signal::Traces => spans(inputs),
+        Signal::Metrics => Ok(None),
+    }
+}
+
+fn logs(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
+    let roots = tables(inputs, schema::LOGS)?;
+    let mut ctx = ContextBuilder::default();
+    let (rid, sid) = remap_contexts(&mut ctx, inputs, schema::LOGS)?;
+    let (mut rid, mut sid) = (Some(rid), Some(sid));
+    let mut times = TimeRange::default();
+    for r in &roots {
+        let time: &UInt64Array = col(r, schema::LOGS, "time_unix_nano")?;
+        let observed: &UInt64Array = col(r, schema::LOGS, "observed_time_unix_nano")?;
+        for (&t, &o) in time.values().iter().zip(observed.values()) {
+            times.add(effective_time(t, o));
+        }
+    }
+    let root = concat_table(&schema::logs(), schema::LOGS, &roots, |name| match name {
+        "resource_id" => rid.take().map(u32_column),
+        "scope_id" => sid.take().map(u32_column),
+        _ => None,
+    })?;
+    let Some(attrs) = concat_attrs(schema::LOG_ATTRS, &owned(inputs, schema::LOG_ATTRS, &roots)?)? else {
+        return Ok(None);
+    };
+    let rows = root.num_rows();
+    let mut out = vec![(schema::LOGS, root), (schema::LOG_ATTRS, attrs)];
+    ctx.finish(&mut out)?;
+    let (min_time, max_time) = times.bounds();
+    Ok(Some(TableSet {
+        signal: Signal::Logs,
+        tables: out,
+        rows,
+        min_time,
+        max_time,
+    }))
+}
+
+fn spans(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
+    let roots = tables(inputs, schema::SPANS)?;
+    let mut ctx = ContextBuilder::default();
+    let (rid, sid) = remap_contexts(&mut ctx, inputs, schema::SPANS)?;
+    let (mut rid, mut sid) = (Some(rid), Some(sid));
+    let mut times = TimeRange::default();
+    for r in &roots {
+        let start: &UInt64Array = col(r, schema::SPANS, "start_time_unix_nano")?;
+        for &t in start.values() {
+            times.add(t);
+        }
+    }
+    let root = concat_table(&schema::spans(), schema::SPANS, &roots, |name| match name {
+        "resource_id" => rid.take().map(u32_column),
+        "scope_id" => sid.take().map(u32_column),
+        _ => None,
+    })?;
+    let Some(span_attrs) = concat_attrs(schema::SPAN_ATTRS, &owned(inputs, schema::SPAN_ATTRS, &roots)?)? else {
+        return Ok(None);
+    };
+    let Some(events) = concat_children(&schema::span_events(), schema::SPAN_EVENTS, inputs, &roots)? else {
+        return Ok(None);
+    };
+    let event_parts = tables(inputs, schema::SPAN_EVENTS)?;
+    let Some(event_attrs) = concat_attrs(schema::EVENT_ATTRS, &owned(inputs, schema::EVENT_ATTRS, &event_parts)?)?
+    else {
+        return Ok(None);
+    };
+    let Some(links) = concat_children(&schema::span_links(), schema::SPAN_LINKS, inputs, &roots)? else {
+        return Ok(None);
+    };
+    let link_parts = tables(inputs, schema::SPAN_LINKS)?;
+    let Some(link_attrs) = concat_attrs(schema::LINK_ATTRS, &owned(inputs, schema::LINK_ATTRS, &link_parts)?)? else {
+        return Ok(None);
+    };
+    let rows = root.num_rows();
+    let mut out = vec![
+        (schema::SPANS, root),
+        (schema::SPAN_ATTRS, span_attrs),
+        (schema::SPAN_EVENTS, events),
+        (schema::EVENT_ATTRS, event_attrs),
+        (schema::SPAN_LINKS, links),
+        (schema::LINK_ATTRS, link_attrs),
+    ];
+    ctx.finish(&mut out)?;
+    let (min_time, max_time) = times.bounds();
+    Ok(Some(TableSet {
+        signal: Signal::Traces,
+        tables: out,
+        rows,
+        min_time,
+        max_time,
+    }))
+}
+
+/// Table `name` of every input.
+fn tables<'a>(inputs: &'a [TableSet], name: &'static str) -> Result<Vec<&'a RecordBatch>, ConvertError> {
+    inputs.iter().map(|t| t.get(name)).collect()
+}
+
+/// Table `name` of every input with the rows of its owner (`owners[i]`).
+fn owned<'a>(
+    inputs: &'a [TableSet],
+    name: &'static str,
+    owners: &[&RecordBatch],
+) -> Result<Vec<(&'a RecordBatch, usize)>, ConvertError> {
+    inputs
+        .iter()
+        .zip(owners)
+        .map(|(t, o)| Ok((t.get(name)?, o.num_rows())))
+        .collect()
+}
+
+fn u32_column(v: Vec<u32>) -> ArrayRef {
+    Arc::new(UInt32Array::from(v))
+}
+
+/// Adds the resources and scopes the inputs' root rows use to `ctx`, in
+/// first use over the concatenated rows; returns the root's new
+/// `resource_id` and `scope_id` columns.
+fn remap_contexts(
+    ctx: &mut ContextBuilder,
+    inputs: &[TableSet],
+    root: &'static str,
+) -> Result<(Vec<u32>, Vec<u32>), ConvertError> {
+    let rows: usize = inputs.iter().map(|t| t.rows).sum();
+    let (mut rids, mut sids) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
+    for t in inputs {
+        let contexts = Contexts::read(t)?;
+        let rb = t.get(root)?;
+        let rid: &UInt32Array = col(rb, root, "resource_id")?;
+        let sid: &UInt32Array = col(rb, root, "scope_id")?;
+        let mut rmap = vec![u32::MAX; contexts.resources.len()];
+        let mut smap = vec![u32::MAX; contexts.scopes.len()];
+        for (row, (&r, &s)) in rid.values().iter().zip(sid.values()).enumerate() {
+            let bad = ConvertError::BadReference { table: root, row };
+            let slot = rmap.get_mut(r as usize).ok_or(bad)?;
+            if *slot == u32::MAX {
+                let (resource, url) = &contexts.resources[r as usize];
+                *slot = ctx.resource(resource.as_ref(), url);
+            }
+            rids.push(*slot);
+            let slot = smap
+                .get_mut(s as usize)
+                .ok_or(ConvertError::BadReference { table: root, row })?;
+            if *slot == u32::MAX {
+                let (scope, url) = &contexts.scopes[s as usize];
+                *slot = ctx.scope(scope.as_ref(), url);
+            }
+            sids.push(*slot);
+        }
+    }
+    Ok((rids, sids))
+}
+
+/// Appends every row of `d` to `out` (a null as the empty string, as the
+/// OTLP path reads it), interning each distinct value once.
+fn reintern(out: &mut DictBuilder, d: &DictStr<'_>) {
+    let values = d.values();
+    let mut remap = vec![u32::MAX; values.len()];
+    for row in 0..d.len() {
+        let k = if d.is_null(row) {
+            out.intern("")
+        } else {
+            let key = d.key(row);
+            let slot = &mut remap[key];
+            if *slot == u32::MAX {
+                *slot = out.intern(values.value(key));
+            }
+            *slot
+        };
+        out.push_key(k);
+    }
+}
+
+/// The dictionary column `column` of `parts`, concatenated and re-interned.
+fn dict_column(parts: &[&RecordBatch], table: &'static str, column: &str) -> Result<ArrayRef, ConvertError> {
+    let mut out = DictBuilder::default();
+    for p in parts {
+        let arr = p
+            .column_by_name(column)
+            .ok_or(ConvertError::WrongType { table, column: "dictionary" })?;
+        reintern(&mut out, &DictStr::from_dyn(arr.as_ref(), table, "dictionary")?);
+    }
+    Ok(out.finish()?)
+}
+
+/// `parts` concatenated column by column in `schema`'s order: dictionary
+/// columns re-interned, the columns `special` answers taken from it, the
+/// others concatenated as they are.
+fn concat_table(
+    schema: &SchemaRef,
+    table: &'static str,
+    parts: &[&RecordBatch],
+    mut special: impl FnMut(&str) -> Option<ArrayRef>,
+) -> Result<RecordBatch, ConvertError> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let name = f.name().as_str();
+        if let Some(c) = special(name) {
+            columns.push(c);
+        } else if matches!(f.data_type(), DataType::Dictionary(_, v) if **v == DataType::Utf8) {
+            columns.push(dict_column(parts, table, name)?);
+        } else {
+            let arrays = parts
+                .iter()
+                .map(|p| {
+                    p.column_by_name(name)
+                        .map(|c| c.as_ref())
+                        .ok_or(ConvertError::WrongType { table, column: "?" })
+                })
+                .collect::<Result<Vec<&dyn Array>, _>>()?;
+            columns.push(arrow::compute::concat(&arrays)?);
+        }
+    }
+    Ok(schema::batch(schema, columns)?)
+}
+
+/// A child table with a plain `parent` column (`span_events`,
+/// `span_links`) of every input, concatenated with `parent` re-based by
+/// the owners' rows before it; `None` unless every input's parents ascend
+/// (as the builders write them) and point at an owner row.
+fn concat_children(
+    schema: &SchemaRef,
+    table: &'static str,
+    inputs: &[TableSet],
+    owners: &[&RecordBatch],
+) -> Result<Option<RecordBatch>, ConvertError> {
+    let parts = tables(inputs, table)?;
+    let mut parent = Vec::with_capacity(parts.iter().map(|p| p.num_rows()).sum());
+    let mut base = 0u64;
+    for (p, owner) in parts.iter().zip(owners) {
+        let ps: &UInt32Array = col(p, table, "parent")?;
+        let n = owner.num_rows() as u64;
+        let ordered = ps.values().windows(2).all(|w| w[0] <= w[1]);
+        if !ordered || ps.null_count() > 0 || ps.values().last().is_some_and(|&l| u64::from(l) >= n) {
+            return Ok(None);
+        }
+        let Ok(b) = u32::try_from(base) else {
+            return Ok(None);
+        };
+        parent.extend(ps.values().iter().map(|&x| x + b));
+        base += n;
+    }
+    let mut parent = Some(Arc::new(UInt32Array::from(parent)) as ArrayRef);
+    Ok(Some(concat_table(schema, table, &parts, |name| {
+        if name == "parent" { parent.take() } else { None }
+    })?))
+}
+
+/// Attribute tables (with their owners' rows) concatenated: runs re-based
+/// by the owners' rows and the attribute rows before them, keys and
+/// string values re-interned, union offsets re-based by the children's
+/// lengths before them. `None` unless every input is in the builders'
+/// layout: parents strictly ascending and in range, every union child
+/// filled in row order with no unused values.
+fn concat_attrs(table: &'static str, parts: &[(&RecordBatch, usize)]) -> Result<Option<RecordBatch>, ConvertError> {
+    let rows: usize = parts.iter().map(|(p, _)| p.num_rows()).sum();
+    let (mut run_ends, mut run_parents) = (Vec::<i32>::new(), Vec::<u32>::new());
+    let mut key = DictBuilder::default();
+    let mut str_values = DictBuilder::default();
+    let mut type_ids = Vec::<i8>::with_capacity(rows);
+    let mut offsets = Vec::<i32>::with_capacity(rows);
+    let mut children: [Vec<ArrayRef>; 7] = Default::default();
+    let mut child_base = [0i32; 7];
+    let (mut rows_before, mut owners_before) = (0i64, 0u64);
+    for &(batch, owner_rows) in parts {
+        let value: &UnionArray = col(batch, table, "value")?;
+        let complete = match value.data_type() {
+            DataType::Union(fields, UnionMode::Dense) => fields
+                .iter()
+                .map(|(id, _)| id)
+                .eq(attr_type::STR..=attr_type::KV),
+            _ => false,
+        };
+        if !complete {
+            return Ok(None);
+        }
+        let Some(in_offsets) = value.offsets() else {
+            return Ok(None);
+        };
+        let runs: &RunArray<Int32Type> = col(batch, table, "parent")?;
+        let ends = runs.run_ends().values();
+        let Some(parents) = runs.values().as_any().downcast_ref::<UInt32Array>() else {
+            return Err(ConvertError::WrongType { table, column: "parent" });
+        };
+        let n = value.len();
+        let canonical = runs.run_ends().offset() == 0
+            && parents.len() == ends.len()
+            && parents.null_count() == 0
+            && ends.windows(2).all(|w| w[0] < w[1])
+            && ends.first().is_none_or(|&e| e > 0)
+            && ends.last().map_or(0, |&e| e as usize) == n
+            && parents.values().windows(2).all(|w| w[0] < w[1])
+            && parents.values().last().is_none_or(|&p| (p as usize) < owner_rows);
+        if !canonical {
+            return Ok(None);
+        }
+        let (Ok(rb), Ok(ob)) = (i32::try_from(rows_before), u32::try_from(owners_before)) else {
+            return Ok(None);
+        };
+        run_ends.extend(ends.iter().map(|&e| e + rb));
+        run_parents.extend(parents.values().iter().map(|&p| p + ob));
+
+        let mut counts = [0i32; 7];
+        for (&t, &o) in value.type_ids().iter().zip(in_offsets.iter()) {
+            let Some(c) = usize::try_from(t).ok().and_then(|t| counts.get_mut(t)) else {
+                return Ok(None);
+            };
+            if o != *c {
+                return Ok(None);
+            }
+            *c += 1;
+            type_ids.push(t);
+            offsets.push(o + child_base[t as usize]);
+        }
+        for id in attr_type::STR..=attr_type::KV {
+            let i = id as usize;
+            let child = value.child(id);
+            if child.len() != counts[i] as usize {
+                return Ok(None);
+            }
+            child_base[i] += counts[i];
+            if id == attr_type::STR {
+                reintern(&mut str_values, &DictStr::from_dyn(child.as_ref(), table, "value")?);
+            } else {
+                children[i].push(child.clone());
+            }
+        }
+        reintern(&mut key, &DictStr::new(batch, table, "key")?);
+        rows_before += n as i64;
+        owners_before += owner_rows as u64;
+    }
+    let parent = RunArray::<Int32Type>::try_new(&Int32Array::from(run_ends), &UInt32Array::from(run_parents))?;
+    let str_child = str_values.finish()?;
+    let fields = schema::attr_value_fields_with(str_child.data_type().clone());
+    let mut union_children = vec![str_child];
+    for (id, (f, parts)) in fields.iter().zip(&children).enumerate().skip(1) {
+        let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+        union_children.push(if refs.is_empty() {
+            arrow::array::new_empty_array(f.1.data_type())
+        } else {
+            arrow::compute::concat(&refs)?
+        });
+        debug_assert_eq!(id, f.0 as usize);
+    }
+    let value = UnionArray::try_new(
+        fields,
+        ScalarBuffer::from(type_ids),
+        Some(ScalarBuffer::from(offsets)),
+        union_children,
+    )?;
+    Ok(Some(schema::batch(
+        &schema::attrs(),
+        vec![Arc::new(parent), key.finish()?, Arc::new(value)],
+    )?))
+}
