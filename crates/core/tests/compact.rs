@@ -9,7 +9,9 @@ use std::sync::Arc;
 use mira_core::block::{Block, VerifyCache};
 use mira_core::block::{Level, Manifest};
 use mira_core::cold::rewrite_cold;
-use mira_core::compact::{merge_blocks, merge_blocks_at, merge_blocks_cold, merge_on_arrow, merge_tables, merge_via_otlp};
+use mira_core::compact::{
+    merge_blocks, merge_blocks_at, merge_blocks_cold, merge_on_arrow, merge_tables, merge_via_otlp,
+};
 use mira_core::convert::{
     LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, log_rows, logs_to_otlp, points_to_otlp,
     points_to_otlp_in_row_order, spans_to_otlp, spans_to_otlp_rows,
@@ -449,7 +451,13 @@ fn check_same_as_otlp(signal: Signal, inputs: &[TableSet]) -> Result<(), TestCas
     for ((name, a), (_, o)) in arrow.tables.iter().zip(&otlp.tables) {
         prop_assert_eq!(a.schema(), o.schema(), "{} schema", name);
         for (i, (x, y)) in a.columns().iter().zip(o.columns()).enumerate() {
-            prop_assert_eq!(x.to_data(), y.to_data(), "{} column {}", name, a.schema().field(i).name());
+            prop_assert_eq!(
+                x.to_data(),
+                y.to_data(),
+                "{} column {}",
+                name,
+                a.schema().field(i).name()
+            );
         }
     }
     Ok(())

@@ -26,13 +26,13 @@ use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{DataType, Int32Type, SchemaRef, UnionMode};
 use arrow::record_batch::RecordBatch;
 
+use crate::Signal;
 use crate::convert::columns::{DictStr, col};
 use crate::convert::context::{ContextBuilder, Contexts};
 use crate::convert::logs::effective_time;
 use crate::convert::{ConvertError, TableSet, TimeRange};
 use crate::dict::DictBuilder;
 use crate::schema::{self, attr_type};
-use crate::Signal;
 
 /// The merged tables of `inputs` (one signal, in merge order), or `None`
 /// when an input is not in the layout this module takes.
@@ -217,9 +217,10 @@ fn reintern(out: &mut DictBuilder, d: &DictStr<'_>) {
 fn dict_column(parts: &[&RecordBatch], table: &'static str, column: &str) -> Result<ArrayRef, ConvertError> {
     let mut out = DictBuilder::default();
     for p in parts {
-        let arr = p
-            .column_by_name(column)
-            .ok_or(ConvertError::WrongType { table, column: "dictionary" })?;
+        let arr = p.column_by_name(column).ok_or(ConvertError::WrongType {
+            table,
+            column: "dictionary",
+        })?;
         reintern(&mut out, &DictStr::from_dyn(arr.as_ref(), table, "dictionary")?);
     }
     Ok(out.finish()?)
@@ -307,10 +308,9 @@ fn concat_attrs(table: &'static str, parts: &[(&RecordBatch, usize)]) -> Result<
     for &(batch, owner_rows) in parts {
         let value: &UnionArray = col(batch, table, "value")?;
         let complete = match value.data_type() {
-            DataType::Union(fields, UnionMode::Dense) => fields
-                .iter()
-                .map(|(id, _)| id)
-                .eq(attr_type::STR..=attr_type::KV),
+            DataType::Union(fields, UnionMode::Dense) => {
+                fields.iter().map(|(id, _)| id).eq(attr_type::STR..=attr_type::KV)
+            }
             _ => false,
         };
         if !complete {
@@ -322,7 +322,10 @@ fn concat_attrs(table: &'static str, parts: &[(&RecordBatch, usize)]) -> Result<
         let runs: &RunArray<Int32Type> = col(batch, table, "parent")?;
         let ends = runs.run_ends().values();
         let Some(parents) = runs.values().as_any().downcast_ref::<UInt32Array>() else {
-            return Err(ConvertError::WrongType { table, column: "parent" });
+            return Err(ConvertError::WrongType {
+                table,
+                column: "parent",
+            });
         };
         let n = value.len();
         let canonical = runs.run_ends().offset() == 0
