@@ -474,6 +474,13 @@ proptest! {
     }
 
     #[test]
+    fn arrow_merge_of_points_equals_the_otlp_path(
+        reqs in proptest::collection::vec((arb::metrics_request(), any::<u8>()), 1..5)
+    ) {
+        check_same_as_otlp(Signal::Metrics, &merge_inputs::<PointsBuilder>(&reqs))?;
+    }
+
+    #[test]
     fn arrow_merge_of_spans_equals_the_otlp_path(
         reqs in proptest::collection::vec((arb::traces_request(), any::<u8>()), 1..5)
     ) {
@@ -495,9 +502,49 @@ fn arrow_merge_of_shared_resources_stores_them_once() {
 }
 
 #[test]
-fn arrow_merge_leaves_metrics_to_the_otlp_path() {
-    let mut corpus = Corpus::new(5, Cardinality::Low);
-    let reqs: Vec<_> = (0..2).map(|_| (corpus.metrics(50), 0u8)).collect();
+fn arrow_merge_of_shared_series_stores_them_once() {
+    let mut corpus = Corpus::new(4, Cardinality::Low);
+    let reqs: Vec<_> = (0..6).map(|_| (corpus.metrics(200), 0u8)).collect();
     let inputs = merge_inputs::<PointsBuilder>(&reqs);
-    assert!(merge_on_arrow(Signal::Metrics, &inputs).expect("merge").is_none());
+    let merged = merge_on_arrow(Signal::Metrics, &inputs).expect("merge").expect("taken");
+    let series = |t: &TableSet| t.get(mira_core::schema::SERIES).expect("series").num_rows();
+    let sum: usize = inputs.iter().map(series).sum();
+    assert!(series(&merged) < sum, "{} series of {sum}", series(&merged));
+    assert_eq!(merged.rows, inputs.iter().map(|t| t.rows).sum::<usize>());
+    check_same_as_otlp(Signal::Metrics, &inputs).expect("same as the otlp path");
+}
+
+/// A logs input whose attribute table is out of parent order (no builder
+/// writes that): the Arrow merge declines it, and the merge still gives
+/// the OTLP path's tables.
+#[test]
+fn inputs_off_the_builders_layout_take_the_otlp_path() {
+    use mira_core::attrs::AttrBuilder;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
+    let mut corpus = Corpus::new(9, Cardinality::Low);
+    let reqs: Vec<_> = (0..2).map(|_| (corpus.logs(3), 0u8)).collect();
+    let mut inputs = merge_inputs::<LogsBuilder>(&reqs);
+    let kv = |v: &str| KeyValue {
+        key: "k".into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        }),
+        key_strindex: 0,
+    };
+    let mut attrs = AttrBuilder::default();
+    attrs.append(2, &kv("two"));
+    attrs.append(0, &kv("zero"));
+    let attrs = attrs.finish().expect("attrs");
+    for (name, batch) in &mut inputs[1].tables {
+        if *name == mira_core::schema::LOG_ATTRS {
+            *batch = attrs.clone();
+        }
+    }
+    assert!(merge_on_arrow(Signal::Logs, &inputs).expect("merge").is_none());
+    let otlp = merge_via_otlp(Signal::Logs, &inputs).expect("otlp merge");
+    let got = flatten::logs(&logs_to_otlp(&otlp).expect("otlp"));
+    assert_eq!(got.len(), 6);
+    let third = mira_core::convert::log_rows(&otlp, &[3, 5]).expect("rows");
+    let values: Vec<_> = third.iter().map(|r| r.record.attributes.clone()).collect();
+    assert_eq!(values, vec![vec![kv("zero")], vec![kv("two")]]);
 }

@@ -7,26 +7,40 @@
 //!   `scope_id` are remapped.
 //! - Root tables are concatenated in input order: row `k` of the output is
 //!   row `k - n` of input `i`, `n` the rows of the inputs before `i`.
-//! - Child tables (`*_attrs`, `span_events`, `span_links`) are concatenated
-//!   with `parent` re-based by the rows of the owning table before them.
+//! - Metric series are deduplicated across inputs by their full identity
+//!   (resource, scope, name, description, unit, metadata, type,
+//!   temporality, monotonicity and attributes: the builders' key, never
+//!   the `series_id` hash alone), numbered by first use, and
+//!   `points.series` is remapped.
+//! - Child tables (`*_attrs`, `span_events`, `span_links`, `point_dists`)
+//!   are concatenated with `parent` re-based by the rows of the owning
+//!   table before them; `series_attrs` follow the deduplicated series.
 //! - Dictionary columns are re-interned in row order, so every value is
 //!   stored once and keys take the narrowest width that fits.
 //!
 //! The output equals, table for table, what appending the inputs' records
 //! in row order to a fresh builder gives (the OTLP path, kept as the
 //! reference and for what this module does not take). Inputs this module
-//! does not take: metrics, and tables not in the layout the builders write
-//! (attributes or children out of parent order, union children with
-//! unused values); for those [`concat`] answers `None`.
+//! does not take: tables not in the layout the builders write (attributes
+//! or children out of parent order, union children with unused values);
+//! for those [`concat`] answers `None`.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int32Array, RunArray, UInt32Array, UInt64Array, UnionArray};
+use std::collections::HashMap;
+
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, DictionaryArray, Int32Array, RunArray, UInt8Array,
+    UInt32Array, UInt64Array, UnionArray,
+};
 use arrow::buffer::ScalarBuffer;
-use arrow::datatypes::{DataType, Int32Type, SchemaRef, UnionMode};
+use arrow::datatypes::{DataType, Int32Type, SchemaRef, UInt32Type, UnionMode};
 use arrow::record_batch::RecordBatch;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use prost::Message;
 
 use crate::Signal;
+use crate::attrs::{AttrBuilder, AttrReader};
 use crate::convert::columns::{DictStr, col};
 use crate::convert::context::{ContextBuilder, Contexts};
 use crate::convert::logs::effective_time;
@@ -40,7 +54,7 @@ pub(crate) fn concat(signal: Signal, inputs: &[TableSet]) -> Result<Option<Table
     match signal {
         Signal::Logs => logs(inputs),
         Signal::Traces => spans(inputs),
-        Signal::Metrics => Ok(None),
+        Signal::Metrics => points(inputs),
     }
 }
 
@@ -98,7 +112,7 @@ fn spans(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
     let Some(span_attrs) = concat_attrs(schema::SPAN_ATTRS, &owned(inputs, schema::SPAN_ATTRS, &roots)?)? else {
         return Ok(None);
     };
-    let Some(events) = concat_children(&schema::span_events(), schema::SPAN_EVENTS, inputs, &roots)? else {
+    let Some(events) = concat_children(&schema::span_events(), schema::SPAN_EVENTS, inputs, &roots, false)? else {
         return Ok(None);
     };
     let event_parts = tables(inputs, schema::SPAN_EVENTS)?;
@@ -106,7 +120,7 @@ fn spans(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
     else {
         return Ok(None);
     };
-    let Some(links) = concat_children(&schema::span_links(), schema::SPAN_LINKS, inputs, &roots)? else {
+    let Some(links) = concat_children(&schema::span_links(), schema::SPAN_LINKS, inputs, &roots, false)? else {
         return Ok(None);
     };
     let link_parts = tables(inputs, schema::SPAN_LINKS)?;
@@ -131,6 +145,239 @@ fn spans(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
         min_time,
         max_time,
     }))
+}
+
+fn points(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
+    let roots = tables(inputs, schema::POINTS)?;
+    let mut ctx = ContextBuilder::default();
+    let mut series = SeriesBuilder::default();
+    let mut series_of = Vec::with_capacity(roots.iter().map(|r| r.num_rows()).sum());
+    let mut times = TimeRange::default();
+    for (t, root) in inputs.iter().zip(&roots) {
+        series.append(&mut ctx, t, root, &mut series_of)?;
+        let time: &UInt64Array = col(root, schema::POINTS, "time_unix_nano")?;
+        for &x in time.values() {
+            times.add(x);
+        }
+    }
+    let mut series_of = Some(series_of);
+    let points = concat_table(&schema::points(), schema::POINTS, &roots, |name| {
+        if name == "series" {
+            series_of.take().map(u32_column)
+        } else {
+            None
+        }
+    })?;
+    let Some(dists) = concat_children(&schema::point_dists(), schema::POINT_DISTS, inputs, &roots, true)? else {
+        return Ok(None);
+    };
+    let rows = points.num_rows();
+    let (series, series_attrs) = series.finish()?;
+    let mut out = vec![
+        (schema::POINTS, points),
+        (schema::POINT_DISTS, dists),
+        (schema::SERIES, series),
+        (schema::SERIES_ATTRS, series_attrs),
+    ];
+    ctx.finish(&mut out)?;
+    let (min_time, max_time) = times.bounds();
+    Ok(Some(TableSet {
+        signal: Signal::Metrics,
+        tables: out,
+        rows,
+        min_time,
+        max_time,
+    }))
+}
+
+/// The merged `series` table: each input series looked up by its full
+/// identity (the builders' key, over the merged resource, scope and
+/// dictionary keys, and the encoded attributes), added when new.
+#[derive(Default)]
+struct SeriesBuilder {
+    index: HashMap<Vec<u8>, u32>,
+    key: Vec<u8>,
+    name: DictBuilder,
+    description: DictBuilder,
+    unit: DictBuilder,
+    metadata: Vec<Option<u32>>,
+    metadata_values: BinaryBuilder,
+    metadata_index: HashMap<Vec<u8>, u32>,
+    kind: Vec<u8>,
+    temporality: Vec<i32>,
+    monotonic: Vec<bool>,
+    series_id: Vec<u64>,
+    resource_id: Vec<u32>,
+    scope_id: Vec<u32>,
+    attrs: AttrBuilder,
+}
+
+impl SeriesBuilder {
+    /// Adds the series `root`'s points (of input `t`) use, in first use,
+    /// the resources and scopes they name to `ctx`, and each point's
+    /// merged series to `series_of`.
+    fn append(
+        &mut self,
+        ctx: &mut ContextBuilder,
+        t: &TableSet,
+        root: &RecordBatch,
+        series_of: &mut Vec<u32>,
+    ) -> Result<(), ConvertError> {
+        let st = schema::SERIES;
+        let sr = t.get(st)?;
+        let contexts = Contexts::read(t)?;
+        let name = DictStr::new(sr, st, "metric_name")?;
+        let description = DictStr::new(sr, st, "metric_description")?;
+        let unit = DictStr::new(sr, st, "metric_unit")?;
+        let metadata: &DictionaryArray<UInt32Type> = col(sr, st, "metric_metadata")?;
+        let bad_metadata = || ConvertError::WrongType {
+            table: st,
+            column: "metric_metadata",
+        };
+        let metadata_values = metadata
+            .values()
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .ok_or_else(bad_metadata)?;
+        let kind: &UInt8Array = col(sr, st, "metric_type")?;
+        let temporality: &Int32Array = col(sr, st, "temporality")?;
+        let monotonic: &BooleanArray = col(sr, st, "is_monotonic")?;
+        let series_id: &UInt64Array = col(sr, st, "series_id")?;
+        let rid: &UInt32Array = col(sr, st, "resource_id")?;
+        let sid: &UInt32Array = col(sr, st, "scope_id")?;
+        let attrs = AttrReader::new(t.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?.grouped(sr.num_rows())?;
+        let (mut rmap, mut smap) = (
+            vec![u32::MAX; contexts.resources.len()],
+            vec![u32::MAX; contexts.scopes.len()],
+        );
+        let mut map = vec![u32::MAX; sr.num_rows()];
+        let points: &UInt32Array = col(root, schema::POINTS, "series")?;
+        for (row, &s) in points.values().iter().enumerate() {
+            let bad = ConvertError::BadReference {
+                table: schema::POINTS,
+                row,
+            };
+            let slot = map.get_mut(s as usize).ok_or(bad)?;
+            if *slot == u32::MAX {
+                let s = s as usize;
+                let bad = || ConvertError::BadReference { table: st, row: s };
+                let r = rid.value(s) as usize;
+                let r_out = rmap.get_mut(r).ok_or_else(bad)?;
+                if *r_out == u32::MAX {
+                    let (resource, url) = &contexts.resources[r];
+                    *r_out = ctx.resource(resource.as_ref(), url);
+                }
+                let c = sid.value(s) as usize;
+                let s_out = smap.get_mut(c).ok_or_else(bad)?;
+                if *s_out == u32::MAX {
+                    let (scope, url) = &contexts.scopes[c];
+                    *s_out = ctx.scope(scope.as_ref(), url);
+                }
+                let md = match metadata.key(s) {
+                    None => None,
+                    Some(k) if k < metadata_values.len() => Some(self.metadata_key(metadata_values.value(k))),
+                    Some(_) => return Err(bad_metadata()),
+                };
+                let identity = SeriesIdentity {
+                    resource: *r_out,
+                    scope: *s_out,
+                    name: self.name.intern(name.get(s).unwrap_or("")),
+                    description: self.description.intern(description.get(s).unwrap_or("")),
+                    unit: self.unit.intern(unit.get(s).unwrap_or("")),
+                    metadata: md,
+                    kind: kind.value(s),
+                    temporality: temporality.value(s),
+                    monotonic: monotonic.value(s),
+                    series_id: series_id.value(s),
+                };
+                *slot = self.series(&identity, &attrs[s]);
+            }
+            series_of.push(*slot);
+        }
+        Ok(())
+    }
+
+    fn metadata_key(&mut self, bytes: &[u8]) -> u32 {
+        let next = self.metadata_index.len() as u32;
+        *self.metadata_index.entry(bytes.to_vec()).or_insert_with(|| {
+            self.metadata_values.append_value(bytes);
+            next
+        })
+    }
+
+    /// The merged row of a series, added when new (the key is the one
+    /// `PointsBuilder` uses, so both paths number series alike).
+    fn series(&mut self, m: &SeriesIdentity, attributes: &[KeyValue]) -> u32 {
+        self.key.clear();
+        for v in [
+            m.resource,
+            m.scope,
+            m.name,
+            m.description,
+            m.unit,
+            m.metadata.unwrap_or(u32::MAX),
+        ] {
+            self.key.extend_from_slice(&v.to_le_bytes());
+        }
+        self.key.push(m.kind);
+        self.key.extend_from_slice(&m.temporality.to_le_bytes());
+        self.key.push(u8::from(m.monotonic));
+        for kv in attributes {
+            // Encoding into a Vec cannot fail.
+            let _ = kv.encode_length_delimited(&mut self.key);
+        }
+        if let Some(&s) = self.index.get(self.key.as_slice()) {
+            return s;
+        }
+        let s = self.series_id.len() as u32;
+        self.index.insert(self.key.clone(), s);
+        self.name.push_key(m.name);
+        self.description.push_key(m.description);
+        self.unit.push_key(m.unit);
+        self.metadata.push(m.metadata);
+        self.kind.push(m.kind);
+        self.temporality.push(m.temporality);
+        self.monotonic.push(m.monotonic);
+        self.series_id.push(m.series_id);
+        self.resource_id.push(m.resource);
+        self.scope_id.push(m.scope);
+        self.attrs.append_all(s, attributes);
+        s
+    }
+
+    fn finish(mut self) -> Result<(RecordBatch, RecordBatch), ConvertError> {
+        let metadata = DictionaryArray::<UInt32Type>::try_new(
+            UInt32Array::from(self.metadata),
+            Arc::new(self.metadata_values.finish()),
+        )?;
+        let columns: Vec<ArrayRef> = vec![
+            self.name.finish()?,
+            self.description.finish()?,
+            self.unit.finish()?,
+            Arc::new(metadata),
+            Arc::new(UInt8Array::from(self.kind)),
+            Arc::new(Int32Array::from(self.temporality)),
+            Arc::new(BooleanArray::from(self.monotonic)),
+            Arc::new(UInt64Array::from(self.series_id)),
+            u32_column(self.resource_id),
+            u32_column(self.scope_id),
+        ];
+        Ok((schema::batch(&schema::series(), columns)?, self.attrs.finish()?))
+    }
+}
+
+/// One input series with its merged resource, scope and dictionary keys.
+struct SeriesIdentity {
+    resource: u32,
+    scope: u32,
+    name: u32,
+    description: u32,
+    unit: u32,
+    metadata: Option<u32>,
+    kind: u8,
+    temporality: i32,
+    monotonic: bool,
+    series_id: u64,
 }
 
 /// Table `name` of every input.
@@ -266,6 +513,7 @@ fn concat_children(
     table: &'static str,
     inputs: &[TableSet],
     owners: &[&RecordBatch],
+    one_per_owner: bool,
 ) -> Result<Option<RecordBatch>, ConvertError> {
     let parts = tables(inputs, table)?;
     let mut parent = Vec::with_capacity(parts.iter().map(|p| p.num_rows()).sum());
@@ -273,7 +521,10 @@ fn concat_children(
     for (p, owner) in parts.iter().zip(owners) {
         let ps: &UInt32Array = col(p, table, "parent")?;
         let n = owner.num_rows() as u64;
-        let ordered = ps.values().windows(2).all(|w| w[0] <= w[1]);
+        let ordered = ps
+            .values()
+            .windows(2)
+            .all(|w| w[0] < w[1] || (!one_per_owner && w[0] == w[1]));
         if !ordered || ps.null_count() > 0 || ps.values().last().is_some_and(|&l| u64::from(l) >= n) {
             return Ok(None);
         }
