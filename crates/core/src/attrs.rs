@@ -300,6 +300,18 @@ impl<'a> AttrReader<'a> {
         self.value.value_offset(row)
     }
 
+    /// For a row holding a string, the dictionary indices of its key and
+    /// of its value: rows with equal indices hold equal strings, so callers
+    /// can work out something per distinct pair once. `None` for other
+    /// values (and for null keys or values).
+    pub fn str_pair_index(&self, row: usize) -> Option<(usize, usize)> {
+        if self.value.type_id(row) != attr_type::STR || self.key.is_null(row) {
+            return None;
+        }
+        let o = self.offset(row);
+        (o < self.str.len() && !self.str.is_null(o)).then(|| (self.key.key(row), self.str.key(o)))
+    }
+
     fn bad(&self, column: &'static str) -> ConvertError {
         ConvertError::WrongType {
             table: self.table,

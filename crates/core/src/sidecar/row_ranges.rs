@@ -220,8 +220,20 @@ impl RowRanges {
         };
         let attr_batch = tables.get(attr_name)?;
         let attrs = AttrReader::new(attr_batch, attr_name)?;
-        let mut cache: HashMap<(&str, std::borrow::Cow<'_, str>), u64> = HashMap::new();
+        // A fast hasher: the cache is asked once per attribute row.
+        let mut cache: HashMap<(&str, std::borrow::Cow<'_, str>), u64, foldhash::fast::RandomState> =
+            HashMap::default();
+        // String values (most of them) are looked up by dictionary indices,
+        // without hashing their text.
+        let mut by_index: HashMap<(usize, usize), u64, foldhash::fast::RandomState> = HashMap::default();
         let mut hash_of = |row: usize| -> Option<u64> {
+            if let Some(pair) = attrs.str_pair_index(row) {
+                return Some(
+                    *by_index
+                        .entry(pair)
+                        .or_insert_with(|| pair_hash(attrs.key(row), attrs.str_value(row).unwrap_or(""))),
+                );
+            }
             let value = attrs.text(row)?;
             let key = attrs.key(row);
             Some(*cache.entry((key, value)).or_insert_with_key(|(k, v)| pair_hash(k, v)))
