@@ -300,6 +300,32 @@ impl<'a> AttrReader<'a> {
         self.value.value_offset(row)
     }
 
+    /// Appends the attribute at `row` to `out` in a self-delimiting form:
+    /// two rows append the same bytes exactly when they hold the same key
+    /// and the same typed value (a content key, cheaper than decoding).
+    pub fn content_key(&self, row: usize, out: &mut Vec<u8>) -> Result<(), ConvertError> {
+        let put = |out: &mut Vec<u8>, b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        put(out, self.key(row).as_bytes());
+        let t = self.value.type_id(row);
+        out.push(t as u8);
+        let o = self.offset(row);
+        match t {
+            attr_type::STR => put(out, self.str.get(o).unwrap_or("").as_bytes()),
+            attr_type::INT => out.extend_from_slice(&self.int.value(self.checked(self.int, o)?).to_le_bytes()),
+            attr_type::DOUBLE => {
+                out.extend_from_slice(&self.double.value(self.checked(self.double, o)?).to_bits().to_le_bytes())
+            }
+            attr_type::BOOL => out.push(u8::from(self.boolean.value(self.checked(self.boolean, o)?))),
+            attr_type::BYTES => put(out, self.bytes.value(self.checked(self.bytes, o)?)),
+            attr_type::ANY => put(out, self.any.value(self.checked(self.any, o)?)),
+            _ => put(out, self.kv.value(self.checked(self.kv, o)?)),
+        }
+        Ok(())
+    }
+
     /// For a row holding a string, the dictionary indices of its key and
     /// of its value: rows with equal indices hold equal strings, so callers
     /// can work out something per distinct pair once. `None` for other

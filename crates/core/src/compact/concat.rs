@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, DictionaryArray, Int32Array, RunArray, UInt8Array,
-    UInt32Array, UInt64Array, UnionArray,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, DictionaryArray, Int32Array, RunArray, StringArray,
+    UInt8Array, UInt32Array, UInt64Array, UnionArray,
 };
 use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{DataType, Int32Type, SchemaRef, UInt32Type, UnionMode};
@@ -412,32 +412,150 @@ fn remap_contexts(
 ) -> Result<(Vec<u32>, Vec<u32>), ConvertError> {
     let rows: usize = inputs.iter().map(|t| t.rows).sum();
     let (mut rids, mut sids) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
+    let mut memo = ContextMemo::default();
     for t in inputs {
-        let contexts = Contexts::read(t)?;
+        let mut input = memo.input(t)?;
         let rb = t.get(root)?;
         let rid: &UInt32Array = col(rb, root, "resource_id")?;
         let sid: &UInt32Array = col(rb, root, "scope_id")?;
-        let mut rmap = vec![u32::MAX; contexts.resources.len()];
-        let mut smap = vec![u32::MAX; contexts.scopes.len()];
         for (row, (&r, &s)) in rid.values().iter().zip(sid.values()).enumerate() {
-            let bad = ConvertError::BadReference { table: root, row };
-            let slot = rmap.get_mut(r as usize).ok_or(bad)?;
-            if *slot == u32::MAX {
-                let (resource, url) = &contexts.resources[r as usize];
-                *slot = ctx.resource(resource.as_ref(), url);
-            }
-            rids.push(*slot);
-            let slot = smap
-                .get_mut(s as usize)
-                .ok_or(ConvertError::BadReference { table: root, row })?;
-            if *slot == u32::MAX {
-                let (scope, url) = &contexts.scopes[s as usize];
-                *slot = ctx.scope(scope.as_ref(), url);
-            }
-            sids.push(*slot);
+            let bad = || ConvertError::BadReference { table: root, row };
+            rids.push(input.resource(&mut memo, ctx, r as usize).ok_or_else(bad)??);
+            sids.push(input.scope(&mut memo, ctx, s as usize).ok_or_else(bad)??);
         }
     }
     Ok((rids, sids))
+}
+
+/// Resources and scopes already added to the merged [`ContextBuilder`],
+/// by the content of their table rows: an input whose resources and
+/// scopes were all seen before (the common case: one service's blocks)
+/// is never decoded into OTLP.
+#[derive(Default)]
+struct ContextMemo {
+    resources: HashMap<Vec<u8>, u32, foldhash::fast::RandomState>,
+    scopes: HashMap<Vec<u8>, u32, foldhash::fast::RandomState>,
+    key: Vec<u8>,
+}
+
+/// One input's resources and scopes while its rows are remapped.
+struct InputContexts<'a> {
+    t: &'a TableSet,
+    resources: &'a RecordBatch,
+    resource_attrs: AttrReader<'a>,
+    scopes: &'a RecordBatch,
+    scope_attrs: AttrReader<'a>,
+    /// Merged id of each resource and scope row, once known.
+    resource_ids: Vec<u32>,
+    scope_ids: Vec<u32>,
+    /// Decoded on the first row not in the memo.
+    decoded: Option<Contexts>,
+}
+
+fn put(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+impl ContextMemo {
+    fn input<'a>(&self, t: &'a TableSet) -> Result<InputContexts<'a>, ConvertError> {
+        let resources = t.get(schema::RESOURCES)?;
+        let scopes = t.get(schema::SCOPES)?;
+        Ok(InputContexts {
+            t,
+            resources,
+            resource_attrs: AttrReader::new(t.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?,
+            scopes,
+            scope_attrs: AttrReader::new(t.get(schema::SCOPE_ATTRS)?, schema::SCOPE_ATTRS)?,
+            resource_ids: vec![u32::MAX; resources.num_rows()],
+            scope_ids: vec![u32::MAX; scopes.num_rows()],
+            decoded: None,
+        })
+    }
+}
+
+impl InputContexts<'_> {
+    fn contexts(&mut self) -> Result<&Contexts, ConvertError> {
+        if self.decoded.is_none() {
+            self.decoded = Some(Contexts::read(self.t)?);
+        }
+        self.decoded.as_ref().ok_or(ConvertError::MissingTable(schema::RESOURCES))
+    }
+
+    /// The merged id of resource row `r`; `None` when there is no such row.
+    fn resource(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, r: usize) -> Option<Result<u32, ConvertError>> {
+        let id = *self.resource_ids.get(r)?;
+        if id != u32::MAX {
+            return Some(Ok(id));
+        }
+        Some(self.new_resource(memo, ctx, r))
+    }
+
+    fn new_resource(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, r: usize) -> Result<u32, ConvertError> {
+        let t = schema::RESOURCES;
+        let url: &StringArray = col(self.resources, t, "schema_url")?;
+        let dropped: &UInt32Array = col(self.resources, t, "dropped_attributes_count")?;
+        let refs: &BinaryArray = col(self.resources, t, "entity_refs")?;
+        let key = &mut memo.key;
+        key.clear();
+        put(key, url.value(r).as_bytes());
+        key.push(u8::from(dropped.is_valid(r)));
+        key.extend_from_slice(&dropped.value(r).to_le_bytes());
+        key.push(u8::from(refs.is_valid(r)));
+        put(key, if refs.is_valid(r) { refs.value(r) } else { &[] });
+        for (row, _) in self.resource_attrs.rows_of(r as u32..r as u32 + 1) {
+            self.resource_attrs.content_key(row, key)?;
+        }
+        let id = match memo.resources.get(key.as_slice()) {
+            Some(&id) => id,
+            None => {
+                let (resource, url) = &self.contexts()?.resources[r];
+                let id = ctx.resource(resource.as_ref(), url);
+                memo.resources.insert(memo.key.clone(), id);
+                id
+            }
+        };
+        self.resource_ids[r] = id;
+        Ok(id)
+    }
+
+    /// The merged id of scope row `s`; `None` when there is no such row.
+    fn scope(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, s: usize) -> Option<Result<u32, ConvertError>> {
+        let id = *self.scope_ids.get(s)?;
+        if id != u32::MAX {
+            return Some(Ok(id));
+        }
+        Some(self.new_scope(memo, ctx, s))
+    }
+
+    fn new_scope(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, s: usize) -> Result<u32, ConvertError> {
+        let t = schema::SCOPES;
+        let name: &StringArray = col(self.scopes, t, "name")?;
+        let version: &StringArray = col(self.scopes, t, "version")?;
+        let dropped: &UInt32Array = col(self.scopes, t, "dropped_attributes_count")?;
+        let url: &StringArray = col(self.scopes, t, "schema_url")?;
+        let key = &mut memo.key;
+        key.clear();
+        key.push(u8::from(name.is_valid(s)));
+        put(key, name.value(s).as_bytes());
+        put(key, version.value(s).as_bytes());
+        key.extend_from_slice(&dropped.value(s).to_le_bytes());
+        put(key, url.value(s).as_bytes());
+        for (row, _) in self.scope_attrs.rows_of(s as u32..s as u32 + 1) {
+            self.scope_attrs.content_key(row, key)?;
+        }
+        let id = match memo.scopes.get(key.as_slice()) {
+            Some(&id) => id,
+            None => {
+                let (scope, url) = &self.contexts()?.scopes[s];
+                let id = ctx.scope(scope.as_ref(), url);
+                memo.scopes.insert(memo.key.clone(), id);
+                id
+            }
+        };
+        self.scope_ids[s] = id;
+        Ok(id)
+    }
 }
 
 /// Appends every row of `d` to `out` (a null as the empty string, as the
