@@ -1,7 +1,9 @@
 //! Reading a candidate block: its manifest, its sidecars and the sections
 //! of the tables a query needs, fetched through the block cache (published
 //! blocks) or taken from memory (recent ones), then decoded and scanned on
-//! the scan pool. A block's row ranges (those its `row_ranges` sidecar says
+//! the scan pool. A published block's decoded tables are kept in the
+//! decoded cache ([`mira_core::decoded`], `--decoded-cache-size`), so a
+//! later query over the block reads and decodes nothing it already has. A block's row ranges (those its `row_ranges` sidecar says
 //! may match, or fixed ranges without one) are scanned in parallel on the
 //! pool and merged, so one large merged block keeps every thread busy.
 //! Logs, traces, labels and PromQL all read blocks here.
