@@ -41,8 +41,16 @@ TRACE_BLOCKS = LOG_BLOCKS
 SPANS_PER_BLOCK = 500
 SERVICES = [f"svc-{i}" for i in range(10)]
 METHODS = ["GET", "POST", "PUT", "DELETE"]
-END = (int(time.time()) // 60) * 60 - 120
-T0 = END - 3600  # everything lands in the last hour
+if os.environ.get("MIRA_MEASURE_PAST_HOUR"):
+    # One whole UTC hour three hours back: one partition per signal, old
+    # enough for the compactor's cold rewrite (compactor.py).
+    T0 = (int(time.time()) // 3600 - 3) * 3600
+    END = T0 + 3480
+else:
+    END = (int(time.time()) // 60) * 60 - 120
+    T0 = END - 3600  # everything lands in the last hour
+# OTLP bytes sent per signal (the denominator of bytes stored per wire byte).
+WIRE = {"logs": 0, "traces": 0, "metrics": 0}
 rng = random.Random(7)
 
 
@@ -51,6 +59,7 @@ def kv(k, v):
 
 
 def post(addr, path, body):
+    WIRE[path.rsplit("/", 1)[-1]] = WIRE.get(path.rsplit("/", 1)[-1], 0) + len(body)
     req = urllib.request.Request(f"http://{addr}{path}", data=body, method="POST",
                                  headers={"Content-Type": "application/x-protobuf"})
     with urllib.request.urlopen(req, timeout=60) as r:
@@ -58,7 +67,9 @@ def post(addr, path, body):
 
 
 class Serve:
-    def __init__(self):
+    def __init__(self, flags=None):
+        # Every export its own block (seal size 1 byte) unless told otherwise.
+        self.flags = flags if flags is not None else ["--shards", "1", "--seal-size", "1", "--seal-age", "5m"]
         self.dir = tempfile.mkdtemp(prefix="mira-query-")
         self.query, self.http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         self.grpc, self.catalog = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -68,8 +79,11 @@ class Serve:
     def start(self):
         self.proc = subprocess.Popen(
             [MIRA, "serve", "--data-dir", os.path.join(self.dir, "data"), "--listen", self.query,
-             "--http-listen", self.http, "--grpc-listen", self.grpc, "--catalog-listen", self.catalog,
-             "--shards", "1", "--seal-size", "1", "--seal-age", "5m"],
+             "--http-listen", self.http, "--grpc-listen", self.grpc, "--catalog-listen", self.catalog]
+            + self.flags
+            # The blocks stay as sealed unless asked otherwise: the corpus is
+            # "many small blocks" (compactor.py compacts them itself).
+            + os.environ.get("MIRA_SERVE_ARGS", "--no-compactor").split(),
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "serve.log"), "a"))
         wait_until("serve", lambda: urllib.request.urlopen(f"http://{self.query}/ready", timeout=1).status == 200)
 
@@ -223,17 +237,9 @@ def timed_ch(sess, sql):
     return (time.perf_counter() - t) * 1000, res
 
 
-def main():
-    scratch = tempfile.mkdtemp(prefix="mira-query-corpus-")
-    serve = Serve()
-    t = time.perf_counter()
-    trace_ids = load(serve, scratch)
-    print(f"# corpus: {LOG_BLOCKS} log blocks x {PER_BLOCK} records, {TRACE_BLOCKS} trace blocks x "
-          f"{SPANS_PER_BLOCK} spans, 40 counter series x 241 points; loaded in {time.perf_counter() - t:.1f} s")
-    sess = clickhouse(scratch)
-    hour = {"start": T0, "end": END + 1}
-    tid = trace_ids[len(trace_ids) // 2]
-    queries = [
+def battery_queries(hour, tid):
+    """(name, native path, params, ClickHouse SQL) of the query battery."""
+    return [
         ("trace by id", "traces/" + tid, dict(hour),
          f"SELECT * FROM otel.otel_traces WHERE TraceId = '{tid}'"),
         ("newest 100 log lines", "logs", dict(hour, limit=100),
@@ -250,16 +256,18 @@ def main():
          "SELECT Timestamp, Body FROM otel.otel_logs WHERE LogAttributes['http.method'] = 'PATCH' "
          "ORDER BY Timestamp DESC LIMIT 100"),
         ("sum by rate 5m, 1 h", "metrics/query_range",
-         {"query": "sum by (job) (rate(requests_total[5m]))", "start": T0 + 300, "end": END, "step": 60},
-         f"""SELECT ServiceName, t, sum(r) FROM (
+         {"query": "sum by (job) (rate(requests_total[5m]))", "start": hour["start"] + 300, "end": hour["end"] - 1,
+          "step": 60},
+         """SELECT ServiceName, t, sum(r) FROM (
                SELECT ServiceName, Attributes, toStartOfMinute(TimeUnix) AS t,
                       (max(Value) - min(Value)) / 300 AS r
                FROM otel.otel_metrics_sum WHERE MetricName = 'requests'
                GROUP BY ServiceName, Attributes, t) GROUP BY ServiceName, t ORDER BY ServiceName, t"""),
     ]
-    # Wait until every block is published (no recent blocks left).
-    wait_until("published", lambda: serve.get("logs", dict(hour, limit=1))[1]["stats"]["recent_blocks"] == 0,
-               timeout=600)
+
+
+def battery(serve, sess, queries):
+    """Per query: (name, mira warm ms, querier ms, mira cold ms, ClickHouse ms, ratio, cold stats, answer)."""
     rows = []
     for name, path, params, sql in queries:
         serve.restart_cold()
@@ -269,8 +277,25 @@ def main():
         mira_ms = statistics.median(w[0] for w in warm)
         mira_us = statistics.median(w[1]["stats"]["elapsed_us"] for w in warm)
         ch_ms = statistics.median(c[0] for c in ch)
-        st = cold["stats"]
-        rows.append((name, mira_ms, mira_us / 1000, cold_ms, ch_ms, mira_ms / ch_ms, st))
+        rows.append((name, mira_ms, mira_us / 1000, cold_ms, ch_ms, mira_ms / ch_ms, cold["stats"], warm[-1][1]))
+    return rows
+
+
+def main():
+    scratch = tempfile.mkdtemp(prefix="mira-query-corpus-")
+    serve = Serve()
+    t = time.perf_counter()
+    trace_ids = load(serve, scratch)
+    print(f"# corpus: {LOG_BLOCKS} log blocks x {PER_BLOCK} records, {TRACE_BLOCKS} trace blocks x "
+          f"{SPANS_PER_BLOCK} spans, 40 counter series x 241 points; loaded in {time.perf_counter() - t:.1f} s")
+    sess = clickhouse(scratch)
+    hour = {"start": T0, "end": END + 1}
+    tid = trace_ids[len(trace_ids) // 2]
+    queries = battery_queries(hour, tid)
+    # Wait until every block is published (no recent blocks left).
+    wait_until("published", lambda: serve.get("logs", dict(hour, limit=1))[1]["stats"]["recent_blocks"] == 0,
+               timeout=600)
+    rows = battery(serve, sess, queries)
     # A Grafana path against the native one on the same query: the PromQL
     # query through /api/v1/query_range as a form POST (Grafana's default),
     # interleaved with the native GET, warm.
@@ -339,7 +364,7 @@ def main():
           f"native path {n_ms:.1f}ms; ratio {p_ms / n_ms:.2f}")
     print(f"{'query':<24} {'mira warm':>10} {'(querier)':>10} {'mira cold':>10} {'clickhouse':>11} {'ratio':>7}  "
           "blocks considered/pruned(time,zone,attr,bloom)/fetched, bytes store/cache (cold)")
-    for name, w, wq, c, ch, ratio, st in rows:
+    for name, w, wq, c, ch, ratio, st, _ in rows:
         p = st["blocks_pruned"]
         print(f"{name:<24} {w:>8.1f}ms {wq:>8.1f}ms {c:>8.1f}ms {ch:>9.1f}ms {ratio:>7.2f}  "
               f"{st['blocks_considered']}/{p['time']},{p['zone_map']},{p['attr_index']},{p['bloom']}/"

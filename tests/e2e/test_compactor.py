@@ -31,11 +31,13 @@ OTHER = "loadgen-e2e"
 HOUR = 3600 * 10**9
 MERGE_FACTOR = 4
 DELETION_GRACE_S = 20
-PAGE = 50
+PAGE = 7  # small pages: many page boundaries fall inside a group of ties
 
 
 class Sender(threading.Thread):
-    """Sends records with unique bodies and unique timestamps over OTLP/HTTP
+    """Sends records with unique bodies, five per timestamp (ties, as batch
+    exporters stamp them: a cursor must not skip or repeat one of five lines
+    sharing a time when a merge happens between two pages), over OTLP/HTTP
     (raw protobuf) and remembers which were acknowledged: a past hour's
     records at once (`send_hour`), or current records until halted (the
     thread)."""
@@ -89,15 +91,16 @@ class Sender(threading.Thread):
         return out
 
     def send_hour(self, start):
-        """200 records 15 s apart inside the hour starting at `start`, 25 a
-        request."""
-        times = iter(start + (i + 1) * 15 * 10**9 + i for i in range(200))
+        """200 records inside the hour starting at `start`, five per
+        timestamp, 15 s apart, 25 a request."""
+        times = iter(start + (i // 5 + 1) * 15 * 10**9 for i in range(200))
         for _ in range(8):
             self._post(self._records(25, lambda: next(times)))
 
     def run(self):
         def now():
-            self.last_ts = max(time.time_ns(), self.last_ts + 1)
+            if self.n % 5 == 0:
+                self.last_ts = max(time.time_ns(), self.last_ts + 1)
             return self.last_ts
         try:
             while not self.halt.is_set():

@@ -8,6 +8,7 @@
 //! - [`clock`]: the clock everything that decides by time is given;
 //! - [`telemetry`]: the process's metrics registry (a sub-registry per
 //!   role) and the probe router (`/metrics`, `/ready`, `/live`);
+//! - [`http`]: the one way a role runs an HTTP server and stops it;
 //! - [`config`]: duration and size values, field-naming validation, the
 //!   TOML file reader.
 //!
@@ -16,6 +17,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod http;
 pub mod retry;
 pub mod telemetry;
 

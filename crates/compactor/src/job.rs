@@ -479,11 +479,7 @@ async fn fetch_inputs(ctx: &Arc<Ctx>, job: &Job) -> Result<Vec<Block>, Error> {
 fn merge(kind: JobKind, inputs: &[Block], id: BlockId) -> Result<Bytes, mira_core::Error> {
     match kind {
         JobKind::Merge => mira_core::compact::merge_blocks(inputs, id),
-        JobKind::Cold => {
-            let hot = mira_core::compact::merge_blocks(inputs, id)?;
-            let hot = Block::from_bytes(hot, Arc::new(VerifyCache::new(64)))?;
-            mira_core::cold::rewrite_cold(&hot, id)
-        }
+        JobKind::Cold => mira_core::compact::merge_blocks_cold(inputs, id),
     }
 }
 

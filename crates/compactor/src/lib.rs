@@ -438,3 +438,47 @@ where
     use futures::StreamExt;
     futures::stream::iter(futures).buffer_unordered(n.max(1)).collect().await
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn compactor(memory_limit: u64) -> Arc<Compactor> {
+        let mut config = settings::Settings::default().build().unwrap();
+        config.memory_limit = memory_limit;
+        let catalog = Arc::new(CatalogClient::new(
+            vec!["127.0.0.1:1".to_owned()],
+            mira_catalog::ClientConfig::default(),
+        ));
+        Compactor::new(
+            config,
+            &Process::default(),
+            Arc::new(object_store::memory::InMemory::new()),
+            catalog,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_job_waits_for_memory_and_a_job_over_the_limit_runs_alone() {
+        let c = compactor(4 << 20);
+        let ctx = c.ctx();
+        let first = ctx.reserve(3 << 20).await.unwrap();
+        assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 3 << 20);
+        // 2 MiB more does not fit beside the first job: it waits.
+        let mut second = Box::pin(ctx.reserve(2 << 20));
+        assert!((&mut second).now_or_never().is_none());
+        drop(first);
+        let second = second.await.unwrap();
+        assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 2 << 20);
+        drop(second);
+        // A job estimated over the whole budget takes all of it, alone.
+        let big = ctx.reserve(64 << 20).await.unwrap();
+        assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 4 << 20);
+        assert!(ctx.reserve(1).now_or_never().is_none());
+        drop(big);
+        assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 0);
+    }
+}

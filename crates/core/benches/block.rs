@@ -2,10 +2,13 @@
 //! three signals; the attribute-layout × codec comparison behind the cold
 //! tier's choice; cold rewrite speed; and the scan cost of each codec for a
 //! predicate that prunes nothing, as a ratio to plain IPC measured in the
-//! same run.
+//! same run; and merge throughput (the compactor's rewrite), hot and cold.
 //!
 //! `cargo bench -p mira-core --bench block` (env `MIRA_BENCH_RECORDS`,
 //! default 2,000,000 log records per corpus; spans and points use a quarter).
+//! `cargo bench -p mira-core --bench block -- merge` runs only the merge
+//! section (env `MIRA_BENCH_MERGE_BLOCKS`, default 1,000 blocks of 1,000
+//! log records).
 
 use std::time::Instant;
 
@@ -14,6 +17,7 @@ use std::sync::Arc;
 
 use mira_core::block::{Block, BlockMeta, BlockWriter, Codec, Level, VerifyCache};
 use mira_core::cold::{cold_layout, encode_parquet, rewrite_cold};
+use mira_core::compact::{merge_blocks, merge_blocks_cold};
 use mira_core::convert::{LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, table_names};
 use mira_core::scan::{LineFilter, Predicate, ScanRequest, scan};
 use mira_core::tables::{block_meta, write_hot};
@@ -109,7 +113,55 @@ fn scan_secs(blocks: &[Bytes]) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
+/// Merge throughput: `MIRA_BENCH_MERGE_BLOCKS` hot log blocks of 1,000
+/// records each (high-cardinality corpus) merged into one block, hot then
+/// cold, on one core. MiB/s are of the input hot blocks.
+fn merge_section() {
+    let blocks: usize = std::env::var("MIRA_BENCH_MERGE_BLOCKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let mut corpus = Corpus::new(7, Cardinality::High);
+    let inputs: Vec<Block> = (0..blocks)
+        .map(|_| {
+            let mut b = LogsBuilder::default();
+            b.append(&corpus.logs(1_000)).expect("append");
+            let bytes =
+                write_hot(&b.finish().expect("finish"), BlockId::new(), TenantId::default_tenant()).expect("hot");
+            Block::from_bytes(bytes, cache()).expect("open")
+        })
+        .collect();
+    let records: u64 = inputs.iter().map(|b| b.meta().rows).sum();
+    let mib = inputs.iter().map(|b| b.data().len()).sum::<usize>() as f64 / (1 << 20) as f64;
+    println!("\n## Merge throughput: {blocks} log blocks of 1,000 records, one core\n");
+    println!("| output | records | input MiB | output MiB | seconds | records/s | input MiB/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, merge) in [
+        (
+            "hot",
+            merge_blocks as fn(&[Block], BlockId) -> Result<Bytes, mira_core::Error>,
+        ),
+        ("cold", merge_blocks_cold),
+    ] {
+        let start = Instant::now();
+        let out = merge(&inputs, BlockId::new()).expect("merge");
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "| {name} | {records} | {mib:.1} | {:.1} | {secs:.2} | {:.0} | {:.1} |",
+            out.len() as f64 / (1 << 20) as f64,
+            records as f64 / secs,
+            mib / secs
+        );
+    }
+}
+
 fn main() {
+    // `cargo bench` passes `--bench`; any other argument filters sections.
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    if filter.as_deref().is_some_and(|f| "merge".contains(f)) {
+        merge_section();
+        return;
+    }
     let records: usize = std::env::var("MIRA_BENCH_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -229,4 +281,6 @@ fn main() {
         let secs = start.elapsed().as_secs_f64();
         println!("| {card:?} | {mib:.1} | {secs:.3} | {:.0} |", mib / secs);
     }
+
+    merge_section();
 }

@@ -2,9 +2,11 @@
 //! dictionary and delta encodings), which `docs/perf.md` shows is the
 //! smallest of the layouts measured at an acceptable rewrite and scan cost.
 //! Attribute tables switch from the hot dense union to one nullable column
-//! per value type, which Parquet stores almost for free. Sidecars are copied
-//! unchanged, so pruning answers the same. The root table is written in
-//! row groups of one `row_ranges` range each, so a range is a row group.
+//! per value type, which Parquet stores almost for free. [`rewrite_cold`]
+//! copies a block's sidecars unchanged, so pruning answers the same;
+//! [`write_cold`] writes a table set (a merge's output) straight into the
+//! cold codec and builds its sidecars. The root table is written in row
+//! groups of one `row_ranges` range each, so a range is a row group.
 
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
@@ -16,11 +18,11 @@ use parquet::schema::types::ColumnPath;
 
 use crate::attrs;
 use crate::block::{Block, BlockMeta, BlockWriter, Codec, Level};
-use crate::convert::{root_table, table_names};
+use crate::convert::{TableSet, root_table, table_names};
 use crate::error::Error;
-use crate::ids::BlockId;
-use crate::sidecar::RANGE_ROWS;
-use crate::tables::{is_attr_table, read_table};
+use crate::ids::{BlockId, Signal, TenantId};
+use crate::sidecar::{RANGE_ROWS, SidecarSection, Sidecars};
+use crate::tables::{add_sidecars_and, block_meta, is_attr_table, read_table};
 
 /// Rows per Parquet row group of the tables other than the root: a whole
 /// section is usually one group.
@@ -86,8 +88,44 @@ pub fn cold_layout(name: &'static str, batch: &RecordBatch) -> Result<RecordBatc
     }
 }
 
+/// Adds one table to a cold block being written: cold layout, Parquet.
+fn add_cold_table(w: &mut BlockWriter, signal: Signal, name: &'static str, batch: &RecordBatch) -> Result<(), Error> {
+    let cold = cold_layout(name, batch)?;
+    let groups = if name == root_table(signal) {
+        ROOT_ROW_GROUP_ROWS
+    } else {
+        ROW_GROUP_ROWS
+    };
+    w.add_bytes(
+        name,
+        Codec::Parquet,
+        cold.num_rows() as u64,
+        &encode_parquet_grouped(&cold, groups)?,
+    )?;
+    Ok(())
+}
+
+/// Writes a table set straight into a cold block (no hot block in
+/// between): every table in Parquet, sidecars built from the tables, then
+/// `extra` sidecar sections (a merge adds its `lineage`). Returns the whole
+/// object, ready for one PUT.
+pub fn write_cold(
+    tables: &TableSet,
+    block_id: BlockId,
+    tenant: TenantId,
+    extra: &[(&str, SidecarSection)],
+) -> Result<Bytes, Error> {
+    let mut w = BlockWriter::new(block_meta(tables, block_id, tenant, Level::Cold));
+    for name in table_names(tables.signal) {
+        add_cold_table(&mut w, tables.signal, name, tables.get(name)?)?;
+    }
+    add_sidecars_and(&mut w, &Sidecars::build(tables)?, extra)?;
+    Ok(w.finish()?)
+}
+
 /// Rewrites a block into the cold tier under a new id. Every table is read
-/// (and so verified), re-encoded, and written with the original sidecars.
+/// (and so verified), re-encoded, and written with the original sidecars
+/// (its `lineage`, if any, included).
 pub fn rewrite_cold(src: &Block, new_id: BlockId) -> Result<Bytes, Error> {
     let manifest = src.manifest();
     let meta = manifest.meta();
@@ -98,19 +136,7 @@ pub fn rewrite_cold(src: &Block, new_id: BlockId) -> Result<Bytes, Error> {
     });
     let tables = table_names(meta.signal);
     for name in tables {
-        let batch = read_table(src, name)?;
-        let cold = cold_layout(name, &batch)?;
-        let groups = if *name == root_table(meta.signal) {
-            ROOT_ROW_GROUP_ROWS
-        } else {
-            ROW_GROUP_ROWS
-        };
-        w.add_bytes(
-            name,
-            Codec::Parquet,
-            cold.num_rows() as u64,
-            &encode_parquet_grouped(&cold, groups)?,
-        )?;
+        add_cold_table(&mut w, meta.signal, name, &read_table(src, name)?)?;
     }
     for entry in &manifest.sections {
         if !tables.contains(&entry.name.as_str()) {

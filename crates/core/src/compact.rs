@@ -1,22 +1,43 @@
 //! Merging blocks: the records of several blocks of one tenant and signal
-//! rewritten as one hot block (the compactor's hot merge). Each input's
+//! rewritten as one block (the compactor's merge), hot ([`merge_blocks`])
+//! or straight into the cold codec ([`merge_blocks_cold`]). Each input's
 //! tables are turned back into OTLP and appended to a fresh builder, so
 //! resources, scopes and series repeated across inputs are stored once in
 //! the output, and its sidecars (zone maps, attribute index, id filters)
-//! are built anew over all its rows. Records keep their order: the rows of
-//! the first input, then the second's, and so on.
+//! are built anew over all its rows.
+//!
+//! Records keep their order exactly: row `k` of the output is row `k - n`
+//! of input `i`, where `n` is the rows of the inputs before `i` (the OTLP
+//! is produced in row order, never regrouped). Every merged block carries
+//! a [`Lineage`] section saying so: each input contributes its own runs
+//! when it has them (a merge of merges keeps the first origins), else one
+//! run of its own id.
+//!
+//! The output's time range and row count are in its footer: parse it with
+//! [`crate::block::Manifest::from_tail`] (or open the bytes as a
+//! [`Block`]) instead of reading any section.
 
 use bytes::Bytes;
 
-use crate::block::Block;
+use crate::block::{Block, Level};
+use crate::cold::write_cold;
 use crate::convert::{
-    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, logs_to_otlp, points_to_otlp, spans_to_otlp,
+    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, logs_to_otlp_in_row_order,
+    points_to_otlp_in_row_order, spans_to_otlp_in_row_order,
 };
-use crate::tables::{read_tables, write_hot};
+use crate::lineage::{LINEAGE_SECTION, Lineage};
+use crate::sidecar::SidecarSection;
+use crate::tables::{read_tables, write_hot_with};
 use crate::{BlockId, Error, Signal};
 
 /// The merged tables of `inputs`, which must share one tenant and signal.
 pub fn merge_tables(inputs: &[Block]) -> Result<TableSet, Error> {
+    Ok(merge(inputs)?.0)
+}
+
+/// The merged tables of `inputs` (which must share one tenant and signal)
+/// and the origin of each of their rows.
+pub fn merge(inputs: &[Block]) -> Result<(TableSet, Lineage), Error> {
     let Some(first) = inputs.first() else {
         return Err(Error::Merge("no input blocks".into()));
     };
@@ -35,11 +56,23 @@ pub fn merge_tables(inputs: &[Block]) -> Result<TableSet, Error> {
             )));
         }
     }
-    match signal {
-        Signal::Logs => merge_with::<LogsBuilder>(inputs, |t| Ok(logs_to_otlp(t)?)),
-        Signal::Traces => merge_with::<SpansBuilder>(inputs, |t| Ok(spans_to_otlp(t)?)),
-        Signal::Metrics => merge_with::<PointsBuilder>(inputs, |t| Ok(points_to_otlp(t)?)),
+    let mut lineage = Lineage::default();
+    for b in inputs {
+        lineage.extend(&b.lineage_or_identity()?);
     }
+    let tables = match signal {
+        Signal::Logs => merge_with::<LogsBuilder>(inputs, |t| Ok(logs_to_otlp_in_row_order(t)?)),
+        Signal::Traces => merge_with::<SpansBuilder>(inputs, |t| Ok(spans_to_otlp_in_row_order(t)?)),
+        Signal::Metrics => merge_with::<PointsBuilder>(inputs, |t| Ok(points_to_otlp_in_row_order(t)?)),
+    }?;
+    if lineage.rows() != tables.rows as u64 {
+        return Err(Error::Merge(format!(
+            "the inputs hold {} rows, the merge {}",
+            lineage.rows(),
+            tables.rows
+        )));
+    }
+    Ok((tables, lineage))
 }
 
 fn merge_with<B: SignalBuilder>(
@@ -54,10 +87,25 @@ fn merge_with<B: SignalBuilder>(
     Ok(builder.finish()?)
 }
 
-/// `inputs` merged into one hot block with id `id`: the whole object,
-/// ready for one PUT.
-pub fn merge_blocks(inputs: &[Block], id: BlockId) -> Result<Bytes, Error> {
-    let tables = merge_tables(inputs)?;
+/// `inputs` merged into one block with id `id` at `level` (hot: IPC
+/// tables; cold: Parquet tables, no hot block in between), with its
+/// `lineage` section: the whole object, ready for one PUT.
+pub fn merge_blocks_at(inputs: &[Block], id: BlockId, level: Level) -> Result<Bytes, Error> {
+    let (tables, lineage) = merge(inputs)?;
     let tenant = inputs[0].meta().tenant.clone();
-    write_hot(&tables, id, tenant)
+    let extra = [(LINEAGE_SECTION, SidecarSection::Batch(lineage.to_batch()?))];
+    match level {
+        Level::Hot => write_hot_with(&tables, id, tenant, &extra),
+        Level::Cold => write_cold(&tables, id, tenant, &extra),
+    }
+}
+
+/// `inputs` merged into one hot block with id `id`.
+pub fn merge_blocks(inputs: &[Block], id: BlockId) -> Result<Bytes, Error> {
+    merge_blocks_at(inputs, id, Level::Hot)
+}
+
+/// `inputs` merged into one cold block with id `id`.
+pub fn merge_blocks_cold(inputs: &[Block], id: BlockId) -> Result<Bytes, Error> {
+    merge_blocks_at(inputs, id, Level::Cold)
 }

@@ -2,7 +2,8 @@
 //! tables of an open block ([`LogsBuilder`], [`SpansBuilder`],
 //! [`PointsBuilder`]); `*_to_otlp` turn a block's tables back into an equal
 //! OTLP request (equal up to how records are grouped under resources and
-//! scopes). Every OTLP field is kept.
+//! scopes; `*_to_otlp_in_row_order` keep the rows' order instead). Every
+//! OTLP field is kept.
 
 use arrow::record_batch::RecordBatch;
 
@@ -18,9 +19,9 @@ pub(crate) mod wire;
 
 pub(crate) use context::Grouper;
 pub use limits::{Appended, Limits, TimeWindow};
-pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp};
-pub use metrics::{PointsBuilder, points_to_otlp};
-pub use traces::{SpansBuilder, spans_to_otlp, spans_to_otlp_rows};
+pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp, logs_to_otlp_in_row_order};
+pub use metrics::{PointsBuilder, points_to_otlp, points_to_otlp_in_row_order};
+pub use traces::{SpansBuilder, spans_to_otlp, spans_to_otlp_in_row_order, spans_to_otlp_rows};
 
 /// What went wrong converting between OTLP and Arrow. Errors on the OTLP
 /// side are the sender's fault (400 / INVALID_ARGUMENT); errors on the Arrow

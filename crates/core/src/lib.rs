@@ -14,6 +14,7 @@ pub mod decoded;
 pub mod dict;
 pub mod error;
 pub mod ids;
+pub mod lineage;
 pub mod scan;
 pub mod schema;
 pub mod sidecar;

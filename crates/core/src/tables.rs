@@ -45,14 +45,42 @@ pub(crate) fn add_sidecars(w: &mut BlockWriter, sidecars: &Sidecars) -> Result<(
     Ok(())
 }
 
+/// Adds the sidecar sections to a block being written, then `extra`
+/// sections (such as [`crate::lineage`]) in the sidecar encodings.
+pub(crate) fn add_sidecars_and(
+    w: &mut BlockWriter,
+    sidecars: &Sidecars,
+    extra: &[(&str, SidecarSection)],
+) -> Result<(), Error> {
+    add_sidecars(w, sidecars)?;
+    for (name, section) in extra {
+        match section {
+            SidecarSection::Batch(b) => w.add_batches(name, Codec::Ipc, std::slice::from_ref(b))?,
+            SidecarSection::Bytes(bytes) => w.add_bytes(name, Codec::Raw, 0, bytes)?,
+        }
+    }
+    Ok(())
+}
+
 /// Writes a hot block: every table as a plain IPC section, then the
 /// sidecars. Returns the whole object, ready for one PUT.
 pub fn write_hot(tables: &TableSet, block_id: BlockId, tenant: TenantId) -> Result<Bytes, Error> {
+    write_hot_with(tables, block_id, tenant, &[])
+}
+
+/// [`write_hot`] with `extra` sidecar sections after the built ones (a
+/// merge adds its `lineage`).
+pub fn write_hot_with(
+    tables: &TableSet,
+    block_id: BlockId,
+    tenant: TenantId,
+    extra: &[(&str, SidecarSection)],
+) -> Result<Bytes, Error> {
     let mut w = BlockWriter::new(block_meta(tables, block_id, tenant, Level::Hot));
     for name in table_names(tables.signal) {
         w.add_batches(name, Codec::Ipc, std::slice::from_ref(tables.get(name)?))?;
     }
-    add_sidecars(&mut w, &Sidecars::build(tables)?)?;
+    add_sidecars_and(&mut w, &Sidecars::build(tables)?, extra)?;
     Ok(w.finish()?)
 }
 

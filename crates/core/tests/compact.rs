@@ -1,19 +1,24 @@
-//! Merging blocks (the compactor's hot merge): the merged block holds
-//! exactly the records of its inputs, answers every scan as the inputs do
+//! Merging blocks (the compactor's merge, hot and cold): the merged block
+//! holds exactly the records of its inputs, in their order, with a lineage
+//! that maps every row to the identical record of an input (and composes
+//! across merges of merges); it answers every scan as the inputs do
 //! together, and its sidecars never prune a block that holds a match.
 
 use std::sync::Arc;
 
 use mira_core::block::{Block, VerifyCache};
+use mira_core::block::{Level, Manifest};
 use mira_core::cold::rewrite_cold;
-use mira_core::compact::{merge_blocks, merge_tables};
+use mira_core::compact::{merge_blocks, merge_blocks_at, merge_blocks_cold, merge_tables};
 use mira_core::convert::{
-    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, logs_to_otlp, points_to_otlp, spans_to_otlp,
+    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, log_rows, logs_to_otlp, points_to_otlp,
+    points_to_otlp_in_row_order, spans_to_otlp, spans_to_otlp_rows,
 };
+use mira_core::lineage::Lineage;
 use mira_core::scan::{AttrMatcher, AttrScope, LineFilter, MatchOp, Predicate, ScanRequest, prune, scan};
 use mira_core::sidecar::Verdict;
 use mira_core::tables::{read_tables, write_hot};
-use mira_core::{BlockId, Error, TenantId};
+use mira_core::{BlockId, Error, Signal, TenantId};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use mira_testkit::{arb, flatten};
 use proptest::prelude::*;
@@ -112,6 +117,8 @@ fn a_merged_block_answers_every_scan_as_its_inputs_do_and_prunes_no_match() {
         inputs.iter().map(|b| b.meta().max_time).max().unwrap_or(0)
     );
     let cold = Block::from_bytes(rewrite_cold(&out, BlockId::new()).expect("cold"), cache()).expect("open cold");
+    let merged_cold = Block::from_bytes(merge_blocks_cold(&inputs, BlockId::new()).expect("merge cold"), cache())
+        .expect("open merged cold");
     // Values taken from the data, so each predicate matches something in
     // some input and (most) not in others.
     let tables = read_tables(&inputs[2], None).expect("read");
@@ -161,8 +168,9 @@ fn a_merged_block_answers_every_scan_as_its_inputs_do_and_prunes_no_match() {
         assert_eq!(want > 0, i + 1 < predicates.len(), "{p:?}");
         assert_eq!(count(&out, p), want, "{p:?}");
         assert_eq!(count(&cold, p), want, "cold: {p:?}");
+        assert_eq!(count(&merged_cold, p), want, "merged cold: {p:?}");
         if want > 0 {
-            for b in [&out, &cold] {
+            for b in [&out, &cold, &merged_cold] {
                 assert_eq!(
                     prune(b, p).expect("prune"),
                     Verdict::MayMatch,
@@ -189,4 +197,219 @@ fn blocks_of_other_signals_or_tenants_are_not_merged() {
     let e = merge_tables(&[block(&logs), theirs]).expect_err("two tenants");
     assert!(e.to_string().contains("other"), "{e}");
     assert!(matches!(merge_tables(&[]), Err(Error::Merge(_))));
+}
+
+// ---- Row order and lineage ----
+
+/// One block holding `reqs` appended in turn to one builder, then the
+/// first again: a resource of the first request recurs after the others',
+/// which a regrouping round trip would move.
+fn interleaved<B: SignalBuilder>(reqs: &[B::Request]) -> Block {
+    let mut b = B::default();
+    for r in reqs.iter().chain(reqs.first()) {
+        b.append(r).expect("append");
+    }
+    block(&b.finish().expect("finish"))
+}
+
+/// Each root row of a block as the encoded one-record request `flatten`
+/// makes of it (record, resource and scope), in row order.
+fn row_leaves(b: &Block) -> Vec<Vec<u8>> {
+    let t = read_tables(b, None).expect("read");
+    let n = b.meta().rows as u32;
+    match b.meta().signal {
+        Signal::Logs => log_rows(&t, &(0..n).collect::<Vec<_>>())
+            .expect("rows")
+            .into_iter()
+            .map(|r| {
+                use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+                use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
+                let one = ExportLogsServiceRequest {
+                    resource_logs: vec![ResourceLogs {
+                        resource: r.resource,
+                        schema_url: r.resource_schema_url,
+                        scope_logs: vec![ScopeLogs {
+                            scope: r.scope,
+                            schema_url: r.scope_schema_url,
+                            log_records: vec![r.record],
+                        }],
+                    }],
+                };
+                flatten::logs(&one).remove(0)
+            })
+            .collect(),
+        Signal::Traces => (0..n)
+            .map(|k| flatten::traces(&spans_to_otlp_rows(&t, Some(&[k])).expect("span")).remove(0))
+            .collect(),
+        Signal::Metrics => {
+            // Points in the order the in-row-order OTLP lists them; the
+            // root columns below check that this is the table's order.
+            use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+            let req = points_to_otlp_in_row_order(&t).expect("otlp");
+            let mut out = Vec::new();
+            for rm in &req.resource_metrics {
+                for sm in &rm.scope_metrics {
+                    for m in &sm.metrics {
+                        let one = |m| ExportMetricsServiceRequest {
+                            resource_metrics: vec![opentelemetry_proto::tonic::metrics::v1::ResourceMetrics {
+                                scope_metrics: vec![opentelemetry_proto::tonic::metrics::v1::ScopeMetrics {
+                                    metrics: vec![m],
+                                    ..sm.clone()
+                                }],
+                                ..rm.clone()
+                            }],
+                        };
+                        out.extend(flatten::metrics(&one(m.clone())));
+                    }
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Per root row, the columns that do not refer to block-local rows, as
+/// text (so rows of different blocks compare).
+fn root_values(b: &Block) -> Vec<String> {
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let t = read_tables(b, None).expect("read");
+    let root = t.get(mira_core::convert::root_table(b.meta().signal)).expect("root");
+    let local = ["resource_id", "scope_id", "series"];
+    let opts = FormatOptions::default();
+    let cols: Vec<ArrayFormatter<'_>> = root
+        .schema()
+        .fields()
+        .iter()
+        .zip(root.columns())
+        .filter(|(f, _)| !local.contains(&f.name().as_str()))
+        .map(|(_, c)| ArrayFormatter::try_new(c.as_ref(), &opts).expect("format"))
+        .collect();
+    (0..root.num_rows())
+        .map(|r| {
+            cols.iter()
+                .map(|c| c.value(r).to_string())
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+fn open(bytes: bytes::Bytes) -> Block {
+    Block::from_bytes(bytes, cache()).expect("open")
+}
+
+fn origins(b: &Block) -> Vec<(BlockId, u32)> {
+    let l = b.lineage().expect("lineage").expect("a merged block has a lineage");
+    l.origins(&(0..b.meta().rows as u32).collect::<Vec<_>>())
+}
+
+/// Checks one merge of `inputs` at both levels: rows in concatenation
+/// order, lineage origins unique and each the identical record of an
+/// input, a merge of two partial merges giving the same origins and rows.
+fn check_merge(inputs: &[Block]) -> Result<(), TestCaseError> {
+    let want_origins: Vec<(BlockId, u32)> = inputs
+        .iter()
+        .flat_map(|b| (0..b.meta().rows as u32).map(move |j| (b.meta().block_id, j)))
+        .collect();
+    let want_leaves: Vec<Vec<u8>> = inputs.iter().flat_map(row_leaves).collect();
+    let want_values: Vec<String> = inputs.iter().flat_map(root_values).collect();
+    let hot = open(merge_blocks(inputs, BlockId::new()).expect("merge"));
+    let cold = open(merge_blocks_cold(inputs, BlockId::new()).expect("merge cold"));
+    prop_assert_eq!(hot.meta().level, Level::Hot);
+    prop_assert_eq!(cold.meta().level, Level::Cold);
+    for out in [&hot, &cold] {
+        prop_assert_eq!(out.meta().rows, want_origins.len() as u64);
+        // Row k of the output is row j of input i, in concatenation order.
+        prop_assert_eq!(&root_values(out), &want_values);
+        prop_assert_eq!(&row_leaves(out), &want_leaves);
+        prop_assert_eq!(&origins(out), &want_origins);
+    }
+    // Origins are unique.
+    let mut seen = want_origins.clone();
+    seen.sort();
+    seen.dedup();
+    prop_assert_eq!(seen.len(), want_origins.len());
+
+    // Nested merges compose: a merge of partial merges (and a cold rewrite
+    // of one) points at the first blocks, row for row.
+    if inputs.len() >= 2 {
+        let (a, b) = inputs.split_at(inputs.len() / 2);
+        let left = open(merge_blocks(a, BlockId::new()).expect("merge left"));
+        let right = open(merge_blocks_at(b, BlockId::new(), Level::Cold).expect("merge right"));
+        let right = open(rewrite_cold(&right, BlockId::new()).expect("rewrite"));
+        let nested = open(merge_blocks(&[left, right], BlockId::new()).expect("merge of merges"));
+        prop_assert_eq!(&origins(&nested), &want_origins);
+        prop_assert_eq!(&row_leaves(&nested), &want_leaves);
+        prop_assert_eq!(
+            nested.lineage().expect("read").map(|l| l.runs().len()),
+            hot.lineage().expect("read").map(|l| l.runs().len())
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn merged_logs_keep_row_order_and_lineage(reqs in proptest::collection::vec(arb::logs_request(), 1..5)) {
+        let inputs: Vec<Block> = reqs.windows(2).map(interleaved::<LogsBuilder>).chain(blocks::<LogsBuilder>(&reqs[..1])).collect();
+        check_merge(&inputs)?;
+    }
+
+    #[test]
+    fn merged_spans_keep_row_order_and_lineage(reqs in proptest::collection::vec(arb::traces_request(), 1..5)) {
+        let inputs: Vec<Block> = reqs.windows(2).map(interleaved::<SpansBuilder>).chain(blocks::<SpansBuilder>(&reqs[..1])).collect();
+        check_merge(&inputs)?;
+    }
+
+    #[test]
+    fn merged_points_keep_row_order_and_lineage(reqs in proptest::collection::vec(arb::metrics_request(), 1..5)) {
+        let inputs: Vec<Block> = reqs.windows(2).map(interleaved::<PointsBuilder>).chain(blocks::<PointsBuilder>(&reqs[..1])).collect();
+        check_merge(&inputs)?;
+    }
+}
+
+#[test]
+fn blocks_without_a_lineage_section_are_their_own_origin() {
+    let mut corpus = Corpus::new(5, Cardinality::Low);
+    let mut b = LogsBuilder::default();
+    b.append(&corpus.logs(30)).expect("append");
+    // What the ingester (and every release before lineage) writes.
+    let old = block(&b.finish().expect("finish"));
+    assert!(old.manifest().section("lineage").is_none());
+    assert_eq!(old.lineage().expect("read"), None);
+    let id = old.meta().block_id;
+    assert_eq!(old.lineage_or_identity().expect("identity"), Lineage::identity(id, 30));
+    let merged = open(merge_blocks(&[old], BlockId::new()).expect("merge"));
+    let l = merged.lineage().expect("read").expect("lineage");
+    assert_eq!(l.runs().len(), 1);
+    assert_eq!(l.origin(29), (id, 29));
+}
+
+#[test]
+fn a_merge_output_footer_gives_its_time_range_and_rows() {
+    let mut corpus = Corpus::new(9, Cardinality::Low);
+    let inputs: Vec<Block> = (0..3)
+        .map(|_| {
+            let mut b = LogsBuilder::default();
+            b.append(&corpus.logs(50)).expect("append");
+            block(&b.finish().expect("finish"))
+        })
+        .collect();
+    for level in [Level::Hot, Level::Cold] {
+        let bytes = merge_blocks_at(&inputs, BlockId::new(), level).expect("merge");
+        // The footer alone, as the compactor reads it before the PUT.
+        let m = Manifest::from_tail(&bytes, bytes.len() as u64).expect("manifest");
+        assert_eq!(m.meta.rows, 150);
+        assert_eq!(m.meta.level, level);
+        assert_eq!(
+            m.meta.min_time,
+            inputs.iter().map(|b| b.meta().min_time).min().unwrap_or(0)
+        );
+        assert_eq!(
+            m.meta.max_time,
+            inputs.iter().map(|b| b.meta().max_time).max().unwrap_or(0)
+        );
+    }
 }

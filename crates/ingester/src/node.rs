@@ -17,7 +17,7 @@ use mira_catalog::{CatalogClient, proto as pb};
 use mira_common::Process;
 use mira_common::clock::Clock;
 use mira_common::retry::Backoff;
-use tokio::sync::oneshot;
+use mira_common::http::HttpServer;
 use tokio::task::JoinHandle;
 
 use crate::health::Health;
@@ -54,8 +54,7 @@ pub struct IngesterNode {
     pipeline: Option<Arc<Pipeline>>,
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
-    stops: Vec<oneshot::Sender<()>>,
-    servers: Vec<JoinHandle<()>>,
+    servers: Vec<HttpServer>,
     background: Vec<JoinHandle<()>>,
     catalog: Arc<CatalogClient>,
     config: IngesterConfig,
@@ -142,22 +141,6 @@ async fn watermarks(catalog: &CatalogClient, id: &str) -> HashMap<u16, u64> {
             }
         }
     }
-}
-
-async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> (oneshot::Sender<()>, JoinHandle<()>) {
-    let (tx, rx) = oneshot::channel::<()>();
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let handle = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-            let _ = rx.await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!(target: "mira::ingester", error = %e, "server stopped");
-        }
-    });
-    (tx, handle)
 }
 
 impl IngesterNode {
@@ -251,8 +234,12 @@ impl IngesterNode {
         // Registered before the first export is taken: a querier that asks
         // the catalog for live ingesters after an ack finds this one.
         register(&catalog, &config, &health, &clock).await;
-        let (s1, h1) = serve(grpc_listener, grpc_router(receivers).merge(recent)).await;
-        let (s2, h2) = serve(http_listener, http).await;
+        let servers = vec![
+            HttpServer::spawn(grpc_listener, grpc_router(receivers).merge(recent), "ingester")
+                .map_err(|e| crate::error::StartError::Listen(grpc_addr.to_string(), e))?,
+            HttpServer::spawn(http_listener, http, "ingester")
+                .map_err(|e| crate::error::StartError::Listen(http_addr.to_string(), e))?,
+        ];
 
         // Runtime lag: how late a 10 ms tick fires.
         let lag = {
@@ -326,8 +313,7 @@ impl IngesterNode {
             pipeline: Some(pipeline),
             grpc_addr,
             http_addr,
-            stops: vec![s1, s2],
-            servers: vec![h1, h2],
+            servers,
             background: vec![lease, sweep, lag],
             catalog,
             config,
@@ -360,11 +346,11 @@ impl IngesterNode {
     /// Ordered shutdown: stop accepting, seal and publish every open
     /// generation, leave the catalog.
     pub async fn shutdown(mut self) {
-        for s in self.stops.drain(..) {
-            let _ = s.send(());
+        for s in &mut self.servers {
+            s.stop();
         }
-        for h in self.servers.drain(..) {
-            if tokio::time::timeout(Duration::from_secs(10), h).await.is_err() {
+        for s in self.servers.drain(..) {
+            if tokio::time::timeout(Duration::from_secs(10), s.shutdown()).await.is_err() {
                 tracing::warn!(target: "mira::ingester", "a server did not drain in 10 s");
             }
         }

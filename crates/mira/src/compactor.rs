@@ -11,7 +11,6 @@ use mira_catalog::CatalogClient;
 use mira_common::Process;
 use mira_common::config::{ByteSize, ConfigError, Duration};
 use mira_compactor::planner::Plan;
-use mira_compactor::server::CompactorServer;
 use mira_compactor::settings::Settings;
 use mira_compactor::{Compactor, CompactorConfig};
 
@@ -162,7 +161,7 @@ pub async fn start(
     catalog: Arc<CatalogClient>,
 ) -> anyhow::Result<Running> {
     let compactor = Compactor::new(config, process, store, catalog)?;
-    let server = CompactorServer::start(compactor.clone(), settings.listen, process).await?;
+    let server = mira_compactor::server::start(compactor.clone(), settings.listen, process).await?;
     let (stop, rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(compactor.run(rx));
     tracing::info!(target: "mira::compactor", addr = %server.addr(), "compactor ready");
@@ -172,7 +171,7 @@ pub async fn start(
 /// A compactor running in this process.
 #[derive(Debug)]
 pub struct Running {
-    server: CompactorServer,
+    server: mira_common::http::HttpServer,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -241,7 +240,7 @@ pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
     }
     if args.once {
         let compactor = Compactor::new(config, &process, store, catalog)?;
-        let server = CompactorServer::start(compactor.clone(), settings.listen, &process).await?;
+        let server = mira_compactor::server::start(compactor.clone(), settings.listen, &process).await?;
         let report = compactor.run_until_idle().await?;
         println!("{}", serde_json::to_string(&report)?);
         server.shutdown().await;

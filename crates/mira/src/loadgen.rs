@@ -69,6 +69,15 @@ pub struct LoadgenArgs {
     /// mark each request with a `loadgen-<n>` record.
     #[arg(long)]
     pub acked_file: Option<std::path::PathBuf>,
+    /// Distinct requests encoded before sending, reused round robin (send
+    /// fewer than this for a corpus without repeats, e.g. to measure bytes
+    /// stored per wire byte).
+    #[arg(long, default_value_t = 16)]
+    pub pool: usize,
+    /// Record times this long before now (a past hour, e.g. for the
+    /// compactor's cold rewrite); within the ingester's --max-past.
+    #[arg(long, default_value = "1m")]
+    pub past: mira_common::config::Duration,
 }
 
 /// Pre-encoded requests (distinct corpus slices, reused round robin).
@@ -78,9 +87,11 @@ fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
     } else {
         Cardinality::Low
     };
-    // Times a minute before now: an ingester refuses records far from its clock.
-    let mut corpus = Corpus::starting_at(42, card, now_ns().saturating_sub(60_000_000_000));
-    (0..16)
+    // Times before now (a minute by default): an ingester refuses records
+    // far from its clock.
+    let past = u64::try_from(args.past.get().as_nanos()).unwrap_or(u64::MAX);
+    let mut corpus = Corpus::starting_at(42, card, now_ns().saturating_sub(past));
+    (0..args.pool.max(1))
         .map(|_| {
             Bytes::from(match args.signal {
                 SignalArg::Logs => corpus.logs(args.batch).encode_to_vec(),
@@ -336,9 +347,10 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "acked {} requests, {} records in {secs:.1} s: {:.0} records/s, {:.1} MiB/s; ack latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {} failed attempts",
+        "acked {} requests, {} records, {} bytes in {secs:.1} s: {:.0} records/s, {:.1} MiB/s; ack latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {} failed attempts",
         totals.acked_requests.load(Ordering::Relaxed),
         totals.acked_records.load(Ordering::Relaxed),
+        totals.acked_bytes.load(Ordering::Relaxed),
         totals.acked_records.load(Ordering::Relaxed) as f64 / secs,
         totals.acked_bytes.load(Ordering::Relaxed) as f64 / secs / 1048576.0,
         ms(pct(0.5)),

@@ -1,33 +1,46 @@
 //! Log queries: newest (or oldest) first with a limit and a resumable
 //! cursor, over published and recent blocks.
 //!
-//! Lines are totally ordered by (time, block id, row): the cursor is the
-//! key of the last line returned, and the next page holds the lines after
-//! it. A recent block keeps its id and row numbers when published, so a
-//! cursor stays valid across a seal.
+//! Lines are totally ordered by (time, origin block, origin row): the
+//! cursor is the key of the last line returned, and the next page holds
+//! the lines after it. A line's origin is the block and row it was first
+//! sealed in: the block's own id and row, or, in a block the compactor
+//! merged, what the block's lineage section says (`mira_core::lineage`).
+//! So a cursor stays valid across a seal (a recent block keeps its id and
+//! row numbers when published) and across merges (a merged line keeps its
+//! origin), and cursors issued before lineage existed decode unchanged:
+//! they name a line of an unmerged block, whose origin is itself.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use mira_core::block::decode_section;
 use mira_core::convert::{LogRow, log_rows, table_names};
+use mira_core::lineage::{LINEAGE_SECTION, Lineage, lineage_from};
 use mira_core::scan::{AttrMatcher, LineFilter, Order, Predicate, ScanRequest};
 use mira_core::{BlockId, Signal};
 use serde::Serialize;
 
 use crate::answer::{Answer, u64_as_string};
-use crate::plan::{Candidate, Waves};
+use crate::plan::{Candidate, Src, Waves};
 use crate::stats::Stats;
 use crate::{Querier, QueryError};
 
-/// Where a line sits in the total order.
+/// Where a line sits in the total order: its time, then its origin (the
+/// block and row it was first sealed in; see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LineKey {
     pub time: u64,
+    /// The origin block.
     pub block: BlockId,
+    /// The row in the origin block.
     pub row: u32,
 }
 
 impl LineKey {
+    /// `{time}-{origin block}-{origin row}`: the format cursors have always
+    /// had (before lineage the block was the line's own, which is its
+    /// origin for an unmerged block).
     pub fn encode(&self) -> String {
         format!("{}-{}-{}", self.time, self.block, self.row)
     }
@@ -110,6 +123,8 @@ pub type LogsAnswer = Answer<LogLines>;
 struct Hit {
     key: LineKey,
     candidate: usize,
+    /// The row in the candidate block (its origin row is in `key`).
+    row: u32,
 }
 
 fn before(order: Order, a: &LineKey, b: &LineKey) -> bool {
@@ -220,20 +235,100 @@ impl Querier {
         let Some(out) = self.scan_candidate(c, Signal::Logs, req, stats).await? else {
             return Ok(Vec::new());
         };
-        let mut hits: Vec<Hit> = out
-            .rows
+        let (mut rows, mut times) = (out.rows, out.times);
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lineage = self.lineage(c, stats).await?;
+        // The scan breaks ties in time by row, which in a merged block is
+        // not the origin order: when the limit cut lines at the last time
+        // returned, take every line at that time and order them here.
+        if let (Some(_), Some(&last)) = (&lineage, times.last())
+            && !straddles
+            && rows.len() >= q.limit
+        {
+            let tied = ScanRequest {
+                predicate: Predicate {
+                    time: Some((last, last.saturating_add(1))),
+                    ..predicate.clone()
+                },
+                order: q.order,
+                limit: None,
+            };
+            if let Some(more) = self.scan_candidate(c, Signal::Logs, tied, stats).await? {
+                let keep: Vec<usize> = (0..rows.len()).filter(|&i| times[i] != last).collect();
+                rows = keep.iter().map(|&i| rows[i]).chain(more.rows).collect();
+                times = keep.iter().map(|&i| times[i]).chain(more.times).collect();
+            }
+        }
+        let origins = match &lineage {
+            Some(l) => l.origins(&rows),
+            None => rows.iter().map(|&r| (c.id, r)).collect(),
+        };
+        let mut hits: Vec<Hit> = rows
             .iter()
-            .zip(&out.times)
-            .map(|(&row, &time)| Hit {
-                key: LineKey { time, block: c.id, row },
+            .zip(&times)
+            .zip(origins)
+            .map(|((&row, &time), (block, origin_row))| Hit {
+                key: LineKey {
+                    time,
+                    block,
+                    row: origin_row,
+                },
                 candidate: index,
+                row,
             })
             .collect();
         if let Some(k) = &q.cursor {
             hits.retain(|h| before(q.order, k, &h.key));
-            hits.truncate(q.limit);
         }
+        hits.sort_by(|a, b| match q.order {
+            Order::OldestFirst => a.key.cmp(&b.key),
+            _ => b.key.cmp(&a.key),
+        });
+        hits.truncate(q.limit);
         Ok(hits)
+    }
+
+    /// The lineage of a block the compactor merged; `None` for a block
+    /// without one (its rows are their own origins). Published blocks'
+    /// sections come through the block cache.
+    async fn lineage(&self, c: &Candidate, stats: &Stats) -> Result<Option<Arc<Lineage>>, QueryError> {
+        let lineage = match &c.src {
+            Src::Recent(block) => {
+                let block = block.clone();
+                let id = c.id;
+                self.on_pool(move || block.lineage())
+                    .await
+                    .map_err(|e| QueryError::corrupt(&format!("recent block {id}"), e))?
+            }
+            Src::Published { key } => {
+                let manifest = self
+                    .cache
+                    .manifest(&self.store, key, stats)
+                    .await
+                    .map_err(|e| QueryError::block(key, e))?;
+                let Some((_, entry)) = manifest.section(LINEAGE_SECTION) else {
+                    return Ok(None);
+                };
+                let entry = entry.clone();
+                let bytes = self
+                    .cache
+                    .section(&self.store, key, &manifest, LINEAGE_SECTION, stats)
+                    .await
+                    .map_err(|e| QueryError::block(key, e))?;
+                let meta = manifest.meta.clone();
+                let decoded = self
+                    .on_pool(move || {
+                        let batches = decode_section(meta.block_id, &entry, bytes)?;
+                        lineage_from(meta.rows, &batches)
+                    })
+                    .await
+                    .map_err(|e| QueryError::corrupt(key, e))?;
+                Some(decoded)
+            }
+        };
+        Ok(lineage.map(Arc::new))
     }
 
     /// The lines for the hits, in hit order.
@@ -243,12 +338,12 @@ impl Querier {
         hits: Vec<Hit>,
         stats: &Stats,
     ) -> Result<Vec<Line>, QueryError> {
-        let order: Vec<(usize, u32)> = hits.iter().map(|h| (h.candidate, h.key.row)).collect();
+        let order: Vec<(usize, u32)> = hits.iter().map(|h| (h.candidate, h.row)).collect();
         let groups = group_by_candidate(hits);
         let reads = groups.into_iter().map(|(_, group)| async move {
             let c = &candidates[group[0].candidate];
             let tables = self.tables(c, table_names(Signal::Logs), stats).await?;
-            let rows: Vec<u32> = group.iter().map(|h| h.key.row).collect();
+            let rows: Vec<u32> = group.iter().map(|h| h.row).collect();
             let id = c.id;
             let got = self
                 .on_pool(move || log_rows(&tables, &rows))
@@ -258,7 +353,7 @@ impl Querier {
                 group
                     .into_iter()
                     .zip(got)
-                    .map(|(h, r)| ((h.candidate, h.key.row), (h.key.time, r)))
+                    .map(|(h, r)| ((h.candidate, h.row), (h.key.time, r)))
                     .collect::<Vec<_>>(),
             )
         });
@@ -317,5 +412,238 @@ mod tests {
         let newer = LineKey { time: 18, ..k.clone() };
         assert!(before(Order::NewestFirst, &newer, &k));
         assert!(before(Order::OldestFirst, &k, &newer));
+    }
+
+    /// A catalog, a store and a querier over them, in-process.
+    struct Rig {
+        _dir: tempfile::TempDir,
+        _catalog: mira_catalog::CatalogNode,
+        client: Arc<mira_catalog::CatalogClient>,
+        store: Arc<dyn object_store::ObjectStore>,
+        querier: Arc<Querier>,
+    }
+
+    /// Every line at `T` or `T - 1000`; the blocks' lines share times.
+    const T: u64 = mira_testkit::EPOCH_NS as u64;
+
+    impl Rig {
+        async fn start() -> Rig {
+            use std::time::Duration;
+            let dir = tempfile::tempdir().expect("tempdir");
+            let addr = mira_testkit::net::free_addr();
+            let catalog = mira_catalog::CatalogNode::start(
+                mira_catalog::NodeConfig::single(addr, dir.path().join("catalog")),
+                &mira_common::Process::default(),
+            )
+            .await
+            .expect("catalog");
+            catalog.wait_for_leader(Duration::from_secs(20)).await.expect("leader");
+            let client = Arc::new(mira_catalog::CatalogClient::new(
+                vec![addr.to_string()],
+                mira_catalog::ClientConfig::default(),
+            ));
+            let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+            let mut config = crate::QuerierConfig::new(dir.path().join("cache"));
+            config.threads = 1;
+            let querier = Querier::new(
+                config,
+                mira_common::clock::Clock::system(),
+                store.clone(),
+                client.clone(),
+            )
+            .expect("querier");
+            Rig {
+                _dir: dir,
+                _catalog: catalog,
+                client,
+                store,
+                querier,
+            }
+        }
+
+        /// Puts a block in the store and returns its catalog entry.
+        async fn put(&self, bytes: bytes::Bytes) -> mira_catalog::proto::Block {
+            use mira_core::block::{Block, VerifyCache, block_path};
+            let block = Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(8))).expect("open");
+            let m = block.meta().clone();
+            let key = block_path(&m.tenant, Signal::Logs, m.min_time, m.block_id).to_string();
+            use object_store::ObjectStoreExt;
+            self.store
+                .put(
+                    &object_store::path::Path::from(key.as_str()),
+                    object_store::PutPayload::from(bytes.clone()),
+                )
+                .await
+                .expect("put");
+            mira_catalog::proto::Block {
+                id: m.block_id.to_string(),
+                min_time_ns: m.min_time as i64,
+                max_time_ns: m.max_time as i64,
+                rows: m.rows,
+                bytes: bytes.len() as u64,
+                level: match m.level {
+                    mira_core::block::Level::Hot => mira_catalog::proto::Level::Hot as i32,
+                    mira_core::block::Level::Cold => mira_catalog::proto::Level::Cold as i32,
+                },
+                object_key: key,
+                ..mira_catalog::testing::block(m.tenant.as_str(), m.min_time as i64, 0)
+            }
+        }
+
+        /// Waits until the querier's catalog copy has `version`.
+        async fn seen(&self, version: u64) {
+            self.querier
+                .mirror
+                .wait_for(version, std::time::Duration::from_secs(20))
+                .await
+                .expect("the querier's catalog copy catches up");
+        }
+
+        /// One page of every line in `[T - 1000, T]`.
+        async fn page(
+            &self,
+            tenant: &str,
+            order: Order,
+            limit: usize,
+            cursor: Option<&str>,
+        ) -> (Vec<String>, Option<String>) {
+            let q = LogsQuery {
+                tenant: tenant.into(),
+                start: T - 1000,
+                end: T + 1,
+                matchers: Vec::new(),
+                lines: Vec::new(),
+                min_severity: None,
+                trace_id: None,
+                limit,
+                order,
+                cursor: cursor.map(|c| LineKey::decode(c).expect("cursor")),
+            };
+            let answer = self.querier.logs(q).await.expect("query");
+            let bodies = answer
+                .body
+                .lines
+                .iter()
+                .map(|l| match l.record.body.as_ref().and_then(|b| b.value.as_ref()) {
+                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => s.clone(),
+                    other => panic!("unexpected body {other:?}"),
+                })
+                .collect();
+            (bodies, answer.body.cursor)
+        }
+    }
+
+    /// A block of `n` lines at `T` and 2 at `T - 1000`, bodies `b{i}-{j}`.
+    fn tiny_block(tenant: &str, i: usize, n: usize) -> bytes::Bytes {
+        use mira_core::convert::{LogsBuilder, SignalBuilder};
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        let record = |j: usize, time: u64| LogRecord {
+            time_unix_nano: time,
+            body: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(format!("b{i}-{j}"))),
+            }),
+            ..Default::default()
+        };
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: (0..n + 2)
+                        .map(|j| record(j, if j % 5 == 4 && j < 10 { T - 1000 } else { T }))
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut b = LogsBuilder::default();
+        b.append(&req).expect("append");
+        let tables = b.finish().expect("finish");
+        let tenant = mira_core::TenantId::new(tenant).expect("tenant");
+        mira_core::tables::write_hot(&tables, BlockId::new(), tenant).expect("write")
+    }
+
+    /// Pages of 7 through lines that mostly share one timestamp, while the
+    /// blocks under the cursor are replaced by their merge (inputs in
+    /// reverse order, so row order is not origin order), then that merge
+    /// by a cold merge of it: every line comes exactly once, in the order
+    /// of one unpaged query.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cursors_stay_valid_while_blocks_are_merged_under_them() {
+        use mira_core::block::{Block, VerifyCache};
+        use mira_core::compact::{merge_blocks, merge_blocks_cold};
+        let rig = Rig::start().await;
+        // One tenant per order, so each starts from unmerged blocks.
+        for (tenant, order) in [("newest", Order::NewestFirst), ("oldest", Order::OldestFirst)] {
+            let mut entries = Vec::new();
+            let mut raw = Vec::new();
+            for i in 0..5 {
+                let bytes = tiny_block(tenant, i, 11);
+                entries.push(rig.put(bytes.clone()).await);
+                raw.push(bytes);
+            }
+            let v = rig.client.publish(entries.clone(), None).await.expect("publish");
+            rig.seen(v).await;
+            let (all, cursor) = rig.page(tenant, order, 1000, None).await;
+            assert_eq!(all.len(), 5 * 13, "{order:?}");
+            assert_eq!(cursor, None);
+
+            let open = |b: &bytes::Bytes| Block::from_bytes(b.clone(), Arc::new(VerifyCache::new(8))).expect("open");
+            let mut paged: Vec<String> = Vec::new();
+            let mut cursor: Option<String> = None;
+            let mut live: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
+            let mut pages = 0;
+            loop {
+                let (lines, next) = rig.page(tenant, order, 7, cursor.as_deref()).await;
+                pages += 1;
+                paged.extend(lines);
+                let Some(next) = next else { break };
+                cursor = Some(next);
+                // Between pages 1 and 2, merge; between 3 and 4, merge again.
+                let merged = match pages {
+                    1 => {
+                        let inputs: Vec<Block> = raw.iter().rev().map(open).collect();
+                        Some(merge_blocks(&inputs, BlockId::new()).expect("merge"))
+                    }
+                    3 => Some(merge_blocks_cold(&[open(&raw[0])], BlockId::new()).expect("merge cold")),
+                    _ => None,
+                };
+                if let Some(bytes) = merged {
+                    let entry = rig.put(bytes.clone()).await;
+                    let v = rig
+                        .client
+                        .replace(mira_catalog::proto::Replace {
+                            add: vec![entry.clone()],
+                            tombstone: std::mem::take(&mut live),
+                            now_ns: mira_common::clock::Clock::system().now_ns(),
+                            ..Default::default()
+                        })
+                        .await
+                        .expect("replace");
+                    rig.seen(v).await;
+                    live = vec![entry.id];
+                    raw = vec![bytes];
+                }
+                assert!(pages < 50, "the cursor loops");
+            }
+            assert_eq!(paged, all, "{order:?}");
+            assert!(pages > 4, "both merges happened under a cursor");
+            // Over the merged block alone, from the start: the first page's
+            // limited scan cuts lines at one time, which must be taken in
+            // origin order, not row order.
+            let mut again: Vec<String> = Vec::new();
+            let mut cursor: Option<String> = None;
+            for _ in 0..50 {
+                let (lines, next) = rig.page(tenant, order, 7, cursor.as_deref()).await;
+                again.extend(lines);
+                cursor = next;
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            assert_eq!(again, all, "{order:?}, merged");
+            assert_eq!(rig.page(tenant, order, 1000, None).await.0, all, "{order:?}, merged");
+        }
     }
 }

@@ -12,6 +12,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use mira_common::Process;
+use mira_common::http::HttpServer;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -19,8 +20,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::Querier;
 
@@ -130,18 +129,12 @@ async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Respons
 
 /// A running querier HTTP server.
 #[derive(Debug)]
-pub struct QuerierServer {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<()>>,
-}
+pub struct QuerierServer(HttpServer);
 
 impl QuerierServer {
     /// Binds `listen` and serves the API and the process's probes
     /// (`/metrics`, `/ready`, `/live`).
     pub async fn start(querier: Arc<Querier>, listen: SocketAddr, process: &Process) -> std::io::Result<QuerierServer> {
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        let addr = listener.local_addr()?;
         let state = AppState {
             metrics: Arc::new(
                 process
@@ -165,33 +158,15 @@ impl QuerierServer {
             .merge(crate::tempo_api::router(querier))
             .route_layer(axum::middleware::from_fn_with_state(state, observe))
             .merge(process.telemetry.router());
-        let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = rx.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(target: "mira::querier", error = %e, "server stopped");
-            }
-        });
-        Ok(QuerierServer {
-            addr,
-            stop: Some(tx),
-            handle: Some(handle),
-        })
+        Ok(QuerierServer(HttpServer::bind(listen, app, "querier").await?))
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.0.addr()
     }
 
     /// Stops accepting, finishes requests in flight.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(h) = self.handle.take() {
-            let _ = h.await;
-        }
+    pub async fn shutdown(self) {
+        self.0.shutdown().await;
     }
 }

@@ -266,12 +266,15 @@ impl Contexts {
 /// Items of one scope: (scope id, items).
 pub(crate) type ScopeGroup<T> = (u32, Vec<T>);
 
-/// Collects items under (resource id, scope id) in first-seen order.
+/// Collects items under (resource id, scope id) in first-seen order, or,
+/// for [`Grouper::in_row_order`], into runs of consecutive items that share
+/// them, so flattening the groups gives the items back in push order.
 #[derive(Debug)]
 pub(crate) struct Grouper<T> {
     pub groups: Vec<(u32, Vec<ScopeGroup<T>>)>,
     resource_index: HashMap<u32, usize>,
     scope_index: HashMap<(u32, u32), usize>,
+    row_order: bool,
 }
 
 impl<T> Default for Grouper<T> {
@@ -280,12 +283,32 @@ impl<T> Default for Grouper<T> {
             groups: Vec::new(),
             resource_index: HashMap::new(),
             scope_index: HashMap::new(),
+            row_order: false,
         }
     }
 }
 
 impl<T> Grouper<T> {
+    /// A grouper that keeps push order: a resource or scope seen again
+    /// after another one starts a new group.
+    pub fn in_row_order() -> Self {
+        Grouper {
+            row_order: true,
+            ..Grouper::default()
+        }
+    }
+
     pub fn push(&mut self, resource_id: u32, scope_id: u32, item: T) {
+        if self.row_order {
+            match self.groups.last_mut() {
+                Some((rid, scopes)) if *rid == resource_id => match scopes.last_mut() {
+                    Some((sid, items)) if *sid == scope_id => items.push(item),
+                    _ => scopes.push((scope_id, vec![item])),
+                },
+                _ => self.groups.push((resource_id, vec![(scope_id, vec![item])])),
+            }
+            return;
+        }
         let ri = *self.resource_index.entry(resource_id).or_insert_with(|| {
             self.groups.push((resource_id, Vec::new()));
             self.groups.len() - 1
@@ -296,5 +319,10 @@ impl<T> Grouper<T> {
             scopes.len() - 1
         });
         scopes[si].1.push(item);
+    }
+
+    /// True for [`Grouper::in_row_order`].
+    pub fn keeps_row_order(&self) -> bool {
+        self.row_order
     }
 }

@@ -413,13 +413,28 @@ impl<'a> LogColumns<'a> {
 
 /// A block's log tables back as one OTLP request.
 pub fn logs_to_otlp(tables: &TableSet) -> Result<ExportLogsServiceRequest, ConvertError> {
+    logs_to_otlp_grouped(tables, Grouper::default())
+}
+
+/// A block's log tables back as one OTLP request whose records, read in
+/// order, are the table's rows in order: a resource or scope that recurs
+/// after another one is repeated rather than regrouped. Appending the
+/// answer to a builder reproduces the rows in the same order (the merge
+/// relies on it).
+pub fn logs_to_otlp_in_row_order(tables: &TableSet) -> Result<ExportLogsServiceRequest, ConvertError> {
+    logs_to_otlp_grouped(tables, Grouper::in_row_order())
+}
+
+fn logs_to_otlp_grouped(
+    tables: &TableSet,
+    mut groups: Grouper<LogRecord>,
+) -> Result<ExportLogsServiceRequest, ConvertError> {
     let root = tables.get(schema::LOGS)?;
     let cols = LogColumns::new(root)?;
     let ctx = Contexts::read(tables)?;
     let mut attrs = AttrReader::new(tables.get(schema::LOG_ATTRS)?, schema::LOG_ATTRS)?
         .grouped(root.num_rows())?
         .into_iter();
-    let mut groups = Grouper::default();
     for row in 0..root.num_rows() {
         let record = cols.record(row, attrs.next().unwrap_or_default())?;
         groups.push(cols.resource_id.value(row), cols.scope_id.value(row), record);

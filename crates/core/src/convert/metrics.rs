@@ -944,13 +944,28 @@ fn add_point(m: &mut Metric, kind: u8, temporality: i32, monotonic: bool, p: Poi
 /// (same name, description, unit, metadata, type, temporality) under one
 /// resource and scope are gathered under one `Metric`.
 pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, ConvertError> {
+    points_to_otlp_grouped(tables, Grouper::default())
+}
+
+/// A block's metric tables back as one OTLP request whose data points, read
+/// in order, are the table's rows in order (see
+/// [`super::logs_to_otlp_in_row_order`]): a metric that recurs after another
+/// one starts a new `Metric`.
+pub fn points_to_otlp_in_row_order(tables: &TableSet) -> Result<ExportMetricsServiceRequest, ConvertError> {
+    points_to_otlp_grouped(tables, Grouper::in_row_order())
+}
+
+fn points_to_otlp_grouped(
+    tables: &TableSet,
+    mut groups: Grouper<(usize, Point)>,
+) -> Result<ExportMetricsServiceRequest, ConvertError> {
+    let row_order = groups.keeps_row_order();
     let root = tables.get(schema::POINTS)?;
     let series = tables.get(schema::SERIES)?;
     let c = PointColumns::new(root, tables.get(schema::POINT_DISTS)?, series)?;
     let ctx = Contexts::read(tables)?;
     let series_attrs =
         AttrReader::new(tables.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?.grouped(series.num_rows())?;
-    let mut groups = Grouper::default();
     for row in 0..root.num_rows() {
         let s = c.series_row(row);
         let point = c.point(row, series_attrs[s].clone())?;
@@ -970,8 +985,9 @@ pub fn points_to_otlp(tables: &TableSet) -> Result<ExportMetricsServiceRequest, 
                 let key = c.metric_key(row);
                 let (kind, temporality, monotonic) = (key.4, key.5, key.6);
                 let i = match index.get(&key) {
-                    Some(&i) => i,
-                    None => {
+                    // In row order only the last metric may take the point.
+                    Some(&i) if !row_order || i + 1 == metrics.len() => i,
+                    _ => {
                         metrics.push(c.metric(row)?);
                         index.insert(key, metrics.len() - 1);
                         metrics.len() - 1

@@ -317,6 +317,13 @@ pub fn spans_to_otlp(tables: &TableSet) -> Result<ExportTraceServiceRequest, Con
     spans_to_otlp_rows(tables, None)
 }
 
+/// A block's trace tables back as one OTLP request whose spans, read in
+/// order, are the table's rows in order (see
+/// [`super::logs_to_otlp_in_row_order`]).
+pub fn spans_to_otlp_in_row_order(tables: &TableSet) -> Result<ExportTraceServiceRequest, ConvertError> {
+    spans_to_otlp_grouped(tables, None, Grouper::in_row_order())
+}
+
 /// Attributes of the parents `rows` (all `0..n` when `None`), by parent.
 fn attrs_of(
     reader: &AttrReader<'_>,
@@ -339,6 +346,14 @@ fn attrs_of(
 /// as one OTLP request, with their events, links and attributes; only the
 /// attributes of those spans are decoded.
 pub fn spans_to_otlp_rows(tables: &TableSet, rows: Option<&[u32]>) -> Result<ExportTraceServiceRequest, ConvertError> {
+    spans_to_otlp_grouped(tables, rows, Grouper::default())
+}
+
+fn spans_to_otlp_grouped(
+    tables: &TableSet,
+    rows: Option<&[u32]>,
+    mut groups: Grouper<Span>,
+) -> Result<ExportTraceServiceRequest, ConvertError> {
     let root = tables.get(schema::SPANS)?;
     let n = root.num_rows();
     let c = SpanColumns::new(root)?;
@@ -441,7 +456,6 @@ pub fn spans_to_otlp_rows(tables: &TableSet, rows: Option<&[u32]>) -> Result<Exp
         });
     }
 
-    let mut groups = Grouper::default();
     for ((&r, events), links) in rows.iter().zip(events).zip(links) {
         let row = r as usize;
         let status = c.status_code.is_valid(row).then(|| Status {

@@ -1,0 +1,65 @@
+//! The one way a role serves HTTP: [`HttpServer::spawn`] runs an axum app
+//! on a bound listener (TCP_NODELAY on every connection: the APIs are
+//! small request/response pairs) until [`HttpServer::shutdown`], which stops
+//! accepting and lets requests in flight finish.
+
+use std::net::SocketAddr;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A running HTTP server.
+#[derive(Debug)]
+pub struct HttpServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// Serves `app` on `listener`; `role` names it in the log if it fails.
+    pub fn spawn(listener: tokio::net::TcpListener, app: axum::Router, role: &'static str) -> std::io::Result<HttpServer> {
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let handle = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(target: "mira::http", role, error = %e, "server stopped");
+            }
+        });
+        Ok(HttpServer {
+            addr,
+            stop: Some(stop),
+            handle: Some(handle),
+        })
+    }
+
+    /// Binds `listen`, then [`HttpServer::spawn`].
+    pub async fn bind(listen: SocketAddr, app: axum::Router, role: &'static str) -> std::io::Result<HttpServer> {
+        HttpServer::spawn(tokio::net::TcpListener::bind(listen).await?, app, role)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting without waiting (see [`HttpServer::shutdown`]).
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Stops accepting and waits for requests in flight to finish.
+    pub async fn shutdown(mut self) {
+        self.stop();
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+    }
+}
