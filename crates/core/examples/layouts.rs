@@ -29,7 +29,7 @@ use mira_core::scan::{
 };
 use mira_core::sidecar::Sidecars;
 use mira_core::decoded::{DecodedCache, decoded_weight};
-use mira_core::tables::{read_sidecars, read_table, write_hot};
+use mira_core::tables::{read_sidecars, write_hot};
 use mira_core::{BlockId, Signal, TenantId};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -200,7 +200,13 @@ fn tables(block: &Block, names: &[&'static str], cache: &DecodedCache) -> Result
     for name in names {
         let table = cache.get_or_decode(meta.block_id, name, || {
             let (_, entry) = block.manifest().section(name).ok_or(format!("no section {name}"))?;
-            let table = read_table(block, name).map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            let batches = block.read_batches(name).map_err(|e| e.to_string())?;
+            let t1 = Instant::now();
+            let table = mira_core::tables::table_from_batches(name, batches).map_err(|e| e.to_string())?;
+            if std::env::var_os("LAYOUTS_TRACE").is_some() {
+                eprintln!("TRACE {:?} {name} decode {:.1} ms join {:.1} ms", entry.codec, (t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
+            }
             let weight = decoded_weight(entry, &table);
             Ok::<_, String>((table, weight))
         })?;

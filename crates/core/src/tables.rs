@@ -95,6 +95,14 @@ pub fn read_table(block: &Block, name: &'static str) -> Result<RecordBatch, Erro
 /// attribute tables. Hot sections hold exactly one batch, so nothing is
 /// copied for them.
 pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> Result<RecordBatch, Error> {
+    // Cold attribute tables: rebuilt batch by batch, never joined typed.
+    if is_attr_table(name)
+        && batches
+            .first()
+            .is_some_and(|b| b.schema().column_with_name("type").is_some())
+    {
+        return Ok(attrs::from_typed_batches(&batches, name)?);
+    }
     let batch = if batches.len() == 1 {
         batches.pop().ok_or(crate::convert::ConvertError::MissingTable(name))?
     } else if batches.is_empty() {
@@ -106,12 +114,29 @@ pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> 
             .first()
             .map(RecordBatch::schema)
             .ok_or(crate::convert::ConvertError::MissingTable(name))?;
-        arrow::compute::concat_batches(&schema, &batches)?
+        concat_columns(schema, &batches)?
     };
     if is_attr_table(name) && batch.schema().column_with_name("type").is_some() {
         return Ok(attrs::from_typed(&batch, name)?);
     }
     Ok(batch)
+}
+
+/// `batches` (of `schema`) joined into one, column by column in parallel
+/// on the current rayon pool (a decoded cold root table is one batch per
+/// 64k-row group, and joining copies every value).
+fn concat_columns(schema: arrow::datatypes::SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch, Error> {
+    use rayon::prelude::*;
+    let rows = batches.iter().map(RecordBatch::num_rows).sum();
+    let columns = (0..schema.fields().len())
+        .into_par_iter()
+        .map(|i| {
+            let arrays: Vec<&dyn arrow::array::Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
+            arrow::compute::concat(&arrays)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(RecordBatch::try_new_with_options(schema, columns, &options)?)
 }
 
 /// Reads the named tables of a block (all of its signal's tables when
