@@ -23,12 +23,12 @@ use mira_core::cluster::cluster_by_resource;
 use mira_core::cold::rewrite_cold;
 use mira_core::compact::merge_tables;
 use mira_core::convert::{LogsBuilder, SignalBuilder, TableSet};
+use mira_core::decoded::{DecodedCache, decoded_weight};
 use mira_core::scan::{
     AttrMatcher, AttrScope, LineFilter, MatchOp, Order, Predicate, ScanInput, ScanOutput, ScanRequest, probe,
     tables_needed,
 };
 use mira_core::sidecar::Sidecars;
-use mira_core::decoded::{DecodedCache, decoded_weight};
 use mira_core::tables::{read_sidecars, write_hot};
 use mira_core::{BlockId, Signal, TenantId};
 use mira_testkit::corpus::{Cardinality, Corpus};
@@ -205,7 +205,12 @@ fn tables(block: &Block, names: &[&'static str], cache: &DecodedCache) -> Result
             let t1 = Instant::now();
             let table = mira_core::tables::table_from_batches(name, batches).map_err(|e| e.to_string())?;
             if std::env::var_os("LAYOUTS_TRACE").is_some() {
-                eprintln!("TRACE {:?} {name} decode {:.1} ms join {:.1} ms", entry.codec, (t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
+                eprintln!(
+                    "TRACE {:?} {name} decode {:.1} ms join {:.1} ms",
+                    entry.codec,
+                    (t1 - t0).as_secs_f64() * 1e3,
+                    t1.elapsed().as_secs_f64() * 1e3
+                );
             }
             let weight = decoded_weight(entry, &table);
             Ok::<_, String>((table, weight))

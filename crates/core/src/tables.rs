@@ -114,29 +114,12 @@ pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> 
             .first()
             .map(RecordBatch::schema)
             .ok_or(crate::convert::ConvertError::MissingTable(name))?;
-        concat_columns(schema, &batches)?
+        arrow::compute::concat_batches(&schema, &batches)?
     };
     if is_attr_table(name) && batch.schema().column_with_name("type").is_some() {
         return Ok(attrs::from_typed(&batch, name)?);
     }
     Ok(batch)
-}
-
-/// `batches` (of `schema`) joined into one, column by column in parallel
-/// on the current rayon pool (a decoded cold root table is one batch per
-/// 64k-row group, and joining copies every value).
-fn concat_columns(schema: arrow::datatypes::SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch, Error> {
-    use rayon::prelude::*;
-    let rows = batches.iter().map(RecordBatch::num_rows).sum();
-    let columns = (0..schema.fields().len())
-        .into_par_iter()
-        .map(|i| {
-            let arrays: Vec<&dyn arrow::array::Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
-            arrow::compute::concat(&arrays)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows));
-    Ok(RecordBatch::try_new_with_options(schema, columns, &options)?)
 }
 
 /// Reads the named tables of a block (all of its signal's tables when

@@ -3,16 +3,17 @@
 //! blocks) or taken from memory (recent ones), then decoded and scanned on
 //! the scan pool. A published block's decoded tables are kept in the
 //! decoded cache ([`mira_core::decoded`], `--decoded-cache-size`), so a
-//! later query over the block reads and decodes nothing it already has. A block's row ranges (those its `row_ranges` sidecar says
-//! may match, or fixed ranges without one) are scanned in parallel on the
-//! pool and merged, so one large merged block keeps every thread busy.
-//! Logs, traces, labels and PromQL all read blocks here.
+//! later query over the block reads and decodes nothing it already has. A
+//! block's row ranges (those its `row_ranges` sidecar says may match, or
+//! fixed ranges without one) are scanned in parallel on the pool and
+//! merged, so one large merged block keeps every thread busy. Logs,
+//! traces, labels and PromQL all read blocks here.
 
 use std::sync::Arc;
 
+use arrow::record_batch::RecordBatch;
 use futures::future::try_join_all;
 use mira_core::block::{Block, Manifest, decode_section};
-use arrow::record_batch::RecordBatch;
 use mira_core::convert::TableSet;
 use mira_core::decoded::{DecodedCache, decoded_weight};
 use mira_core::scan::{ScanInput, ScanOutput, ScanRequest, tables_needed};
@@ -196,11 +197,7 @@ impl Querier {
                 let sections = try_join_all(names.iter().zip(&cached).map(|(name, hit)| async move {
                     match hit {
                         Some(_) => Ok(None),
-                        None => self
-                            .cache
-                            .section(&self.store, key, m, name, stats)
-                            .await
-                            .map(Some),
+                        None => self.cache.section(&self.store, key, m, name, stats).await.map(Some),
                     }
                 }))
                 .await

@@ -83,7 +83,11 @@ impl Collector for CacheCollector {
             ("decoded_cache_hits", "Tables found decoded in memory", &d.hits),
             ("decoded_cache_misses", "Tables not found decoded in memory", &d.misses),
             ("decoded_cache_inserts", "Decoded tables kept in memory", &d.inserts),
-            ("decoded_cache_evictions", "Decoded tables evicted for room", &d.evictions),
+            (
+                "decoded_cache_evictions",
+                "Decoded tables evicted for room",
+                &d.evictions,
+            ),
         ] {
             let counter = ConstCounter::new(v.load(Ordering::Relaxed));
             counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
