@@ -119,6 +119,7 @@ def metric(text, name, **labels):
 def lag_phase():
     """The compactor inside `mira serve` under load: backlog and lag."""
     secs = int(os.environ.get("LAG_S", "120"))
+    os.environ["MIRA_SERVE_ARGS"] = ""  # this serve runs its compactor
     serve = Serve(["--shards", "1", "--seal-size", "1", "--min-block-age", "5s", "--plan-interval", "2s"])
     gen = subprocess.Popen([MIRA, "loadgen", "--target", serve.http, "--protocol", "http", "--signal", "logs",
                             "--batch", "1000", "--conns", "1", "--rate", "10", "--for", str(secs)],

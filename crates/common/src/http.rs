@@ -18,7 +18,11 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Serves `app` on `listener`; `role` names it in the log if it fails.
-    pub fn spawn(listener: tokio::net::TcpListener, app: axum::Router, role: &'static str) -> std::io::Result<HttpServer> {
+    pub fn spawn(
+        listener: tokio::net::TcpListener,
+        app: axum::Router,
+        role: &'static str,
+    ) -> std::io::Result<HttpServer> {
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {

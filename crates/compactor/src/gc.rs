@@ -69,12 +69,7 @@ pub(crate) async fn sweep_orphans(ctx: &Arc<Ctx>) -> Result<SweepReport, Error> 
                 key: "/".to_owned(),
                 source,
             })?;
-    let known: HashSet<BlockId> = crate::view::load(ctx)
-        .await?
-        .blocks
-        .iter()
-        .map(|b| b.id)
-        .collect();
+    let known: HashSet<BlockId> = crate::view::load(ctx).await?.blocks.iter().map(|b| b.id).collect();
     let now_ns = ctx.clock.now_ns();
     let mut report = SweepReport {
         objects: objects.len(),

@@ -140,7 +140,13 @@ pub(crate) async fn acquire(ctx: &Arc<Ctx>, partition: &Partition, manifest: &Ma
     let key = partition.lease_key();
     let ttl_ms = i64::try_from(ctx.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
     ctx.catalog
-        .acquire_lease(&key, &ctx.config.holder, ctx.clock.now_ns(), ttl_ms, Some(manifest.to_json()))
+        .acquire_lease(
+            &key,
+            &ctx.config.holder,
+            ctx.clock.now_ns(),
+            ttl_ms,
+            Some(manifest.to_json()),
+        )
         .await
         .map_err(|e| {
             if matches!(e, ClientError::Rejected(_)) {
@@ -180,7 +186,13 @@ async fn renew(ctx: &Arc<Ctx>, lease: &LeaseGuard, partition: &Partition, manife
     lease.check()?;
     let ttl_ms = i64::try_from(ctx.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
     ctx.catalog
-        .renew_lease(&lease.key, &ctx.config.holder, ctx.clock.now_ns(), ttl_ms, Some(manifest.to_json()))
+        .renew_lease(
+            &lease.key,
+            &ctx.config.holder,
+            ctx.clock.now_ns(),
+            ttl_ms,
+            Some(manifest.to_json()),
+        )
         .await
         .map(|_| ())
         .map_err(|e| match e {
@@ -313,9 +325,19 @@ async fn run_leased(
         .inputs
         .first()
         .ok_or_else(|| Error::Internal("a job without inputs".to_owned()))?;
-    let min_time = job.inputs.iter().map(|b| b.min_time_ns).min().unwrap_or(first.min_time_ns);
+    let min_time = job
+        .inputs
+        .iter()
+        .map(|b| b.min_time_ns)
+        .min()
+        .unwrap_or(first.min_time_ns);
     let out_id = BlockId::new();
-    let out_key = block_path(&first.tenant, first.signal, u64::try_from(min_time).unwrap_or(0), out_id);
+    let out_key = block_path(
+        &first.tenant,
+        first.signal,
+        u64::try_from(min_time).unwrap_or(0),
+        out_id,
+    );
     manifest.outputs.push(Output {
         id: out_id.to_string(),
         key: out_key.to_string(),
@@ -455,7 +477,8 @@ async fn fetch_inputs(ctx: &Arc<Ctx>, job: &Job) -> Result<Vec<Block>, Error> {
                     id: b.id.to_string(),
                     reason,
                 };
-                let block = Block::from_bytes(data, Arc::new(VerifyCache::new(64))).map_err(|e| corrupt(e.to_string()))?;
+                let block =
+                    Block::from_bytes(data, Arc::new(VerifyCache::new(64))).map_err(|e| corrupt(e.to_string()))?;
                 let m = block.meta();
                 if m.block_id != b.id || m.tenant != b.tenant || m.signal != b.signal || m.rows != b.rows {
                     return Err(corrupt(format!(

@@ -14,7 +14,7 @@
 //!   cleanup after a crashed holder; quarantine of corrupt inputs.
 //! - [`gc`]: deletion after the grace and purge; the orphan sweep.
 //! - [`settings`]: flags and the `[compactor]` table.
-//! - [`metrics`]: `mira_compactor_*`.
+//! - [`metrics`]: the `mira_compactor_*` metrics.
 //! - [`server`]: `/metrics`, `/ready`, `/live` and
 //!   `/api/mira/v1/compactor/status`.
 //! - [`error`]: why a job failed, and its outcome label.
@@ -99,7 +99,9 @@ impl Ctx {
     /// Reserves `bytes` of the memory budget (all of it at most: a job
     /// larger than the budget runs alone), waiting for running jobs.
     pub(crate) async fn reserve(&self, bytes: u64) -> Result<Reservation<'_>, Error> {
-        let mib = u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX).clamp(1, self.memory_mib);
+        let mib = u32::try_from(bytes.div_ceil(1 << 20))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.memory_mib);
         let permit = self.memory.acquire_many(mib).await.map_err(|_| Error::Stopping)?;
         let bytes = i64::from(mib) << 20;
         self.metrics.memory_reserved_bytes.inc_by(bytes);
@@ -219,7 +221,12 @@ impl Compactor {
     /// Reads the catalog and plans, without doing anything.
     pub async fn plan(&self) -> Result<(Plan, view::View), Error> {
         let view = view::load(&self.ctx).await?;
-        let plan = planner::plan(&view.blocks, &view.leased, self.ctx.clock.now_ns(), &self.ctx.config.rules);
+        let plan = planner::plan(
+            &view.blocks,
+            &view.leased,
+            self.ctx.clock.now_ns(),
+            &self.ctx.config.rules,
+        );
         self.record_plan(&plan, &view);
         let _ = self.ready.send(true);
         Ok((plan, view))
@@ -354,7 +361,8 @@ impl Compactor {
             }
         }
         let mut s = ctx.status();
-        s.running.retain(|r| !(r.partition == st.partition && r.started_ns == st.started_ns));
+        s.running
+            .retain(|r| !(r.partition == st.partition && r.started_ns == st.started_ns));
         s.finished.push_back(st);
         while s.finished.len() > 20 {
             s.finished.pop_front();
@@ -370,7 +378,8 @@ impl Compactor {
         let mut total = RoundReport::default();
         // Rounds without progress before giving up: enough to outlast a
         // crashed holder's lease several times over.
-        let mut attempts_left = 20 + (4 * self.ctx.config.lease_ttl.as_secs() / self.ctx.config.plan_interval.as_secs().max(1)) as usize;
+        let mut attempts_left =
+            20 + (4 * self.ctx.config.lease_ttl.as_secs() / self.ctx.config.plan_interval.as_secs().max(1)) as usize;
         loop {
             let r = self.run_round().await?;
             total.jobs_ok += r.jobs_ok;
@@ -431,12 +440,12 @@ impl Compactor {
 }
 
 /// Runs `futures` with at most `n` at once, returning their outputs.
-async fn limit<F: std::future::Future>(futures: impl IntoIterator<Item = F>, n: usize) -> Vec<F::Output>
-where
-    F: std::future::Future,
-{
+async fn limit<F: std::future::Future>(futures: impl IntoIterator<Item = F>, n: usize) -> Vec<F::Output> {
     use futures::StreamExt;
-    futures::stream::iter(futures).buffer_unordered(n.max(1)).collect().await
+    futures::stream::iter(futures)
+        .buffer_unordered(n.max(1))
+        .collect()
+        .await
 }
 
 #[cfg(test)]
@@ -446,7 +455,7 @@ mod tests {
     use super::*;
 
     fn compactor(memory_limit: u64) -> Arc<Compactor> {
-        let mut config = settings::Settings::default().build().unwrap();
+        let mut config = settings::Settings::default().build().expect("test step");
         config.memory_limit = memory_limit;
         let catalog = Arc::new(CatalogClient::new(
             vec!["127.0.0.1:1".to_owned()],
@@ -458,24 +467,24 @@ mod tests {
             Arc::new(object_store::memory::InMemory::new()),
             catalog,
         )
-        .unwrap()
+        .expect("test step")
     }
 
     #[tokio::test]
     async fn a_job_waits_for_memory_and_a_job_over_the_limit_runs_alone() {
         let c = compactor(4 << 20);
         let ctx = c.ctx();
-        let first = ctx.reserve(3 << 20).await.unwrap();
+        let first = ctx.reserve(3 << 20).await.expect("test step");
         assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 3 << 20);
         // 2 MiB more does not fit beside the first job: it waits.
         let mut second = Box::pin(ctx.reserve(2 << 20));
         assert!((&mut second).now_or_never().is_none());
         drop(first);
-        let second = second.await.unwrap();
+        let second = second.await.expect("test step");
         assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 2 << 20);
         drop(second);
         // A job estimated over the whole budget takes all of it, alone.
-        let big = ctx.reserve(64 << 20).await.unwrap();
+        let big = ctx.reserve(64 << 20).await.expect("test step");
         assert_eq!(ctx.metrics.memory_reserved_bytes.get(), 4 << 20);
         assert!(ctx.reserve(1).now_or_never().is_none());
         drop(big);

@@ -119,13 +119,21 @@ impl Metrics {
             "Most live objects in one partition",
             m.partition_objects_max.clone(),
         );
-        r.register("leases_held", "Partition leases this compactor holds", m.leases_held.clone());
+        r.register(
+            "leases_held",
+            "Partition leases this compactor holds",
+            m.leases_held.clone(),
+        );
         r.register(
             "lease_conflicts",
             "Leases another holder had when this compactor asked",
             m.lease_conflicts.clone(),
         );
-        r.register("lease_lost", "Jobs stopped because their lease was lost", m.lease_lost.clone());
+        r.register(
+            "lease_lost",
+            "Jobs stopped because their lease was lost",
+            m.lease_lost.clone(),
+        );
         r.register(
             "tombstoned_pending_blocks",
             "Replaced blocks waiting for the deletion grace",

@@ -285,7 +285,9 @@ pub fn plan(blocks: &[BlockInfo], leased: &HashSet<String>, now_ns: i64, rules: 
     out.purge.sort_by_key(|b| (b.partition_start_ns, b.id));
     out.partitions = parts.len() as u64;
     // Candidates per tenant, each list in priority order.
-    let mut per_tenant: BTreeMap<String, (Vec<(u64, Job)>, Vec<Job>)> = BTreeMap::new();
+    // Per tenant: hot merges with their score, and cold rewrites.
+    type Candidates = (Vec<(u64, Job)>, Vec<Job>);
+    let mut per_tenant: BTreeMap<String, Candidates> = BTreeMap::new();
     for (part, mut members) in parts {
         out.max_partition_objects = out.max_partition_objects.max(members.len() as u64);
         members.sort_by_key(|b| (b.min_time_ns, b.id));

@@ -118,7 +118,10 @@ impl Settings {
             return Err(ConfigError::new("compactor.merge_factor", "at least 2"));
         }
         if self.max_inputs < 2 || self.max_inputs > 10_000 {
-            return Err(ConfigError::new("compactor.max_inputs", "2 to 10000 (one catalog command)"));
+            return Err(ConfigError::new(
+                "compactor.max_inputs",
+                "2 to 10000 (one catalog command)",
+            ));
         }
         positive("compactor.mature_hot_bytes", self.mature_hot_bytes.bytes())?;
         if self.target_hot_bytes.bytes() < self.mature_hot_bytes.bytes() {
@@ -194,11 +197,15 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_build_the_planner_defaults() {
-        let c = Settings::default().build().unwrap();
+        let c = Settings::default().build().expect("test step");
         assert_eq!(c.rules, Rules::default());
         assert_eq!(c.jobs, 2);
         assert!(c.holder.contains('/'));
-        assert_ne!(c.holder, Settings::default().build().unwrap().holder, "fresh incarnation");
+        assert_ne!(
+            c.holder,
+            Settings::default().build().expect("test step").holder,
+            "fresh incarnation"
+        );
     }
 
     #[test]
@@ -217,7 +224,7 @@ mod tests {
         for (field, edit) in cases {
             let mut s = Settings::default();
             edit(&mut s);
-            assert_eq!(s.validate().unwrap_err().field, field);
+            assert_eq!(s.validate().expect_err(field).field, field);
         }
     }
 }

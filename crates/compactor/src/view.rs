@@ -90,8 +90,7 @@ fn block_info(b: &pb::Block) -> Result<BlockInfo, Error> {
     };
     let id: BlockId = b.id.parse().map_err(|e: mira_core::Error| bad(e.to_string()))?;
     let tenant = TenantId::new(&b.tenant).map_err(|e| bad(e.to_string()))?;
-    let signal =
-        mira_catalog::pb_impl::signal::from_pb(b.signal).ok_or_else(|| bad(format!("signal {}", b.signal)))?;
+    let signal = mira_catalog::pb_impl::signal::from_pb(b.signal).ok_or_else(|| bad(format!("signal {}", b.signal)))?;
     let state = match pb::BlockState::try_from(b.state) {
         Ok(pb::BlockState::Live) => BlockState::Live,
         Ok(pb::BlockState::Tombstoned) => BlockState::Tombstoned {

@@ -41,15 +41,17 @@ struct Env {
     corpus: Corpus,
 }
 
-
 impl Env {
     async fn new() -> Env {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("test step");
         let addr = mira_testkit::net::free_addr();
-        let node = CatalogNode::start(NodeConfig::single(addr, dir.path().join("catalog")), &Process::default())
-            .await
-            .unwrap();
-        node.wait_for_leader(Duration::from_secs(20)).await.unwrap();
+        let node = CatalogNode::start(
+            NodeConfig::single(addr, dir.path().join("catalog")),
+            &Process::default(),
+        )
+        .await
+        .expect("test step");
+        node.wait_for_leader(Duration::from_secs(20)).await.expect("test step");
         let catalog = Arc::new(CatalogClient::new(vec![addr.to_string()], ClientConfig::default()));
         let (clock, manual) = Clock::manual(SystemTime::now());
         Env {
@@ -66,22 +68,32 @@ impl Env {
 
     /// Publishes `n` blocks of `records` log records each, with record
     /// times starting `hour_start + 1 min`, created `created_ago` before now.
-    async fn publish(&mut self, tenant: &str, hour_start: i64, n: usize, records: usize, created_ago: i64) -> Vec<pb::Block> {
+    async fn publish(
+        &mut self,
+        tenant: &str,
+        hour_start: i64,
+        n: usize,
+        records: usize,
+        created_ago: i64,
+    ) -> Vec<pb::Block> {
         let mut out = Vec::new();
         let seed = self.sent.values().map(Vec::len).sum::<usize>() as u64;
         self.corpus = Corpus::starting_at(seed, Cardinality::Low, (hour_start + MIN) as u64);
         for _ in 0..n {
             let req = self.corpus.logs(records);
             let mut b = LogsBuilder::default();
-            b.append(&req).unwrap();
-            let tables = b.finish().unwrap();
+            b.append(&req).expect("test step");
+            let tables = b.finish().expect("test step");
             let id = BlockId::new();
-            let tenant_id = TenantId::new(tenant).unwrap();
-            let bytes = write_hot(&tables, id, tenant_id.clone()).unwrap();
-            let block = Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(8))).unwrap();
+            let tenant_id = TenantId::new(tenant).expect("test step");
+            let bytes = write_hot(&tables, id, tenant_id.clone()).expect("test step");
+            let block = Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(8))).expect("test step");
             let meta = block.meta().clone();
             let key = block_path(&tenant_id, Signal::Logs, meta.min_time, id);
-            self.store.put(&key, PutPayload::from(bytes.clone())).await.unwrap();
+            self.store
+                .put(&key, PutPayload::from(bytes.clone()))
+                .await
+                .expect("test step");
             let record = pb::Block {
                 id: id.to_string(),
                 tenant: tenant.to_owned(),
@@ -95,7 +107,10 @@ impl Env {
                 created_at_ns: self.clock.now_ns() - created_ago,
                 ..Default::default()
             };
-            self.catalog.publish(vec![record.clone()], None).await.unwrap();
+            self.catalog
+                .publish(vec![record.clone()], None)
+                .await
+                .expect("test step");
             self.sent.entry(hour_start).or_default().extend(flatten::logs(&req));
             out.push(record);
         }
@@ -103,7 +118,9 @@ impl Env {
     }
 
     fn config(&self, holder: &str) -> CompactorConfig {
-        let mut c = mira_compactor::settings::Settings::default().build().unwrap();
+        let mut c = mira_compactor::settings::Settings::default()
+            .build()
+            .expect("test step");
         c.holder = format!("{holder}/{}", BlockId::new());
         c.rules = Rules {
             min_block_age_ns: 0,
@@ -117,20 +134,27 @@ impl Env {
 
     fn compactor(&self, holder: &str) -> Arc<Compactor> {
         let process = Process::new(self.clock.clone());
-        Compactor::new(self.config(holder), &process, self.store.clone(), self.catalog.clone()).unwrap()
+        Compactor::new(self.config(holder), &process, self.store.clone(), self.catalog.clone()).expect("test step")
     }
 
     async fn blocks(&self, state: pb::BlockState) -> Vec<pb::Block> {
-        self.catalog.list_all_blocks(&[state]).await.unwrap()
+        self.catalog.list_all_blocks(&[state]).await.expect("test step")
     }
 
     /// Flattened records of every live block, by partition start.
     async fn live_records(&self) -> BTreeMap<i64, Vec<Vec<u8>>> {
         let mut out: BTreeMap<i64, Vec<Vec<u8>>> = BTreeMap::new();
         for b in self.blocks(pb::BlockState::Live).await {
-            let bytes = self.store.get(&Path::from(b.object_key.as_str())).await.unwrap().bytes().await.unwrap();
-            let block = Block::from_bytes(bytes, Arc::new(VerifyCache::new(8))).unwrap();
-            let req = logs_to_otlp(&read_tables(&block, None).unwrap()).unwrap();
+            let bytes = self
+                .store
+                .get(&Path::from(b.object_key.as_str()))
+                .await
+                .expect("test step")
+                .bytes()
+                .await
+                .expect("test step");
+            let block = Block::from_bytes(bytes, Arc::new(VerifyCache::new(8))).expect("test step");
+            let req = logs_to_otlp(&read_tables(&block, None).expect("test step")).expect("test step");
             out.entry(b.partition_start_ns).or_default().extend(flatten::logs(&req));
         }
         out
@@ -157,7 +181,7 @@ impl Env {
             .map_ok(|o| o.location.to_string())
             .try_collect()
             .await
-            .unwrap();
+            .expect("test step");
         keys.sort();
         keys
     }
@@ -184,7 +208,7 @@ async fn merges_rewrites_cold_then_deletes_after_the_grace() {
     env.publish("acme", old, 30, 40, 150 * MIN).await;
     env.publish("acme", recent, 20, 40, 2 * MIN).await;
     let c = env.compactor("c1");
-    let report = c.run_until_idle().await.unwrap();
+    let report = c.run_until_idle().await.expect("test step");
     assert!(report.jobs_ok >= 2, "{report:?}");
     assert_eq!(report.jobs_failed, 0);
 
@@ -192,7 +216,11 @@ async fn merges_rewrites_cold_then_deletes_after_the_grace() {
     let by_part = count_by_partition(&live);
     assert_eq!(by_part[&old].len(), 1, "the settled hour is one cold block");
     assert_eq!(by_part[&old][0].level, pb::Level::Cold as i32);
-    assert_eq!(by_part[&recent].len(), 1, "20 tiny recent blocks merge into one hot block");
+    assert_eq!(
+        by_part[&recent].len(),
+        1,
+        "20 tiny recent blocks merge into one hot block"
+    );
     assert_eq!(by_part[&recent][0].level, pb::Level::Hot as i32);
     env.assert_exactly_once().await;
 
@@ -201,19 +229,30 @@ async fn merges_rewrites_cold_then_deletes_after_the_grace() {
     assert_eq!(tomb.len(), 50);
     assert_eq!(env.object_keys().await.len(), 52);
     env.manual.advance(Duration::from_secs(11 * 60));
-    let report = c.run_until_idle().await.unwrap();
+    let report = c.run_until_idle().await.expect("test step");
     assert_eq!(report.purged, 50);
     assert!(env.blocks(pb::BlockState::Tombstoned).await.is_empty());
     let mut live_keys: Vec<String> = live.iter().map(|b| b.object_key.clone()).collect();
     live_keys.sort();
-    assert_eq!(env.object_keys().await, live_keys, "the bucket holds exactly the live objects");
+    assert_eq!(
+        env.object_keys().await,
+        live_keys,
+        "the bucket holds exactly the live objects"
+    );
     env.assert_exactly_once().await;
 
     // A retried ingester publish of a purged input cannot bring it back.
     let again = tomb[0].clone();
     let refused = env
         .catalog
-        .publish(vec![pb::Block { state: 0, tombstoned_at_ns: 0, ..again }], None)
+        .publish(
+            vec![pb::Block {
+                state: 0,
+                tombstoned_at_ns: 0,
+                ..again
+            }],
+            None,
+        )
         .await;
     assert!(refused.is_err(), "{refused:?}");
     env.node.shutdown().await;
@@ -227,12 +266,15 @@ async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
     // A compactor died after writing its manifest and its output.
     let dead_id = BlockId::new();
     let dead_key = block_path(
-        &TenantId::new("acme").unwrap(),
+        &TenantId::new("acme").expect("test step"),
         Signal::Logs,
         inputs[0].min_time_ns as u64,
         dead_id,
     );
-    env.store.put(&dead_key, PutPayload::from_static(b"half a merge")).await.unwrap();
+    env.store
+        .put(&dead_key, PutPayload::from_static(b"half a merge"))
+        .await
+        .expect("test step");
     let manifest = format!(
         r#"{{"v":1,"kind":"merge","started_ns":1,"inputs":10,"outputs":[{{"id":"{dead_id}","key":"{dead_key}"}}]}}"#
     );
@@ -240,21 +282,32 @@ async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
     env.catalog
         .acquire_lease(&key, "dead/1", env.clock.now_ns(), 5_000, Some(manifest))
         .await
-        .unwrap();
+        .expect("test step");
     // An ingester's upload whose publish never happened.
     let orphan_id = BlockId::new();
-    let orphan_key = block_path(&TenantId::new("acme").unwrap(), Signal::Logs, inputs[0].min_time_ns as u64, orphan_id);
-    env.store.put(&orphan_key, PutPayload::from_static(b"never published")).await.unwrap();
+    let orphan_key = block_path(
+        &TenantId::new("acme").expect("test step"),
+        Signal::Logs,
+        inputs[0].min_time_ns as u64,
+        orphan_id,
+    );
+    env.store
+        .put(&orphan_key, PutPayload::from_static(b"never published"))
+        .await
+        .expect("test step");
 
     let c = env.compactor("c1");
     // While the dead holder's lease runs, its partition is left alone.
-    let (plan, _) = c.plan().await.unwrap();
+    let (plan, _) = c.plan().await.expect("test step");
     assert!(plan.jobs.is_empty());
     assert_eq!(plan.leased_elsewhere, 1);
     env.manual.advance(Duration::from_secs(10));
-    c.run_until_idle().await.unwrap();
+    c.run_until_idle().await.expect("test step");
     let keys = env.object_keys().await;
-    assert!(!keys.contains(&dead_key.to_string()), "the dead holder's output is deleted");
+    assert!(
+        !keys.contains(&dead_key.to_string()),
+        "the dead holder's output is deleted"
+    );
     assert!(keys.contains(&orphan_key.to_string()), "a young unknown object is kept");
     // The fenced id can never be committed.
     let late = pb::Block {
@@ -266,7 +319,7 @@ async fn a_crashed_holders_output_is_removed_and_orphans_are_swept() {
     env.assert_exactly_once().await;
 
     env.manual.advance(Duration::from_secs(2 * 3600));
-    let swept = c.sweep().await.unwrap();
+    let swept = c.sweep().await.expect("test step");
     assert_eq!(swept.orphans_deleted, 1);
     assert!(!env.object_keys().await.contains(&orphan_key.to_string()));
     env.assert_exactly_once().await;
@@ -283,22 +336,41 @@ async fn a_corrupt_input_is_quarantined_and_other_partitions_go_on() {
     // Flip a byte inside the first section of one block of partition a.
     let victim = &in_a[3];
     let path = Path::from(victim.object_key.as_str());
-    let original = env.store.get(&path).await.unwrap().bytes().await.unwrap();
-    let first = Block::from_bytes(original.clone(), Arc::new(VerifyCache::new(8))).unwrap().manifest().sections[0].clone();
+    let original = env
+        .store
+        .get(&path)
+        .await
+        .expect("test step")
+        .bytes()
+        .await
+        .expect("test step");
+    let first = Block::from_bytes(original.clone(), Arc::new(VerifyCache::new(8)))
+        .expect("test step")
+        .manifest()
+        .sections[0]
+        .clone();
     let mut bytes = original.to_vec();
     bytes[first.offset as usize + first.length as usize / 2] ^= 0xff;
-    env.store.put(&path, PutPayload::from(bytes)).await.unwrap();
+    env.store.put(&path, PutPayload::from(bytes)).await.expect("test step");
 
     let c = env.compactor("c1");
-    c.run_until_idle().await.unwrap();
+    c.run_until_idle().await.expect("test step");
     let live = env.blocks(pb::BlockState::Live).await;
     let quarantined: Vec<&pb::Block> = live.iter().filter(|x| !x.no_compact_reason.is_empty()).collect();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].id, victim.id);
-    assert!(quarantined[0].no_compact_reason.contains("crc") || quarantined[0].no_compact_reason.contains("CRC"), "{}", quarantined[0].no_compact_reason);
+    assert!(
+        quarantined[0].no_compact_reason.contains("crc") || quarantined[0].no_compact_reason.contains("CRC"),
+        "{}",
+        quarantined[0].no_compact_reason
+    );
     let by_part = count_by_partition(&live);
     assert_eq!(by_part[&b].len(), 1, "the healthy partition merged");
-    assert_eq!(by_part[&a].len(), 2, "the other 8 merged; the corrupt block stays live, apart");
+    assert_eq!(
+        by_part[&a].len(),
+        2,
+        "the other 8 merged; the corrupt block stays live, apart"
+    );
     let rows: u64 = by_part[&a].iter().map(|x| x.rows).sum();
     assert_eq!(rows, in_a.iter().map(|x| x.rows).sum::<u64>());
     let metrics = c.status();
@@ -311,12 +383,14 @@ async fn two_compactors_at_once_never_both_commit() {
     let mut env = Env::new().await;
     for h in 0..4 {
         let start = env.hour_start(h);
-        env.publish("acme", start, 12, 10, if h >= 2 { 150 * MIN } else { 2 * MIN }).await;
-        env.publish("other", start, 9, 10, if h >= 2 { 150 * MIN } else { 2 * MIN }).await;
+        env.publish("acme", start, 12, 10, if h >= 2 { 150 * MIN } else { 2 * MIN })
+            .await;
+        env.publish("other", start, 9, 10, if h >= 2 { 150 * MIN } else { 2 * MIN })
+            .await;
     }
     let (c1, c2) = (env.compactor("c1"), env.compactor("c2"));
     let (r1, r2) = tokio::join!(c1.run_until_idle(), c2.run_until_idle());
-    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    let (r1, r2) = (r1.expect("test step"), r2.expect("test step"));
     assert!(r1.jobs_ok + r2.jobs_ok >= 8, "{r1:?} {r2:?}");
     let live = env.blocks(pb::BlockState::Live).await;
     // One object per (tenant, partition) at rest.

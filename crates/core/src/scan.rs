@@ -517,6 +517,72 @@ impl PreparedScan<'_> {
         }
     }
 
+    /// Scans the ranges that may match and merges them, handing `run` (the
+    /// caller's parallel map) up to `wave` ranges at a time. A request
+    /// ordered by time with a limit takes the ranges newest (or oldest)
+    /// first by their time bounds and stops once no range left can hold a
+    /// row that would make the cut: the newest 100 lines of a merged block
+    /// read its last ranges only. The answer equals scanning every range.
+    pub fn scan_in_waves(
+        &self,
+        ranges: Option<&RowRanges>,
+        wave: usize,
+        run: impl Fn(&[Range<usize>]) -> Result<Vec<ScanOutput>, Error>,
+    ) -> Result<ScanOutput, Error> {
+        let morsels = self.morsels(ranges);
+        let (Some(limit), Some(ranges)) = (self.req.limit, ranges) else {
+            return self.merge(run(&morsels)?);
+        };
+        if self.req.order == Order::Stored || ranges.rows() != self.rows() {
+            return self.merge(run(&morsels)?);
+        }
+        let bounds: HashMap<usize, (u64, u64)> = ranges
+            .ranges
+            .iter()
+            .map(|r| (r.start as usize, (r.min_time, r.max_time)))
+            .collect();
+        let mut ordered: Vec<(Range<usize>, (u64, u64))> = morsels
+            .into_iter()
+            .map(|m| {
+                let b = bounds.get(&m.start).copied().unwrap_or((0, u64::MAX));
+                (m, b)
+            })
+            .collect();
+        let newest = self.req.order == Order::NewestFirst;
+        if newest {
+            ordered.sort_by_key(|(_, (_, max))| Reverse(*max));
+        } else {
+            ordered.sort_by_key(|(_, (min, _))| *min);
+        }
+        let mut parts = Vec::new();
+        let mut times: Vec<u64> = Vec::new();
+        let mut next = 0;
+        while next < ordered.len() {
+            if times.len() >= limit {
+                // The time of the limit-th best row so far: a range whose
+                // bounds lie strictly beyond it cannot make the cut (equal
+                // times may, by their tie-break).
+                let cut = if newest {
+                    *times.select_nth_unstable_by_key(limit - 1, |&t| Reverse(t)).1
+                } else {
+                    *times.select_nth_unstable(limit - 1).1
+                };
+                let (min, max) = ordered[next].1;
+                if (newest && max < cut) || (!newest && min > cut) {
+                    break;
+                }
+            }
+            let end = (next + wave.max(1)).min(ordered.len());
+            let batch: Vec<Range<usize>> = ordered[next..end].iter().map(|(m, _)| m.clone()).collect();
+            for part in run(&batch)? {
+                times.extend_from_slice(&part.times);
+                parts.push(part);
+            }
+            next = end;
+        }
+        self.merge(parts)
+    }
+
     /// Scans root rows `rows` (clamped to the block). Row numbers in the
     /// output are the block's.
     pub fn scan_rows(&self, rows: Range<usize>) -> Result<ScanOutput, Error> {

@@ -16,8 +16,8 @@ use std::time::Duration;
 use mira_catalog::{CatalogClient, proto as pb};
 use mira_common::Process;
 use mira_common::clock::Clock;
-use mira_common::retry::Backoff;
 use mira_common::http::HttpServer;
+use mira_common::retry::Backoff;
 use tokio::task::JoinHandle;
 
 use crate::health::Health;
@@ -350,7 +350,10 @@ impl IngesterNode {
             s.stop();
         }
         for s in self.servers.drain(..) {
-            if tokio::time::timeout(Duration::from_secs(10), s.shutdown()).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(10), s.shutdown())
+                .await
+                .is_err()
+            {
                 tracing::warn!(target: "mira::ingester", "a server did not drain in 10 s");
             }
         }

@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run catalog, ingester, querier and compactor in one process (OTLP on 4317/4318, queries on 3100, data in ./data).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Print the version, the block format version and the table schema version.
     Version,
     /// Run a catalog member (Raft-replicated block catalog).
@@ -119,7 +119,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             init_tracing();
-            tokio::runtime::Runtime::new()?.block_on(serve::run(args))?;
+            tokio::runtime::Runtime::new()?.block_on(serve::run(*args))?;
         }
     }
     Ok(())

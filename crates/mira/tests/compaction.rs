@@ -98,7 +98,7 @@ fn object_keys(p: &Procs) -> BTreeSet<String> {
             if path.is_dir() {
                 walk(&path, root, out);
             } else if path.extension().is_some_and(|x| x == "mira") {
-                out.insert(path.strip_prefix(root).unwrap().display().to_string());
+                out.insert(path.strip_prefix(root).expect("test step").display().to_string());
             }
         }
     }
@@ -297,7 +297,7 @@ async fn every_query_answers_the_same_before_and_after_compaction_and_cursors_su
     // Two hours back: a closed hour the cold rewrite may take.
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
+        .expect("test step")
         .as_secs();
     let base_ns = (now_s / 3600 - 2) * 3600 * 1_000_000_000 + 60_000_000_000;
     let mut sent = 0u64;
@@ -380,19 +380,23 @@ async fn every_query_answers_the_same_before_and_after_compaction_and_cursors_su
                     _ => return,
                 };
                 let mut child = {
-                    let mut p = p_ref.lock().unwrap();
+                    let mut p = p_ref.lock().expect("test step");
                     p.start_with(c, &flags, &[]);
                     p.take(c)
                 };
                 let status = tokio::task::spawn_blocking(move || child_exit(&mut child, "compactor --once"))
                     .await
-                    .unwrap();
+                    .expect("test step");
                 assert!(status.success(), "{status:?}");
             }
         })
         .await
     };
-    let p = std::sync::Arc::try_unwrap(p_ref).ok().unwrap().into_inner().unwrap();
+    let p = std::sync::Arc::try_unwrap(p_ref)
+        .ok()
+        .expect("test step")
+        .into_inner()
+        .expect("test step");
     assert_eq!(paged.len(), unpaged.len(), "lines across compactions");
     assert_eq!(paged, unpaged, "cursor pages across a hot merge and a cold rewrite");
     let live = published_blocks(&p, "default", pb::Signal::Logs).await;

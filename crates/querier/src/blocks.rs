@@ -20,7 +20,7 @@ use mira_core::scan::{ScanInput, ScanOutput, ScanRequest, tables_needed};
 use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ROW_RANGES_SECTION, Sidecars, ZONE_MAP_SECTION};
 use mira_core::tables::{read_sidecars, read_tables, sidecars_from, table_from_batches};
 use mira_core::{BlockId, Signal};
-use rayon::iter::{IntoParallelIterator, ParallelIterator};
+use rayon::iter::{IntoParallelRefIterator, ParallelIterator};
 
 use crate::plan::{Candidate, Src};
 use crate::stats::Stats;
@@ -137,12 +137,11 @@ impl Querier {
                 let input = ScanInput::load(&tables, &req.predicate)?;
                 let prepared = input.prepare(&req)?;
                 let ranges = sidecars.as_ref().and_then(|s| s.ranges.as_ref());
-                let parts = prepared
-                    .morsels(ranges)
-                    .into_par_iter()
-                    .map(|rows| prepared.scan_rows(rows))
-                    .collect::<Result<Vec<_>, _>>()?;
-                prepared.merge(parts)
+                // A wave per pool's worth of ranges: a limited scan ordered
+                // by time stops after the waves that can make the cut.
+                prepared.scan_in_waves(ranges, rayon::current_num_threads(), |batch| {
+                    batch.par_iter().map(|rows| prepared.scan_rows(rows.clone())).collect()
+                })
             })
             .await
             .map_err(|e| match e {

@@ -14,7 +14,7 @@ fn block(tenant: &str, hour: i64, offset_ns: i64, bytes: u64, level: Level, crea
     let start = DAY0 + hour * H;
     BlockInfo {
         id: BlockId::new(),
-        tenant: TenantId::new(tenant).unwrap(),
+        tenant: TenantId::new(tenant).expect("test step"),
         signal: Signal::Logs,
         partition_start_ns: start,
         min_time_ns: start + offset_ns,
@@ -52,8 +52,8 @@ fn apply(blocks: &mut Vec<BlockInfo>, job: &Job, now_ns: i64) {
     };
     blocks.push(BlockInfo {
         id: BlockId::new(),
-        min_time_ns: job.inputs.iter().map(|b| b.min_time_ns).min().unwrap(),
-        max_time_ns: job.inputs.iter().map(|b| b.max_time_ns).max().unwrap(),
+        min_time_ns: job.inputs.iter().map(|b| b.min_time_ns).min().expect("test step"),
+        max_time_ns: job.inputs.iter().map(|b| b.max_time_ns).max().expect("test step"),
         rows: job.input_rows(),
         bytes,
         level: job.kind.output_level(),
@@ -117,11 +117,17 @@ fn young_blocks_wait_and_mature_ones_are_left_hot() {
     let rules = Rules::default();
     let now = DAY0 + 10 * H + 30 * 60_000_000_000;
     let mut blocks = tiny_blocks("acme", 10, 20, now - 1_000_000_000);
-    assert!(plan(&blocks, &HashSet::new(), now, &rules).jobs.is_empty(), "younger than min_block_age");
+    assert!(
+        plan(&blocks, &HashSet::new(), now, &rules).jobs.is_empty(),
+        "younger than min_block_age"
+    );
     blocks = (0..10)
         .map(|i| block("acme", 10, i, 40 * MIB, Level::Hot, now - 120_000_000_000))
         .collect();
-    assert!(plan(&blocks, &HashSet::new(), now, &rules).jobs.is_empty(), "mature blocks wait for cold");
+    assert!(
+        plan(&blocks, &HashSet::new(), now, &rules).jobs.is_empty(),
+        "mature blocks wait for cold"
+    );
 }
 
 #[test]
@@ -188,7 +194,10 @@ fn a_big_hour_is_cut_into_bins_in_time_order() {
     run_to_rest(&mut blocks, now, &rules);
     let left = live(&blocks);
     assert_eq!(left.len(), 3);
-    assert!(left.iter().all(|b| b.level == Level::Cold && b.bytes <= rules.target_cold_bytes));
+    assert!(
+        left.iter()
+            .all(|b| b.level == Level::Cold && b.bytes <= rules.target_cold_bytes)
+    );
 }
 
 #[test]
@@ -205,7 +214,9 @@ fn leased_quarantined_and_tombstoned_blocks() {
     let p = plan(&blocks, &HashSet::new(), now, &rules);
     assert_eq!(p.quarantined, 1);
     assert!(p.jobs[0].inputs.iter().all(|b| b.id != blocks[0].id));
-    blocks[1].state = BlockState::Tombstoned { at_ns: now - rules.deletion_grace_ns };
+    blocks[1].state = BlockState::Tombstoned {
+        at_ns: now - rules.deletion_grace_ns,
+    };
     blocks[2].state = BlockState::Tombstoned { at_ns: now - 1 };
     let p = plan(&blocks, &HashSet::new(), now, &rules);
     assert_eq!(p.purge.iter().map(|b| b.id).collect::<Vec<_>>(), vec![blocks[1].id]);
@@ -233,7 +244,10 @@ fn tenants_take_turns_and_recent_merges_come_first() {
         .collect();
     assert_eq!(order[0].0, "big");
     assert_eq!(order[1], ("small".to_owned(), 40));
-    assert!(order.iter().all(|(_, h)| *h != 2), "hour 2 is cold-eligible, not merged: {order:?}");
+    assert!(
+        order.iter().all(|(_, h)| *h != 2),
+        "hour 2 is cold-eligible, not merged: {order:?}"
+    );
 }
 
 /// A publish in the simulated stream.
