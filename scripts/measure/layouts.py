@@ -5,7 +5,9 @@ one merged hot block (arrival order and clustered by resource) and one
 cold block of each, and times the querier's way of scanning them (blocks
 in parallel, each block's row ranges in parallel and pruned by the
 `row_ranges` sidecar; "whole" rows scan each block as one task, as before
-row ranges); then loads the same records into chdb in the OpenTelemetry
+row ranges), with the querier's decoded-table cache warm ("ranges",
+"whole") and empty ("first": a block's first query, which decodes what it
+reads); then loads the same records into chdb in the OpenTelemetry
 Collector ClickHouse exporter's table shape and times the same queries
 (`use_query_condition_cache = 0`). Prints each Mira figure with its ratio
 to ClickHouse. Mira's figures are in-process scans (no HTTP round trip,

@@ -9,7 +9,10 @@
 //! Usage: `layouts <out-dir> [records] [threads]`. Writes
 //! `<out-dir>/logs.jsonl` (the records in the OpenTelemetry Collector
 //! ClickHouse exporter's shape) and prints one `RESULT` line per
-//! (layout, query) and one `BYTES` line per layout.
+//! (layout, mode, query) and one `BYTES` line per layout. Modes: `ranges`,
+//! the querier's range scan with its decoded cache warm; `first`, the same
+//! with an empty cache (a block's first query decodes what it reads);
+//! `whole`, one task per block, cache warm.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -20,12 +23,13 @@ use mira_core::cluster::cluster_by_resource;
 use mira_core::cold::rewrite_cold;
 use mira_core::compact::merge_tables;
 use mira_core::convert::{LogsBuilder, SignalBuilder, TableSet};
+use mira_core::decoded::{DecodedCache, decoded_weight};
 use mira_core::scan::{
     AttrMatcher, AttrScope, LineFilter, MatchOp, Order, Predicate, ScanInput, ScanOutput, ScanRequest, probe,
     tables_needed,
 };
 use mira_core::sidecar::Sidecars;
-use mira_core::tables::{read_sidecars, read_tables, write_hot};
+use mira_core::tables::{read_sidecars, write_hot};
 use mira_core::{BlockId, Signal, TenantId};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -35,6 +39,8 @@ use rayon::prelude::*;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const PER_EXPORT: usize = 1000;
+/// The querier's default `--decoded-cache-size`.
+const DECODED_CACHE_BYTES: u64 = 1 << 30;
 /// Records given the rare attribute value.
 const RARE: usize = 26;
 
@@ -186,10 +192,39 @@ impl Layout {
     }
 }
 
+/// The tables `names` of `block`, from `cache` or decoded (and kept), as
+/// the querier's scan reads them.
+fn tables(block: &Block, names: &[&'static str], cache: &DecodedCache) -> Result<TableSet, String> {
+    let meta = block.meta();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let table = cache.get_or_decode(meta.block_id, name, || {
+            let (_, entry) = block.manifest().section(name).ok_or(format!("no section {name}"))?;
+            let t0 = Instant::now();
+            let batches = block.read_batches(name).map_err(|e| e.to_string())?;
+            let t1 = Instant::now();
+            let table = mira_core::tables::table_from_batches(name, batches).map_err(|e| e.to_string())?;
+            if std::env::var_os("LAYOUTS_TRACE").is_some() {
+                eprintln!(
+                    "TRACE {:?} {name} decode {:.1} ms join {:.1} ms",
+                    entry.codec,
+                    (t1 - t0).as_secs_f64() * 1e3,
+                    t1.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            let weight = decoded_weight(entry, &table);
+            Ok::<_, String>((table, weight))
+        })?;
+        out.push((*name, table));
+    }
+    Ok(TableSet::from_tables(meta.signal, out, meta.min_time, meta.max_time))
+}
+
 /// One query over a layout as the querier runs it: blocks pruned by their
-/// sidecars, then per block the needed tables decoded and its ranges
-/// scanned in parallel (`morsels`), or the whole block as one task.
-fn run(layout: &Layout, req: &ScanRequest, morsels: bool) -> Res<(usize, usize)> {
+/// sidecars, then per block the needed tables taken from the decoded
+/// cache or decoded, and its ranges scanned in parallel (`morsels`), or
+/// the whole block as one task.
+fn run(layout: &Layout, req: &ScanRequest, morsels: bool, cache: &DecodedCache) -> Res<(usize, usize)> {
     let pr = probe(&req.predicate);
     let outs: Vec<Option<ScanOutput>> = layout
         .blocks
@@ -199,8 +234,7 @@ fn run(layout: &Layout, req: &ScanRequest, morsels: bool) -> Res<(usize, usize)>
             if sidecars.may_match(&pr, meta.min_time, meta.max_time).is_pruned() {
                 return Ok(None);
             }
-            let tables =
-                read_tables(block, Some(&tables_needed(Signal::Logs, &req.predicate))).map_err(|e| e.to_string())?;
+            let tables = tables(block, &tables_needed(Signal::Logs, &req.predicate), cache)?;
             let input = ScanInput::load(&tables, &req.predicate).map_err(|e| e.to_string())?;
             let prepared = input.prepare(req).map_err(|e| e.to_string())?;
             let ranges = if morsels {
@@ -228,16 +262,38 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn measure(pool: &rayon::ThreadPool, layout: &Layout, query: &str, req: &ScanRequest, morsels: bool) -> Res<()> {
-    pool.install(|| run(layout, req, morsels))?;
+/// Median of 7 runs after one warm-up. `first`: every run with an empty
+/// decoded cache (a block's first query); else with the cache the warm-up
+/// filled (later queries), as the querier keeps decoded tables.
+fn measure(
+    pool: &rayon::ThreadPool,
+    layout: &Layout,
+    query: &str,
+    req: &ScanRequest,
+    morsels: bool,
+    first: bool,
+) -> Res<()> {
+    let cache = DecodedCache::new(DECODED_CACHE_BYTES);
+    pool.install(|| run(layout, req, morsels, &cache))?;
     let mut ms = Vec::new();
     let mut last = (0, 0);
     for _ in 0..7 {
+        let fresh;
+        let cache = if first {
+            fresh = DecodedCache::new(DECODED_CACHE_BYTES);
+            &fresh
+        } else {
+            &cache
+        };
         let t = Instant::now();
-        last = pool.install(|| run(layout, req, morsels))?;
+        last = pool.install(|| run(layout, req, morsels, cache))?;
         ms.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let mode = if morsels { "ranges" } else { "whole" };
+    let mode = match (morsels, first) {
+        (true, false) => "ranges",
+        (true, true) => "first",
+        (false, _) => "whole",
+    };
     println!(
         "RESULT {} {mode} {query} {:.2} hits={} rows_scanned={}",
         layout.name,
@@ -337,9 +393,10 @@ fn main() -> Res<()> {
     ];
     for layout in &layouts {
         for (name, q) in &queries {
-            measure(&pool, layout, name, q, true)?;
+            measure(&pool, layout, name, q, true, false)?;
+            measure(&pool, layout, name, q, true, true)?;
         }
-        measure(&pool, layout, "body-nothing", &queries[2].1, false)?;
+        measure(&pool, layout, "body-nothing", &queries[2].1, false, false)?;
     }
     drop(layouts);
 
@@ -351,8 +408,9 @@ fn main() -> Res<()> {
     let small = Layout::new("1000x1000", small)?;
     let merged = Layout::new("1000x1000-merged", vec![merged])?;
     for layout in [&small, &merged] {
-        measure(&pool, layout, "body-nothing-1M", &queries[2].1, true)?;
+        measure(&pool, layout, "body-nothing-1M", &queries[2].1, true, false)?;
+        measure(&pool, layout, "body-nothing-1M", &queries[2].1, true, true)?;
     }
-    measure(&pool, &merged, "body-nothing-1M", &queries[2].1, false)?;
+    measure(&pool, &merged, "body-nothing-1M", &queries[2].1, false, false)?;
     Ok(())
 }

@@ -115,6 +115,12 @@ impl AttrBuilder {
 
     /// Appends one row whose value `write` appends to the child of `type_id`.
     fn push(&mut self, parent: u32, key: &str, type_id: i8, write: impl FnOnce(&mut Self)) {
+        self.key.append(key);
+        self.push_row(parent, type_id, write);
+    }
+
+    /// [`AttrBuilder::push`] for a key already appended to `self.key`.
+    fn push_row(&mut self, parent: u32, type_id: i8, write: impl FnOnce(&mut Self)) {
         let offset = self.child_len(type_id);
         write(self);
         // Rows stay far below 2^31 per block: the seal size bounds them.
@@ -126,7 +132,6 @@ impl AttrBuilder {
                 self.run_ends.push(rows);
             }
         }
-        self.key.append(key);
         self.type_ids.push(type_id);
         // A block holds far fewer than 2^31 attributes of one type: the
         // seal size bounds it.
@@ -506,30 +511,97 @@ pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch,
     Ok(schema::batch(&schema::attrs_typed(), cols)?)
 }
 
-/// Rebuilds the hot union layout from the cold typed columns.
+/// Rebuilds the hot layout from the cold typed-column layout.
 pub fn from_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch, ConvertError> {
-    let parent: &UInt32Array = col(batch, table, "parent")?;
-    let key = DictStr::new(batch, table, "key")?;
-    let ty: &Int8Array = col(batch, table, "type")?;
-    let s = DictStr::new(batch, table, "str")?;
-    let i: &Int64Array = col(batch, table, "int")?;
-    let d: &Float64Array = col(batch, table, "double")?;
-    let b: &BooleanArray = col(batch, table, "bool")?;
-    let by: &BinaryArray = col(batch, table, "bytes")?;
+    from_typed_batches(std::slice::from_ref(batch), table)
+}
+
+/// Per value of a source dictionary, its key in a [`DictBuilder`], interned
+/// on first use (so keys still follow first appearance); reused while the
+/// next batch shares the dictionary.
+#[derive(Default)]
+struct KeyMemo {
+    /// The dictionary values' data pointer and length it was built for.
+    of: (usize, usize),
+    ids: Vec<u32>,
+}
+
+impl KeyMemo {
+    const UNSET: u32 = u32::MAX;
+
+    fn reset_for(&mut self, d: &DictStr<'_>) {
+        let v = d.values();
+        let of = (v.values().as_ptr() as usize, v.len());
+        if of != self.of || self.ids.len() != v.len() {
+            self.of = of;
+            self.ids.clear();
+            self.ids.resize(v.len(), Self::UNSET);
+        }
+    }
+
+    /// The builder key of row `row` of `d` (a null row reads as "").
+    fn key(&mut self, d: &DictStr<'_>, row: usize, b: &mut DictBuilder) -> u32 {
+        if d.is_null(row) {
+            return b.intern("");
+        }
+        let k = d.key(row);
+        match self.ids[k] {
+            Self::UNSET => {
+                let id = b.intern(d.values().value(k));
+                self.ids[k] = id;
+                id
+            }
+            id => id,
+        }
+    }
+}
+
+/// [`from_typed`] over a table's batches in order (a decoded Parquet
+/// section), without joining them first. Each distinct key and string is
+/// interned once per source dictionary, not once per row.
+pub fn from_typed_batches(batches: &[RecordBatch], table: &'static str) -> Result<RecordBatch, ConvertError> {
     let mut out = AttrBuilder::default();
+    let (mut keys, mut strs) = (KeyMemo::default(), KeyMemo::default());
     let bad = |column| ConvertError::WrongType { table, column };
-    for row in 0..batch.num_rows() {
-        let p = parent.value(row);
-        let k = key.get(row).unwrap_or("");
-        match ty.value(row) {
-            attr_type::STR => out.append_val(p, k, &Val::Str(s.get(row).ok_or(bad("str"))?)),
-            attr_type::INT if i.is_valid(row) => out.append_val(p, k, &Val::Int(i.value(row))),
-            attr_type::DOUBLE if d.is_valid(row) => out.append_val(p, k, &Val::Double(d.value(row))),
-            attr_type::BOOL if b.is_valid(row) => out.append_val(p, k, &Val::Bool(b.value(row))),
-            attr_type::BYTES if by.is_valid(row) => out.append_val(p, k, &Val::Bytes(by.value(row))),
-            attr_type::ANY if by.is_valid(row) => out.push(p, k, attr_type::ANY, |o| o.any.append_value(by.value(row))),
-            attr_type::KV if by.is_valid(row) => out.push(p, k, attr_type::KV, |o| o.kv.append_value(by.value(row))),
-            _ => return Err(bad("type")),
+    for batch in batches {
+        let parent: &UInt32Array = col(batch, table, "parent")?;
+        let key = DictStr::new(batch, table, "key")?;
+        let ty: &Int8Array = col(batch, table, "type")?;
+        let s = DictStr::new(batch, table, "str")?;
+        let i: &Int64Array = col(batch, table, "int")?;
+        let d: &Float64Array = col(batch, table, "double")?;
+        let b: &BooleanArray = col(batch, table, "bool")?;
+        let by: &BinaryArray = col(batch, table, "bytes")?;
+        keys.reset_for(&key);
+        strs.reset_for(&s);
+        for row in 0..batch.num_rows() {
+            let p = parent.value(row);
+            let t = ty.value(row);
+            let valid = match t {
+                attr_type::STR => !s.is_null(row),
+                attr_type::INT => i.is_valid(row),
+                attr_type::DOUBLE => d.is_valid(row),
+                attr_type::BOOL => b.is_valid(row),
+                attr_type::BYTES | attr_type::ANY | attr_type::KV => by.is_valid(row),
+                _ => false,
+            };
+            if !valid {
+                return Err(bad(if t == attr_type::STR { "str" } else { "type" }));
+            }
+            let k = keys.key(&key, row, &mut out.key);
+            out.key.push_key(k);
+            match t {
+                attr_type::STR => {
+                    let v = strs.key(&s, row, &mut out.str);
+                    out.push_row(p, t, |o| o.str.push_key(v));
+                }
+                attr_type::INT => out.push_row(p, t, |o| o.int.push(i.value(row))),
+                attr_type::DOUBLE => out.push_row(p, t, |o| o.double.push(d.value(row))),
+                attr_type::BOOL => out.push_row(p, t, |o| o.boolean.append_value(b.value(row))),
+                attr_type::BYTES => out.push_row(p, t, |o| o.bytes.append_value(by.value(row))),
+                attr_type::ANY => out.push_row(p, t, |o| o.any.append_value(by.value(row))),
+                _ => out.push_row(p, t, |o| o.kv.append_value(by.value(row))),
+            }
         }
     }
     out.finish()
@@ -611,6 +683,45 @@ mod tests {
         let hot2 = from_typed(&cold, "t").expect("from typed");
         let back2 = AttrReader::new(&hot2, "t").and_then(|r| r.grouped(3)).expect("read");
         assert_eq!(encoded(&back2), encoded(&groups));
+    }
+
+    #[test]
+    fn typed_batches_rebuild_what_the_joined_table_does() {
+        // Many parents, repeated keys and values, so dictionaries matter.
+        let groups: Vec<Vec<KeyValue>> = (0..50)
+            .map(|p| {
+                let mut g = sample()[p % 3].clone();
+                g.push(kv("k", Some(Value::StringValue(format!("v{}", p % 7)))));
+                g
+            })
+            .collect();
+        let mut b = AttrBuilder::default();
+        for (p, g) in groups.iter().enumerate() {
+            b.append_all(p as u32, g);
+        }
+        let cold = to_typed(&b.finish().expect("finish"), "t").expect("to typed");
+        let whole = from_typed(&cold, "t").expect("whole");
+        let n = cold.num_rows();
+        // Slices share one dictionary (the memo is reused across them)...
+        let slices: Vec<RecordBatch> = (0..n).step_by(17).map(|s| cold.slice(s, 17.min(n - s))).collect();
+        // ...separately encoded batches each have their own.
+        let separate: Vec<RecordBatch> = groups
+            .chunks(9)
+            .enumerate()
+            .map(|(c, chunk)| {
+                let mut b = AttrBuilder::default();
+                for (i, g) in chunk.iter().enumerate() {
+                    b.append_all((c * 9 + i) as u32, g);
+                }
+                to_typed(&b.finish().expect("finish"), "t").expect("to typed")
+            })
+            .collect();
+        for batches in [slices, separate] {
+            let rebuilt = from_typed_batches(&batches, "t").expect("batches");
+            assert_eq!(rebuilt, whole);
+        }
+        let back = AttrReader::new(&whole, "t").and_then(|r| r.grouped(50)).expect("read");
+        assert_eq!(encoded(&back), encoded(&groups));
     }
 
     #[test]

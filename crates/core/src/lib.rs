@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod cold;
 pub mod compact;
 pub mod convert;
+pub mod decoded;
 pub mod dict;
 pub mod error;
 pub mod ids;

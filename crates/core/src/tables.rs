@@ -95,6 +95,14 @@ pub fn read_table(block: &Block, name: &'static str) -> Result<RecordBatch, Erro
 /// attribute tables. Hot sections hold exactly one batch, so nothing is
 /// copied for them.
 pub fn table_from_batches(name: &'static str, mut batches: Vec<RecordBatch>) -> Result<RecordBatch, Error> {
+    // Cold attribute tables: rebuilt batch by batch, never joined typed.
+    if is_attr_table(name)
+        && batches
+            .first()
+            .is_some_and(|b| b.schema().column_with_name("type").is_some())
+    {
+        return Ok(attrs::from_typed_batches(&batches, name)?);
+    }
     let batch = if batches.len() == 1 {
         batches.pop().ok_or(crate::convert::ConvertError::MissingTable(name))?
     } else if batches.is_empty() {

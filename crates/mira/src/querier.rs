@@ -41,6 +41,10 @@ pub struct QueryFlags {
     /// Most the block cache holds on disk (a size, or bytes) [default: 10GiB].
     #[arg(long, env = "MIRA_CACHE_SIZE")]
     pub cache_size: Option<ByteSize>,
+    /// Most decoded tables kept in memory for reuse by later scans (a size,
+    /// or bytes; 0 keeps none) [default: 1GiB].
+    #[arg(long, env = "MIRA_DECODED_CACHE_SIZE")]
+    pub decoded_cache_size: Option<ByteSize>,
     /// Most concurrent range GETs to the object store [default: 32].
     #[arg(long, env = "MIRA_MAX_FETCHES")]
     pub max_fetches: Option<usize>,
@@ -88,6 +92,7 @@ impl QueryFlags {
             s,
             listen,
             cache_size,
+            decoded_cache_size,
             max_fetches,
             max_query_blocks,
             max_query_range,

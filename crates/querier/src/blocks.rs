@@ -1,16 +1,21 @@
 //! Reading a candidate block: its manifest, its sidecars and the sections
 //! of the tables a query needs, fetched through the block cache (published
 //! blocks) or taken from memory (recent ones), then decoded and scanned on
-//! the scan pool. A block's row ranges (those its `row_ranges` sidecar says
-//! may match, or fixed ranges without one) are scanned in parallel on the
-//! pool and merged, so one large merged block keeps every thread busy.
-//! Logs, traces, labels and PromQL all read blocks here.
+//! the scan pool. A published block's decoded tables are kept in the
+//! decoded cache ([`mira_core::decoded`], `--decoded-cache-size`), so a
+//! later query over the block reads and decodes nothing it already has. A
+//! block's row ranges (those its `row_ranges` sidecar says may match, or
+//! fixed ranges without one) are scanned in parallel on the pool and
+//! merged, so one large merged block keeps every thread busy. Logs,
+//! traces, labels and PromQL all read blocks here.
 
 use std::sync::Arc;
 
+use arrow::record_batch::RecordBatch;
 use futures::future::try_join_all;
 use mira_core::block::{Block, Manifest, decode_section};
 use mira_core::convert::TableSet;
+use mira_core::decoded::{DecodedCache, decoded_weight};
 use mira_core::scan::{ScanInput, ScanOutput, ScanRequest, tables_needed};
 use mira_core::sidecar::{ATTR_INDEX_SECTION, ID_BLOOM_SECTION, ROW_RANGES_SECTION, Sidecars, ZONE_MAP_SECTION};
 use mira_core::tables::{read_sidecars, read_tables, sidecars_from, table_from_batches};
@@ -173,7 +178,9 @@ impl Querier {
             .map_err(|e| QueryError::corrupt(&what, e))
     }
 
-    /// The bytes of the named tables' sections, ready to decode.
+    /// The named tables' sections, ready to decode: for a published
+    /// block, the tables the decoded cache holds as they are, the others'
+    /// bytes fetched (or mapped from the disk cache).
     async fn raw_tables(&self, c: &Candidate, names: &[&'static str], stats: &Stats) -> Result<Raw, QueryError> {
         match &c.src {
             Src::Recent(block) => Ok(Raw::Recent {
@@ -183,35 +190,56 @@ impl Querier {
             }),
             Src::Published { key } => {
                 let manifest = self.manifest(key, stats).await?;
-                let sections = try_join_all(
-                    names
-                        .iter()
-                        .map(|name| self.cache.section(&self.store, key, &manifest, name, stats)),
-                )
+                let id = manifest.meta.block_id;
+                let cached: Vec<Option<RecordBatch>> = names.iter().map(|name| self.decoded.get(id, name)).collect();
+                let m = &*manifest;
+                let sections = try_join_all(names.iter().zip(&cached).map(|(name, hit)| async move {
+                    match hit {
+                        Some(_) => Ok(None),
+                        None => self.cache.section(&self.store, key, m, name, stats).await.map(Some),
+                    }
+                }))
                 .await
                 .map_err(|e| QueryError::block(key, e))?;
                 let mut parts = Vec::with_capacity(names.len());
-                for (name, bytes) in names.iter().zip(sections) {
-                    parts.push((*name, section_entry(&manifest, name)?, bytes));
+                for ((name, hit), bytes) in names.iter().zip(cached).zip(sections) {
+                    parts.push(match (hit, bytes) {
+                        (Some(batch), _) => (*name, Part::Decoded(batch)),
+                        (None, bytes) => (
+                            *name,
+                            Part::Bytes(section_entry(&manifest, name)?, bytes.unwrap_or_default()),
+                        ),
+                    });
                 }
                 Ok(Raw::Published {
                     key: key.clone(),
                     meta: manifest.meta.clone(),
                     parts,
+                    decoded: self.decoded.clone(),
                 })
             }
         }
     }
 }
 
-/// Section bytes of some of a block's tables, fetched and verified but not
-/// yet decoded (decoding is CPU work for the scan pool).
+/// One table of a published block: already decoded (from the decoded
+/// cache), or its section's bytes, fetched and verified.
+#[derive(Debug)]
+enum Part {
+    Decoded(RecordBatch),
+    Bytes(mira_core::block::SectionEntry, bytes::Bytes),
+}
+
+/// Some of a block's tables, fetched and verified but not all yet decoded
+/// (decoding is CPU work for the scan pool).
 #[derive(Debug)]
 enum Raw {
     Published {
         key: String,
         meta: mira_core::block::BlockMeta,
-        parts: Vec<(&'static str, mira_core::block::SectionEntry, bytes::Bytes)>,
+        parts: Vec<(&'static str, Part)>,
+        /// Where the tables decoded here are kept.
+        decoded: Arc<DecodedCache>,
     },
     Recent {
         id: BlockId,
@@ -232,11 +260,21 @@ impl Raw {
     fn decode(self) -> Result<TableSet, mira_core::Error> {
         match self {
             Raw::Recent { block, names, .. } => read_tables(&block, Some(&names)),
-            Raw::Published { meta, parts, .. } => {
+            Raw::Published {
+                meta, parts, decoded, ..
+            } => {
                 let mut tables = Vec::with_capacity(parts.len());
-                for (name, entry, bytes) in parts {
-                    let batches = decode_section(meta.block_id, &entry, bytes)?;
-                    tables.push((name, table_from_batches(name, batches)?));
+                for (name, part) in parts {
+                    let table = match part {
+                        Part::Decoded(batch) => batch,
+                        Part::Bytes(entry, bytes) => {
+                            let batches = decode_section(meta.block_id, &entry, bytes)?;
+                            let table = table_from_batches(name, batches)?;
+                            decoded.insert(meta.block_id, name, table.clone(), decoded_weight(&entry, &table));
+                            table
+                        }
+                    };
+                    tables.push((name, table));
                 }
                 Ok(TableSet::from_tables(meta.signal, tables, meta.min_time, meta.max_time))
             }

@@ -59,6 +59,8 @@ pub struct QuerierConfig {
     pub cache_dir: PathBuf,
     /// Largest total size of cached sections, bytes.
     pub cache_bytes: u64,
+    /// Largest total size of decoded tables kept in memory, bytes.
+    pub decoded_cache_bytes: u64,
     /// Most concurrent range GETs to the object store.
     pub max_fetches: usize,
     /// Threads of the scan pool.
@@ -85,6 +87,7 @@ impl QuerierConfig {
         QuerierConfig {
             cache_dir,
             cache_bytes: 10 << 30,
+            decoded_cache_bytes: 1 << 30,
             max_fetches: 32,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_blocks: 20_000,
@@ -106,6 +109,8 @@ pub struct Querier {
     catalog: Arc<CatalogClient>,
     mirror: Mirror,
     cache: cache::SectionCache,
+    /// Decoded tables of published blocks, shared by every scan.
+    decoded: Arc<mira_core::decoded::DecodedCache>,
     pool: rayon::ThreadPool,
     recent: recent::RecentClients,
     /// "Now" of queries without an end, and which ingester leases are live.
@@ -140,6 +145,7 @@ impl Querier {
             mirror: Mirror::start(catalog.clone()),
             catalog,
             cache,
+            decoded: Arc::new(mira_core::decoded::DecodedCache::new(config.decoded_cache_bytes)),
             pool,
             recent: recent::RecentClients::default(),
             config,
@@ -156,6 +162,11 @@ impl Querier {
 
     pub fn cache(&self) -> &cache::SectionCache {
         &self.cache
+    }
+
+    /// The decoded table cache.
+    pub fn decoded(&self) -> &mira_core::decoded::DecodedCache {
+        &self.decoded
     }
 
     /// True once the catalog copy holds a complete state.

@@ -78,13 +78,32 @@ impl Collector for CacheCollector {
             let counter = ConstCounter::new(v.load(Ordering::Relaxed));
             counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
         }
-        let bytes = ConstGauge::new(i64::try_from(cache.bytes()).unwrap_or(i64::MAX));
-        bytes.encode(encoder.encode_descriptor(
-            "cache_bytes",
-            "Bytes held by the disk cache",
-            None,
-            bytes.metric_type(),
-        )?)
+        let d = &self.0.decoded().counters;
+        for (name, help, v) in [
+            ("decoded_cache_hits", "Tables found decoded in memory", &d.hits),
+            ("decoded_cache_misses", "Tables not found decoded in memory", &d.misses),
+            ("decoded_cache_inserts", "Decoded tables kept in memory", &d.inserts),
+            (
+                "decoded_cache_evictions",
+                "Decoded tables evicted for room",
+                &d.evictions,
+            ),
+        ] {
+            let counter = ConstCounter::new(v.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        for (name, help, v) in [
+            ("cache_bytes", "Bytes held by the disk cache", cache.bytes()),
+            (
+                "decoded_cache_bytes",
+                "Bytes of decoded tables held in memory",
+                self.0.decoded().bytes(),
+            ),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
     }
 }
 

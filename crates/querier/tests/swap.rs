@@ -3,7 +3,8 @@
 //! timeout (504, the next query served), the staleness guard (503 while
 //! the catalog is down, answers again once it is back), one re-plan when a
 //! planned block was replaced and its object deleted (the same answer), and
-//! a live block without its object (500, counted as missing).
+//! a live block without its object (500, counted as missing); decoded
+//! tables reused by later queries within the decoded cache's bytes.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -561,4 +562,78 @@ async fn a_cut_label_value_list_is_the_first_values_in_order_not_the_first_rows(
         format!("v{:05}", mira_querier::labels::MAX_VALUES - 1)
     );
     assert!(v["warnings"].to_string().contains("more than"), "{}", v["warnings"]);
+}
+
+/// `bytes` (a hot block) rewritten cold under a new id, and its row.
+fn cold_block(bytes: &Bytes) -> (Bytes, pb::Block) {
+    let cold = mira_core::cold::rewrite_cold(&open(bytes), BlockId::new()).expect("cold");
+    let (bytes, mut row) = row(cold);
+    row.level = pb::Level::Cold as i32;
+    (bytes, row)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_query_reuses_decoded_tables_and_answers_the_same() {
+    let stack = Stack::start().await;
+    let a = logs_block(1..=3);
+    let b = cold_block(&logs_block(4..=6).0);
+    stack.publish(&[&a, &b]).await;
+    let q = stack.querier("cache", |_| {}).await;
+    let inserts = "mira_querier_decoded_cache_inserts_total";
+
+    let hits = "mira_querier_decoded_cache_hits_total";
+
+    // The first query decodes the tables it reads of each block (the root
+    // table to scan, the others to render records) and keeps them.
+    let (status, first) = q.get(&logs_path()).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(bodies(&first), rs(1..=6));
+    let decoded = q.metric(inserts).await;
+    assert!(decoded >= 2.0, "{decoded} tables decoded");
+    let hit = q.metric(hits).await;
+    assert!(q.metric("mira_querier_decoded_cache_bytes").await > 0.0);
+    // The second decodes nothing, finds every table, and answers the same.
+    let (status, second) = q.get(&logs_path()).await;
+    assert_eq!(status, 200, "{second}");
+    let (first, second): (Value, Value) = (
+        serde_json::from_str(&first).expect("json"),
+        serde_json::from_str(&second).expect("json"),
+    );
+    assert_eq!(second["lines"], first["lines"]);
+    // No section was read again, from the store or the disk cache.
+    assert_eq!(second["stats"]["bytes_from_store"], 0);
+    assert_eq!(second["stats"]["bytes_from_cache"], 0);
+    assert_eq!(q.metric(inserts).await, decoded);
+    assert!(q.metric(hits).await >= hit + decoded, "{} hits", q.metric(hits).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decoded_cache_stays_within_its_bytes_and_answers_the_same() {
+    let stack = Stack::start().await;
+    let (a, b) = (logs_block(1..=3), logs_block(4..=6));
+    stack.publish(&[&a, &b]).await;
+    // Room for one hot root table (a zero-copy table weighs its section).
+    let room = [&a, &b]
+        .iter()
+        .map(|(bytes, _)| open(bytes).manifest().section("logs").expect("logs").1.length)
+        .max()
+        .expect("two");
+    let q = stack.querier("cache", |c| c.decoded_cache_bytes = room).await;
+    for _ in 0..3 {
+        let (status, body) = q.get(&logs_path()).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(bodies(&body), rs(1..=6));
+        assert!(q.metric("mira_querier_decoded_cache_bytes").await <= room as f64);
+    }
+    assert!(q.metric("mira_querier_decoded_cache_evictions_total").await >= 1.0);
+
+    // Nothing kept at all: every query decodes, and answers the same.
+    let none = stack.querier("none", |c| c.decoded_cache_bytes = 0).await;
+    for _ in 0..2 {
+        let (status, body) = none.get(&logs_path()).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(bodies(&body), rs(1..=6));
+    }
+    assert_eq!(none.metric("mira_querier_decoded_cache_inserts_total").await, 0.0);
+    assert_eq!(none.metric("mira_querier_decoded_cache_bytes").await, 0.0);
 }

@@ -13,13 +13,14 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::buffer::Buffer;
 use arrow::record_batch::RecordBatch;
 use arrow_ipc::reader::FileDecoder;
 use arrow_ipc::{MessageHeader, root_as_footer, root_as_message};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
 use super::{BlockError, Codec, MAX_ROWS, SectionEntry};
 use crate::ids::BlockId;
@@ -264,14 +265,18 @@ fn check_message(meta: &[u8], body: &[u8], body_start: Option<usize>, budget: &m
     Ok(())
 }
 
+/// Decodes a Parquet section row group by row group, the groups in
+/// parallel on the current rayon pool (a cold root table is one group per
+/// 64k-row range), then in order.
 fn decode_parquet(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Result<Vec<RecordBatch>, BlockError> {
+    use rayon::prelude::*;
     let parquet = |source| BlockError::Parquet {
         block,
         section: entry.name.clone(),
         source,
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet)?;
-    let rows = builder.metadata().file_metadata().num_rows();
+    let metadata = ArrowReaderMetadata::load(&bytes, ArrowReaderOptions::default()).map_err(parquet)?;
+    let rows = metadata.metadata().file_metadata().num_rows();
     if u64::try_from(rows).ok() != Some(entry.rows) {
         return Err(BlockError::RowCountMismatch {
             block,
@@ -280,23 +285,37 @@ fn decode_parquet(block: BlockId, entry: &SectionEntry, bytes: Bytes) -> Result<
             actual: rows.max(0) as u64,
         });
     }
-    let reader = builder.with_batch_size(PARQUET_BATCH_ROWS).build().map_err(parquet)?;
-    // Decode batch by batch against the section's budget, so a few pages of
-    // run-length-encoded values cannot expand into gigabytes.
+    let groups = metadata.metadata().num_row_groups();
+    // Decode batch by batch against the section's budget (shared by the
+    // groups), so a few pages of run-length-encoded values cannot expand
+    // into gigabytes.
     let limit = super::decode_budget(entry);
-    let mut used: u64 = 0;
-    let mut batches = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| parquet(e.into()))?;
-        used = used.saturating_add(batch.get_array_memory_size() as u64);
-        if used > limit {
-            return Err(BlockError::DecodedTooLarge {
-                block,
-                section: entry.name.clone(),
-                limit,
-            });
+    let used = AtomicU64::new(0);
+    let group = |g: usize| -> Result<Vec<RecordBatch>, BlockError> {
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), metadata.clone())
+            .with_row_groups(vec![g])
+            .with_batch_size(PARQUET_BATCH_ROWS)
+            .build()
+            .map_err(parquet)?;
+        let mut batches = Vec::new();
+        for batch in reader {
+            let batch = batch.map_err(|e| parquet(e.into()))?;
+            let size = batch.get_array_memory_size() as u64;
+            if used.fetch_add(size, Ordering::Relaxed).saturating_add(size) > limit {
+                return Err(BlockError::DecodedTooLarge {
+                    block,
+                    section: entry.name.clone(),
+                    limit,
+                });
+            }
+            batches.push(batch);
         }
-        batches.push(batch);
-    }
-    Ok(batches)
+        Ok(batches)
+    };
+    let parts: Vec<Vec<RecordBatch>> = if groups > 1 {
+        (0..groups).into_par_iter().map(group).collect::<Result<_, _>>()?
+    } else {
+        (0..groups).map(group).collect::<Result<_, _>>()?
+    };
+    Ok(parts.into_iter().flatten().collect())
 }
