@@ -1,18 +1,20 @@
 //! Merging blocks: the records of several blocks of one tenant and signal
 //! rewritten as one block (the compactor's merge), hot ([`merge_blocks`])
-//! or straight into the cold codec ([`merge_blocks_cold`]). Logs and
-//! traces are merged on Arrow ([`concat`]): root and child tables
-//! concatenated, resources and scopes deduplicated across inputs,
-//! dictionaries re-interned. Metrics (and inputs not in the layout the
-//! builders write) take the OTLP path ([`merge_via_otlp`]): each input's
+//! or straight into the cold codec ([`merge_blocks_cold`]). Blocks are
+//! merged on Arrow ([`concat`]): root and child tables concatenated,
+//! resources, scopes and metric series deduplicated across inputs by
+//! content, dictionaries re-interned. Inputs not in the layout the
+//! builders write take the OTLP path ([`merge_via_otlp`]): each input's
 //! tables are turned back into OTLP and appended to a fresh builder. Both
-//! give the same tables: resources, scopes and series repeated across
-//! inputs are stored once in the output. Its sidecars (zone maps,
-//! attribute index, id filters) are built anew over all its rows.
+//! give the same tables (a property test holds them equal): resources,
+//! scopes and series repeated across inputs are stored once in the
+//! output. Its sidecars (zone maps, attribute index, id filters) are
+//! built anew over all its rows.
 //!
 //! Records keep their order exactly: row `k` of the output is row `k - n`
-//! of input `i`, where `n` is the rows of the inputs before `i` (the OTLP
-//! is produced in row order, never regrouped). Every merged block carries
+//! of input `i`, where `n` is the rows of the inputs before `i` (tables
+//! are concatenated in input order; the OTLP path produces OTLP in row
+//! order, never regrouped). Every merged block carries
 //! a [`Lineage`] section saying so: each input contributes its own runs
 //! when it has them (a merge of merges keeps the first origins), else one
 //! run of its own id.
@@ -97,7 +99,7 @@ pub fn merge_via_otlp(signal: Signal, inputs: &[TableSet]) -> Result<TableSet, E
 }
 
 /// The merged tables of `inputs` on Arrow (see [`concat`]), or `None` for
-/// what it does not take (metrics, tables not in the builders' layout).
+/// what it does not take (tables not in the builders' layout).
 pub fn merge_on_arrow(signal: Signal, inputs: &[TableSet]) -> Result<Option<TableSet>, Error> {
     Ok(concat::concat(signal, inputs)?)
 }
