@@ -479,11 +479,18 @@ impl InputContexts<'_> {
         if self.decoded.is_none() {
             self.decoded = Some(Contexts::read(self.t)?);
         }
-        self.decoded.as_ref().ok_or(ConvertError::MissingTable(schema::RESOURCES))
+        self.decoded
+            .as_ref()
+            .ok_or(ConvertError::MissingTable(schema::RESOURCES))
     }
 
     /// The merged id of resource row `r`; `None` when there is no such row.
-    fn resource(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, r: usize) -> Option<Result<u32, ConvertError>> {
+    fn resource(
+        &mut self,
+        memo: &mut ContextMemo,
+        ctx: &mut ContextBuilder,
+        r: usize,
+    ) -> Option<Result<u32, ConvertError>> {
         let id = *self.resource_ids.get(r)?;
         if id != u32::MAX {
             return Some(Ok(id));
@@ -491,7 +498,12 @@ impl InputContexts<'_> {
         Some(self.new_resource(memo, ctx, r))
     }
 
-    fn new_resource(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, r: usize) -> Result<u32, ConvertError> {
+    fn new_resource(
+        &mut self,
+        memo: &mut ContextMemo,
+        ctx: &mut ContextBuilder,
+        r: usize,
+    ) -> Result<u32, ConvertError> {
         let t = schema::RESOURCES;
         let url: &StringArray = col(self.resources, t, "schema_url")?;
         let dropped: &UInt32Array = col(self.resources, t, "dropped_attributes_count")?;
@@ -520,7 +532,12 @@ impl InputContexts<'_> {
     }
 
     /// The merged id of scope row `s`; `None` when there is no such row.
-    fn scope(&mut self, memo: &mut ContextMemo, ctx: &mut ContextBuilder, s: usize) -> Option<Result<u32, ConvertError>> {
+    fn scope(
+        &mut self,
+        memo: &mut ContextMemo,
+        ctx: &mut ContextBuilder,
+        s: usize,
+    ) -> Option<Result<u32, ConvertError>> {
         let id = *self.scope_ids.get(s)?;
         if id != u32::MAX {
             return Some(Ok(id));
