@@ -37,7 +37,6 @@ use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{DataType, Int32Type, SchemaRef, UInt32Type, UnionMode};
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use prost::Message;
 
 use crate::Signal;
 use crate::attrs::{AttrBuilder, AttrReader};
@@ -309,23 +308,18 @@ impl SeriesBuilder {
     /// `PointsBuilder` uses, so both paths number series alike).
     fn series(&mut self, m: &SeriesIdentity, attributes: &[KeyValue]) -> u32 {
         self.key.clear();
-        for v in [
-            m.resource,
-            m.scope,
-            m.name,
-            m.description,
-            m.unit,
-            m.metadata.unwrap_or(u32::MAX),
-        ] {
-            self.key.extend_from_slice(&v.to_le_bytes());
+        crate::convert::metrics::SeriesKey {
+            resource: m.resource,
+            scope: m.scope,
+            name: m.name,
+            description: m.description,
+            unit: m.unit,
+            metadata: m.metadata,
+            kind: m.kind,
+            temporality: m.temporality,
+            monotonic: m.monotonic,
         }
-        self.key.push(m.kind);
-        self.key.extend_from_slice(&m.temporality.to_le_bytes());
-        self.key.push(u8::from(m.monotonic));
-        for kv in attributes {
-            // Encoding into a Vec cannot fail.
-            let _ = kv.encode_length_delimited(&mut self.key);
-        }
+        .write(attributes, &mut self.key);
         if let Some(&s) = self.index.get(self.key.as_slice()) {
             return s;
         }

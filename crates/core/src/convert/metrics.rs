@@ -79,6 +79,45 @@ struct MetricFields {
     monotonic: bool,
 }
 
+/// What makes points one series: their resource and scope rows, the
+/// metric's dictionary keys and type, and their attributes. Its bytes key
+/// the series index of the builder and of the compactor's merge alike, so
+/// both number series the same way.
+pub(crate) struct SeriesKey {
+    pub resource: u32,
+    pub scope: u32,
+    pub name: u32,
+    pub description: u32,
+    pub unit: u32,
+    pub metadata: Option<u32>,
+    pub kind: u8,
+    pub temporality: i32,
+    pub monotonic: bool,
+}
+
+impl SeriesKey {
+    /// Appends the key's bytes to `out`.
+    pub(crate) fn write(&self, attributes: &[KeyValue], out: &mut Vec<u8>) {
+        for v in [
+            self.resource,
+            self.scope,
+            self.name,
+            self.description,
+            self.unit,
+            self.metadata.unwrap_or(u32::MAX),
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.push(self.kind);
+        out.extend_from_slice(&self.temporality.to_le_bytes());
+        out.push(u8::from(self.monotonic));
+        for kv in attributes {
+            // Encoding into a Vec cannot fail.
+            let _ = kv.encode_length_delimited(out);
+        }
+    }
+}
+
 /// The point-level fields of a row; `None` columns are null.
 #[derive(Default)]
 struct PointFields<'a> {
@@ -507,15 +546,18 @@ impl PointsBuilder {
     /// attributes) when new.
     fn series_of(&mut self, rid: u32, sid: u32, m: &MetricFields, attributes: &[KeyValue]) -> u32 {
         self.scratch.clear();
-        for v in [rid, sid, m.name, m.description, m.unit, m.metadata.unwrap_or(u32::MAX)] {
-            self.scratch.extend_from_slice(&v.to_le_bytes());
+        SeriesKey {
+            resource: rid,
+            scope: sid,
+            name: m.name,
+            description: m.description,
+            unit: m.unit,
+            metadata: m.metadata,
+            kind: m.kind,
+            temporality: m.temporality,
+            monotonic: m.monotonic,
         }
-        self.scratch.push(m.kind);
-        self.scratch.extend_from_slice(&m.temporality.to_le_bytes());
-        self.scratch.push(u8::from(m.monotonic));
-        for kv in attributes {
-            let _ = kv.encode_length_delimited(&mut self.scratch);
-        }
+        .write(attributes, &mut self.scratch);
         if let Some(&s) = self.series_index.get(self.scratch.as_slice()) {
             return s;
         }
