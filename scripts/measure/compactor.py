@@ -167,7 +167,15 @@ def battery_phase():
     wait_until("published", lambda: serve.get("logs", dict(hour, limit=1))[1]["stats"]["recent_blocks"] == 0,
                timeout=600)
     stages = [("before", objects(serve), battery(serve, sess, queries), None)]
-    for stage, flags in [("hot merge", ["--cold-after", "1000h"]), ("cold", ["--cold-after", "0s"])]:
+    # MIRA_TARGET_HOT (e.g. 32MiB) compares hot merge output sizes;
+    # MIRA_STAGES=hot stops after the hot merge.
+    hot = ["--cold-after", "1000h", "--target-hot-bytes", os.environ.get("MIRA_TARGET_HOT", "128MiB")]
+    if os.environ.get("MIRA_TARGET_HOT"):
+        hot += ["--mature-hot-bytes", os.environ["MIRA_TARGET_HOT"]]
+    plan = [("hot merge", hot), ("cold", ["--cold-after", "0s"])]
+    if os.environ.get("MIRA_STAGES") == "hot":
+        plan = plan[:1]
+    for stage, flags in plan:
         cost = compact(serve, *flags)
         stages.append((stage, objects(serve), battery(serve, sess, queries), cost))
     serve.stop()
