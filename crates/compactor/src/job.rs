@@ -534,29 +534,27 @@ pub(crate) async fn quarantine(ctx: &Arc<Ctx>, id: &str, reason: &str) {
     }
 }
 
-async fn get(ctx: &Arc<Ctx>, path: &Path) -> Result<Bytes, Error> {
+/// Runs one object-store request `op` on `path`, retrying transient
+/// failures (up to 5 attempts, backing off); NotFound is final.
+async fn with_retries<T, F, Fut>(op: &'static str, path: &Path, f: F) -> Result<T, Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = object_store::Result<T>>,
+{
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut attempt = 0;
     loop {
-        let r = async { ctx.store.get(path).await?.bytes().await }.await;
-        match r {
-            Ok(b) => return Ok(b),
-            Err(e @ object_store::Error::NotFound { .. }) => {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt >= 4 || matches!(e, object_store::Error::NotFound { .. }) => {
                 return Err(Error::Store {
-                    op: "GET",
-                    key: path.to_string(),
-                    source: e,
-                });
-            }
-            Err(e) if attempt >= 4 => {
-                return Err(Error::Store {
-                    op: "GET",
+                    op,
                     key: path.to_string(),
                     source: e,
                 });
             }
             Err(e) => {
-                tracing::warn!(target: "mira::compactor", key = %path, error = %e, "GET failed; retrying");
+                tracing::warn!(target: "mira::compactor", op, key = %path, error = %e, "object store request failed; retrying");
                 attempt += 1;
                 tokio::time::sleep(backoff.next_delay()).await;
             }
@@ -564,26 +562,15 @@ async fn get(ctx: &Arc<Ctx>, path: &Path) -> Result<Bytes, Error> {
     }
 }
 
+async fn get(ctx: &Arc<Ctx>, path: &Path) -> Result<Bytes, Error> {
+    with_retries("GET", path, || async { ctx.store.get(path).await?.bytes().await }).await
+}
+
 async fn put(ctx: &Arc<Ctx>, path: &Path, bytes: &Bytes) -> Result<(), Error> {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-    let mut attempt = 0;
-    loop {
-        match mira_core::store::put_whole(&*ctx.store, path, bytes, mira_core::store::PART_BYTES).await {
-            Ok(()) => return Ok(()),
-            Err(e) if attempt >= 4 => {
-                return Err(Error::Store {
-                    op: "PUT",
-                    key: path.to_string(),
-                    source: e,
-                });
-            }
-            Err(e) => {
-                tracing::warn!(target: "mira::compactor", key = %path, error = %e, "PUT failed; retrying");
-                attempt += 1;
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-        }
-    }
+    with_retries("PUT", path, || {
+        mira_core::store::put_whole(&*ctx.store, path, bytes, mira_core::store::PART_BYTES)
+    })
+    .await
 }
 
 /// Sends the Replace, retrying while the catalog does not answer (it is
