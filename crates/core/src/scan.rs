@@ -612,20 +612,6 @@ impl PreparedScan<'_> {
                 mask_from((0..n).map(|i| ids.is_valid(i) && ids.value(i) == id)),
             )?;
         }
-        if !p.lines.is_empty() {
-            let body: &StringArray = col(&root, root_name, "body")?;
-            for f in &p.lines {
-                let m = match f {
-                    LineFilter::Contains(s) => contains(body, &StringArray::new_scalar(s))?,
-                    LineFilter::NotContains(s) => not(&contains(body, &StringArray::new_scalar(s))?)?,
-                    LineFilter::Regex(re) => mask_from((0..n).map(|i| re.is_match(body_text(body, i)))),
-                    LineFilter::NotRegex(re) => mask_from((0..n).map(|i| !re.is_match(body_text(body, i)))),
-                };
-                // A null body (non-string) reads as "" for every filter.
-                let m = mask_from((0..n).map(|i| if body.is_null(i) { f.test_empty() } else { m.value(i) }));
-                and_mask(&mut mask, m)?;
-            }
-        }
         if let Some(op) = &p.span_name {
             let names = DictStr::new(&root, root_name, "name")?;
             let per_key: Vec<bool> = (0..names.values().len())
@@ -679,9 +665,33 @@ impl PreparedScan<'_> {
             }
         }
 
-        let selected: Vec<u32> = match &mask {
-            Some(m) => m.values().set_indices().map(|i| i as u32).collect(),
-            None => (0..n as u32).collect(),
+        // Line filters last: they read every body byte, so when the other
+        // parts of the predicate (a resource selector, a severity) leave
+        // few rows, only those rows' bodies are tested.
+        let selected: Vec<u32> = if p.lines.is_empty() {
+            selected_rows(mask.as_ref(), n)
+        } else {
+            let body: &StringArray = col(&root, root_name, "body")?;
+            let survivors = mask.as_ref().map_or(n, |m| m.true_count());
+            if survivors.saturating_mul(SPARSE_LINE_TEST) < n {
+                let tests: Vec<LineTest<'_>> = p.lines.iter().map(LineTest::new).collect();
+                let mut rows = selected_rows(mask.as_ref(), n);
+                rows.retain(|&i| tests.iter().all(|t| t.test(body, i as usize)));
+                rows
+            } else {
+                for f in &p.lines {
+                    let m = match f {
+                        LineFilter::Contains(s) => contains(body, &StringArray::new_scalar(s))?,
+                        LineFilter::NotContains(s) => not(&contains(body, &StringArray::new_scalar(s))?)?,
+                        LineFilter::Regex(re) => mask_from((0..n).map(|i| re.is_match(body_text(body, i)))),
+                        LineFilter::NotRegex(re) => mask_from((0..n).map(|i| !re.is_match(body_text(body, i)))),
+                    };
+                    // A null body (non-string) reads as "" for every filter.
+                    let m = mask_from((0..n).map(|i| if body.is_null(i) { f.test_empty() } else { m.value(i) }));
+                    and_mask(&mut mask, m)?;
+                }
+                selected_rows(mask.as_ref(), n)
+            }
         };
         let local = order_and_limit(selected, &times, self.req.order, self.req.limit);
         let batch = take_record_batch(&root, &UInt32Array::from(local.clone()))?;
@@ -732,6 +742,45 @@ impl PreparedScan<'_> {
             batch: take_record_batch(&joined, &UInt32Array::from(take))?,
             rows_scanned: parts.iter().map(|p| p.rows_scanned).sum(),
         })
+    }
+}
+
+/// Line filters are tested row by row on the survivors of the rest of the
+/// predicate when fewer than one row in this many survives; otherwise the
+/// whole body column goes through the Arrow kernel.
+const SPARSE_LINE_TEST: usize = 4;
+
+/// The rows a mask selects (all `n` without one), ascending.
+fn selected_rows(mask: Option<&BooleanArray>, n: usize) -> Vec<u32> {
+    match mask {
+        Some(m) => m.values().set_indices().map(|i| i as u32).collect(),
+        None => (0..n as u32).collect(),
+    }
+}
+
+/// One line filter ready to test single rows.
+enum LineTest<'a> {
+    Contains(memchr::memmem::Finder<'a>, bool),
+    Regex(&'a Regex, bool),
+}
+
+impl<'a> LineTest<'a> {
+    fn new(f: &'a LineFilter) -> Self {
+        match f {
+            LineFilter::Contains(s) => LineTest::Contains(memchr::memmem::Finder::new(s.as_bytes()), true),
+            LineFilter::NotContains(s) => LineTest::Contains(memchr::memmem::Finder::new(s.as_bytes()), false),
+            LineFilter::Regex(re) => LineTest::Regex(re, true),
+            LineFilter::NotRegex(re) => LineTest::Regex(re, false),
+        }
+    }
+
+    /// The filter's verdict on row `i`; a null body reads as "".
+    fn test(&self, body: &StringArray, i: usize) -> bool {
+        let line = body_text(body, i);
+        match self {
+            LineTest::Contains(f, want) => f.find(line.as_bytes()).is_some() == *want,
+            LineTest::Regex(re, want) => re.is_match(line) == *want,
+        }
     }
 }
 
