@@ -136,31 +136,58 @@ fn merge_section() {
         .collect();
     let records: u64 = inputs.iter().map(|b| b.meta().rows).sum();
     let mib = inputs.iter().map(|b| b.data().len()).sum::<usize>() as f64 / (1 << 20) as f64;
-    println!("\n## Merge throughput: {blocks} log blocks of 1,000 records, one core\n");
-    println!("| output | records | input MiB | output MiB | seconds | records/s | input MiB/s |");
-    println!("|---|---|---|---|---|---|---|");
-    for (name, merge) in [
-        (
-            "hot",
-            merge_blocks as fn(&[Block], BlockId) -> Result<Bytes, mira_core::Error>,
-        ),
-        ("cold", merge_blocks_cold),
-    ] {
-        let start = Instant::now();
-        let out = merge(&inputs, BlockId::new()).expect("merge");
-        let secs = start.elapsed().as_secs_f64();
-        println!(
-            "| {name} | {records} | {mib:.1} | {:.1} | {secs:.2} | {:.0} | {:.1} |",
-            out.len() as f64 / (1 << 20) as f64,
-            records as f64 / secs,
-            mib / secs
-        );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("\n## Merge throughput: {blocks} log blocks of 1,000 records, on 1 to {cores} threads\n");
+    println!("| output | threads | records | input MiB | output MiB | seconds | records/s | input MiB/s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut secs_by = Vec::new();
+    for threads in 1..=cores {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        for (name, merge) in [
+            (
+                "hot",
+                merge_blocks as fn(&[Block], BlockId) -> Result<Bytes, mira_core::Error>,
+            ),
+            ("cold", merge_blocks_cold),
+        ] {
+            let start = Instant::now();
+            let out = pool.install(|| merge(&inputs, BlockId::new())).expect("merge");
+            let secs = start.elapsed().as_secs_f64();
+            secs_by.push((name, threads, secs));
+            println!(
+                "| {name} | {threads} | {records} | {mib:.1} | {:.1} | {secs:.2} | {:.0} | {:.1} |",
+                out.len() as f64 / (1 << 20) as f64,
+                records as f64 / secs,
+                mib / secs
+            );
+        }
     }
+    // Scaling: the speed-up over one thread, and what each added thread
+    // gave (1.0 = linear).
+    for &(name, threads, secs) in secs_by.iter().filter(|&&(_, t, _)| t > 1) {
+        if let Some(&(_, _, one)) = secs_by.iter().find(|&&(n, t, _)| n == name && t == 1) {
+            let speedup = one / secs;
+            println!(
+                "{name}: {threads} threads {speedup:.2}x one thread, {:.2} per added thread",
+                (speedup - 1.0) / (threads - 1) as f64
+            );
+        }
+    }
+    println!("\nThe split below runs on one thread.\n");
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+    one.install(|| merge_split(&inputs, records, mib));
+}
+
+/// Where the merge's time goes, on the current pool.
+fn merge_split(inputs: &[Block], records: u64, mib: f64) {
     // Where the hot merge's time goes: the merged tables alone (on Arrow,
     // and by the OTLP path it replaced, over the same tables read once, as
     // a baseline taken in the same run), then the sidecars built over them.
     let start = Instant::now();
-    let tables = merge_tables(&inputs).expect("merge tables");
+    let tables = merge_tables(inputs).expect("merge tables");
     let secs = start.elapsed().as_secs_f64();
     println!(
         "| tables only | {records} | {mib:.1} | | {secs:.2} | {:.0} | {:.1} |",
@@ -191,6 +218,17 @@ fn merge_section() {
     let secs = start.elapsed().as_secs_f64();
     println!(
         "| sidecars only | {records} | {mib:.1} | | {secs:.2} | {:.0} | {:.1} |",
+        records as f64 / secs,
+        mib / secs
+    );
+    let start = Instant::now();
+    for &name in mira_core::convert::table_names(Signal::Logs) {
+        let batch = cold_layout(name, tables.get(name).expect("table")).expect("cold layout");
+        encode_parquet(&batch).expect("encode");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "| cold encoding only | {records} | {mib:.1} | | {secs:.2} | {:.0} | {:.1} |",
         records as f64 / secs,
         mib / secs
     );

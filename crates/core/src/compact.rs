@@ -26,6 +26,7 @@
 mod concat;
 
 use bytes::Bytes;
+use rayon::prelude::*;
 
 use crate::block::{Block, Level};
 use crate::cold::write_cold;
@@ -69,7 +70,7 @@ pub fn merge(inputs: &[Block]) -> Result<(TableSet, Lineage), Error> {
         lineage.extend(&b.lineage_or_identity()?);
     }
     let read = inputs
-        .iter()
+        .par_iter()
         .map(|b| read_tables(b, None))
         .collect::<Result<Vec<_>, _>>()?;
     let tables = match merge_on_arrow(signal, &read)? {

@@ -84,14 +84,25 @@ impl Sidecars {
     /// Builds every sidecar of a block from its tables.
     pub fn build(tables: &TableSet) -> Result<Self, SidecarError> {
         let root = tables.get(root_table(tables.signal))?;
-        Ok(Sidecars {
-            zone: ZoneMap::build(root, tables.signal)?,
-            attrs: AttrIndex::build(tables)?,
-            ids: match tables.signal {
-                Signal::Logs | Signal::Traces => Some(IdFilter::build(tables)?),
-                Signal::Metrics => None,
+        // The four are independent: built side by side on the current
+        // rayon pool.
+        let ((zone, ids), (attrs, ranges)) = rayon::join(
+            || {
+                rayon::join(
+                    || ZoneMap::build(root, tables.signal),
+                    || match tables.signal {
+                        Signal::Logs | Signal::Traces => IdFilter::build(tables).map(Some),
+                        Signal::Metrics => Ok(None),
+                    },
+                )
             },
-            ranges: RowRanges::build(tables)?,
+            || rayon::join(|| AttrIndex::build(tables), || RowRanges::build(tables)),
+        );
+        Ok(Sidecars {
+            zone: zone?,
+            attrs: attrs?,
+            ids: ids?,
+            ranges: ranges?,
         })
     }
 

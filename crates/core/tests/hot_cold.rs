@@ -598,3 +598,48 @@ fn scans_need_only_the_tables_they_name_and_row_selection_matches_whole_conversi
         expected
     );
 }
+
+/// The parallel Parquet encoder writes exactly the bytes `ArrowWriter`
+/// writes for the same table and row groups, for every table of every
+/// signal (attribute tables in their cold layout), with groups small
+/// enough that each table has several.
+#[test]
+fn parallel_parquet_encoding_equals_the_arrow_writer() {
+    use mira_core::cold::{cold_layout, encode_parquet_grouped, writer_properties};
+    use parquet::arrow::ArrowWriter;
+    let mut corpus = Corpus::new(13, Cardinality::High);
+    let mut logs = LogsBuilder::default();
+    logs.append(&corpus.logs(3000)).expect("append logs");
+    let mut spans = SpansBuilder::default();
+    spans.append(&corpus.traces(1500)).expect("append spans");
+    let mut points = PointsBuilder::default();
+    points.append(&corpus.metrics(1500)).expect("append points");
+    let sets = [
+        logs.finish().expect("logs"),
+        spans.finish().expect("spans"),
+        points.finish().expect("points"),
+    ];
+    let mut compared = 0;
+    for tables in &sets {
+        for &name in mira_core::convert::table_names(tables.signal) {
+            let batch = cold_layout(name, tables.get(name).expect("table")).expect("cold layout");
+            for group in [1, 97, 1 << 20] {
+                let parallel = encode_parquet_grouped(&batch, group).expect("parallel");
+                let mut serial = Vec::new();
+                let mut w = ArrowWriter::try_new(&mut serial, batch.schema(), Some(writer_properties(&batch, group)))
+                    .expect("writer");
+                w.write(&batch).expect("write");
+                w.close().expect("close");
+                assert!(
+                    parallel == serial,
+                    "{}/{name} with groups of {group}: {} bytes parallel, {} serial",
+                    tables.signal,
+                    parallel.len(),
+                    serial.len()
+                );
+                compared += usize::from(batch.num_rows() > group);
+            }
+        }
+    }
+    assert!(compared >= 6, "too few tables spanned several groups ({compared})");
+}
