@@ -165,6 +165,25 @@ fn merge_section() {
             );
         }
     }
+    // The machine's own ceiling, in the same run: independent zstd(3)
+    // compressions of the input blocks, which share nothing.
+    for threads in 1..=cores {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        let start = Instant::now();
+        let out: usize = pool.install(|| {
+            use rayon::prelude::*;
+            inputs
+                .par_iter()
+                .map(|b| zstd::bulk::compress(b.data(), 3).expect("zstd").len())
+                .sum()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        assert!(out > 0);
+        secs_by.push(("independent zstd (the machine's ceiling)", threads, secs));
+    }
     // Scaling: the speed-up over one thread, and what each added thread
     // gave (1.0 = linear).
     for &(name, threads, secs) in secs_by.iter().filter(|&&(_, t, _)| t > 1) {
@@ -221,6 +240,24 @@ fn merge_split(inputs: &[Block], records: u64, mib: f64) {
         records as f64 / secs,
         mib / secs
     );
+    {
+        use mira_core::sidecar::{AttrIndex, IdFilter, RowRanges, ZoneMap};
+        let root = tables.get(mira_core::convert::root_table(Signal::Logs)).expect("root");
+        let timed = |name: &str, f: &dyn Fn()| {
+            let start = Instant::now();
+            f();
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "| sidecar: {name} | {records} | {mib:.1} | | {secs:.2} | {:.0} | {:.1} |",
+                records as f64 / secs,
+                mib / secs
+            );
+        };
+        timed("zone_map", &|| drop(ZoneMap::build(root, Signal::Logs).expect("zone")));
+        timed("attr_index", &|| drop(AttrIndex::build(&tables).expect("attrs")));
+        timed("id_bloom", &|| drop(IdFilter::build(&tables).expect("ids")));
+        timed("row_ranges", &|| drop(RowRanges::build(&tables).expect("ranges")));
+    }
     let start = Instant::now();
     for &name in mira_core::convert::table_names(Signal::Logs) {
         let batch = cold_layout(name, tables.get(name).expect("table")).expect("cold layout");

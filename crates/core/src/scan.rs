@@ -760,15 +760,15 @@ fn selected_rows(mask: Option<&BooleanArray>, n: usize) -> Vec<u32> {
 
 /// One line filter ready to test single rows.
 enum LineTest<'a> {
-    Contains(memchr::memmem::Finder<'a>, bool),
+    Contains(Box<memchr::memmem::Finder<'a>>, bool),
     Regex(&'a Regex, bool),
 }
 
 impl<'a> LineTest<'a> {
     fn new(f: &'a LineFilter) -> Self {
         match f {
-            LineFilter::Contains(s) => LineTest::Contains(memchr::memmem::Finder::new(s.as_bytes()), true),
-            LineFilter::NotContains(s) => LineTest::Contains(memchr::memmem::Finder::new(s.as_bytes()), false),
+            LineFilter::Contains(s) => LineTest::Contains(Box::new(memchr::memmem::Finder::new(s.as_bytes())), true),
+            LineFilter::NotContains(s) => LineTest::Contains(Box::new(memchr::memmem::Finder::new(s.as_bytes())), false),
             LineFilter::Regex(re) => LineTest::Regex(re, true),
             LineFilter::NotRegex(re) => LineTest::Regex(re, false),
         }

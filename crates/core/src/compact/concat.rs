@@ -37,6 +37,7 @@ use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{DataType, Int32Type, SchemaRef, UInt32Type, UnionMode};
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
+use rayon::prelude::*;
 
 use crate::Signal;
 use crate::attrs::{AttrBuilder, AttrReader};
@@ -70,12 +71,19 @@ fn logs(inputs: &[TableSet]) -> Result<Option<TableSet>, ConvertError> {
             times.add(effective_time(t, o));
         }
     }
-    let root = concat_table(&schema::logs(), schema::LOGS, &roots, |name| match name {
-        "resource_id" => rid.take().map(u32_column),
-        "scope_id" => sid.take().map(u32_column),
-        _ => None,
-    })?;
-    let Some(attrs) = concat_attrs(schema::LOG_ATTRS, &owned(inputs, schema::LOG_ATTRS, &roots)?)? else {
+    // The root and its attributes are independent: side by side.
+    let (root, attrs) = rayon::join(
+        || {
+            concat_table(&schema::logs(), schema::LOGS, &roots, |name| match name {
+                "resource_id" => rid.take().map(u32_column),
+                "scope_id" => sid.take().map(u32_column),
+                _ => None,
+            })
+        },
+        || concat_attrs(schema::LOG_ATTRS, &owned(inputs, schema::LOG_ATTRS, &roots)?),
+    );
+    let root = root?;
+    let Some(attrs) = attrs? else {
         return Ok(None);
     };
     let rows = root.num_rows();
@@ -611,25 +619,31 @@ fn concat_table(
     parts: &[&RecordBatch],
     mut special: impl FnMut(&str) -> Option<ArrayRef>,
 ) -> Result<RecordBatch, ConvertError> {
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for f in schema.fields() {
-        let name = f.name().as_str();
-        if let Some(c) = special(name) {
-            columns.push(c);
-        } else if matches!(f.data_type(), DataType::Dictionary(_, v) if **v == DataType::Utf8) {
-            columns.push(dict_column(parts, table, name)?);
-        } else {
-            let arrays = parts
-                .iter()
-                .map(|p| {
-                    p.column_by_name(name)
-                        .map(|c| c.as_ref())
-                        .ok_or(ConvertError::WrongType { table, column: "?" })
-                })
-                .collect::<Result<Vec<&dyn Array>, _>>()?;
-            columns.push(arrow::compute::concat(&arrays)?);
-        }
-    }
+    let specials: Vec<Option<ArrayRef>> = schema.fields().iter().map(|f| special(f.name())).collect();
+    // Columns are independent: each is concatenated as its own task.
+    let columns = schema
+        .fields()
+        .par_iter()
+        .zip(specials)
+        .map(|(f, given)| {
+            let name = f.name().as_str();
+            if let Some(c) = given {
+                Ok(c)
+            } else if matches!(f.data_type(), DataType::Dictionary(_, v) if **v == DataType::Utf8) {
+                dict_column(parts, table, name)
+            } else {
+                let arrays = parts
+                    .iter()
+                    .map(|p| {
+                        p.column_by_name(name)
+                            .map(|c| c.as_ref())
+                            .ok_or(ConvertError::WrongType { table, column: "?" })
+                    })
+                    .collect::<Result<Vec<&dyn Array>, _>>()?;
+                Ok(arrow::compute::concat(&arrays)?)
+            }
+        })
+        .collect::<Result<Vec<_>, ConvertError>>()?;
     Ok(schema::batch(schema, columns)?)
 }
 

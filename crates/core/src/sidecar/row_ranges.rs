@@ -34,6 +34,7 @@
 //! Ranges are non-empty, contiguous and start at row 0. Every check is
 //! conservative: a range holding a match is never skipped.
 
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -153,6 +154,45 @@ fn dur(d: u64) -> i64 {
     d.min(i64::MAX as u64) as i64
 }
 
+/// Attribute pairs hashed for the Bloom filters, each distinct pair once:
+/// string values by their dictionary indices (without hashing their
+/// text), other values by their text.
+struct PairHasher<'a> {
+    attrs: &'a AttrReader<'a>,
+    by_index: HashMap<(usize, usize), u64, foldhash::fast::RandomState>,
+    by_text: HashMap<(&'a str, std::borrow::Cow<'a, str>), u64, foldhash::fast::RandomState>,
+}
+
+impl<'a> PairHasher<'a> {
+    fn new(attrs: &'a AttrReader<'a>) -> Self {
+        PairHasher {
+            attrs,
+            by_index: HashMap::default(),
+            by_text: HashMap::default(),
+        }
+    }
+
+    fn hash(&mut self, row: usize) -> Option<u64> {
+        let attrs = self.attrs;
+        if let Some(pair) = attrs.str_pair_index(row) {
+            return Some(
+                *self
+                    .by_index
+                    .entry(pair)
+                    .or_insert_with(|| pair_hash(attrs.key(row), attrs.str_value(row).unwrap_or(""))),
+            );
+        }
+        let value = attrs.text(row)?;
+        let key = attrs.key(row);
+        Some(
+            *self
+                .by_text
+                .entry((key, value))
+                .or_insert_with_key(|(k, v)| pair_hash(k, v)),
+        )
+    }
+}
+
 impl RowRanges {
     /// The summaries of `tables` in ranges of [`RANGE_ROWS`] rows, or
     /// `None` when the root table fits in one range.
@@ -220,30 +260,13 @@ impl RowRanges {
         };
         let attr_batch = tables.get(attr_name)?;
         let attrs = AttrReader::new(attr_batch, attr_name)?;
-        // A fast hasher: the cache is asked once per attribute row.
-        let mut cache: HashMap<(&str, std::borrow::Cow<'_, str>), u64, foldhash::fast::RandomState> =
-            HashMap::default();
-        // String values (most of them) are looked up by dictionary indices,
-        // without hashing their text.
-        let mut by_index: HashMap<(usize, usize), u64, foldhash::fast::RandomState> = HashMap::default();
-        let mut hash_of = |row: usize| -> Option<u64> {
-            if let Some(pair) = attrs.str_pair_index(row) {
-                return Some(
-                    *by_index
-                        .entry(pair)
-                        .or_insert_with(|| pair_hash(attrs.key(row), attrs.str_value(row).unwrap_or(""))),
-                );
-            }
-            let value = attrs.text(row)?;
-            let key = attrs.key(row);
-            Some(*cache.entry((key, value)).or_insert_with_key(|(k, v)| pair_hash(k, v)))
-        };
         // Points: each series' hashes once.
         let per_series: Option<Vec<Vec<u64>>> = match signal {
             Signal::Metrics => {
+                let mut hasher = PairHasher::new(&attrs);
                 let mut per = vec![Vec::new(); owner_table.num_rows()];
                 for (row, p) in attrs.rows_of(0..u32::MAX) {
-                    if let (Some(slot), Some(h)) = (per.get_mut(p as usize), hash_of(row)) {
+                    if let (Some(slot), Some(h)) = (per.get_mut(p as usize), hasher.hash(row)) {
                         slot.push(h);
                     }
                 }
@@ -252,52 +275,55 @@ impl RowRanges {
             _ => None,
         };
         let words = resource_count.div_ceil(64);
-        let mut ranges = Vec::with_capacity(n.div_ceil(range_rows));
-        let mut start = 0usize;
-        while start < n {
-            let end = (start + range_rows).min(n);
-            let (mut min_time, mut max_time) = (u64::MAX, 0u64);
-            let (mut aux_min, mut aux_max) = (i64::MAX, i64::MIN);
-            let mut set = if with_sets { vec![0u64; words] } else { Vec::new() };
-            for row in start..end {
-                min_time = min_time.min(times[row]);
-                max_time = max_time.max(times[row]);
-                aux_min = aux_min.min(aux[row]);
-                aux_max = aux_max.max(aux[row]);
-                if with_sets {
-                    let r = rid.value(owner(row)) as usize;
-                    set[r / 64] |= 1 << (r % 64);
+        // Ranges are independent: each is summarised as its own task.
+        let starts: Vec<usize> = (0..n).step_by(range_rows).collect();
+        let ranges: Vec<RangeSummary> = starts
+            .into_par_iter()
+            .map(|start| {
+                let end = (start + range_rows).min(n);
+                let (mut min_time, mut max_time) = (u64::MAX, 0u64);
+                let (mut aux_min, mut aux_max) = (i64::MAX, i64::MIN);
+                let mut set = if with_sets { vec![0u64; words] } else { Vec::new() };
+                for row in start..end {
+                    min_time = min_time.min(times[row]);
+                    max_time = max_time.max(times[row]);
+                    aux_min = aux_min.min(aux[row]);
+                    aux_max = aux_max.max(aux[row]);
+                    if with_sets {
+                        let r = rid.value(owner(row)) as usize;
+                        set[r / 64] |= 1 << (r % 64);
+                    }
                 }
-            }
-            let mut hashes = Vec::new();
-            match &per_series {
-                Some(per) => {
-                    let mut seen = vec![false; per.len()];
-                    for row in start..end {
-                        let s = owner(row);
-                        if !std::mem::replace(&mut seen[s], true) {
-                            hashes.extend_from_slice(&per[s]);
+                let mut hashes = Vec::new();
+                match &per_series {
+                    Some(per) => {
+                        let mut seen = vec![false; per.len()];
+                        for row in start..end {
+                            let s = owner(row);
+                            if !std::mem::replace(&mut seen[s], true) {
+                                hashes.extend_from_slice(&per[s]);
+                            }
+                        }
+                    }
+                    None => {
+                        let mut hasher = PairHasher::new(&attrs);
+                        for (row, _) in attrs.rows_of(start as u32..end as u32) {
+                            hashes.extend(hasher.hash(row));
                         }
                     }
                 }
-                None => {
-                    for (row, _) in attrs.rows_of(start as u32..end as u32) {
-                        hashes.extend(hash_of(row));
-                    }
+                RangeSummary {
+                    start: start as u32,
+                    rows: (end - start) as u32,
+                    min_time,
+                    max_time,
+                    aux_min,
+                    aux_max,
+                    resources: set,
+                    attrs: SplitBlockBloom::from_hashes(&mut hashes),
                 }
-            }
-            ranges.push(RangeSummary {
-                start: start as u32,
-                rows: (end - start) as u32,
-                min_time,
-                max_time,
-                aux_min,
-                aux_max,
-                resources: set,
-                attrs: SplitBlockBloom::from_hashes(&mut hashes),
-            });
-            start = end;
-        }
+            })
+            .collect();
         Ok(RowRanges {
             aux: match signal {
                 Signal::Logs => Aux::Severity,
