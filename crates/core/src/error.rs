@@ -23,6 +23,8 @@ pub enum Error {
     Arrow(#[from] arrow::error::ArrowError),
     #[error("cannot merge these blocks: {0}")]
     Merge(String),
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
 }
 
 impl Error {
@@ -31,7 +33,11 @@ impl Error {
     /// foreign blocks are not the caller's fault and map to 500.
     pub fn is_invalid_input(&self) -> bool {
         match self {
-            Error::InvalidTenant(_) | Error::InvalidBlockId(_) | Error::InvalidSignal(_) | Error::Scan(_) => true,
+            Error::InvalidTenant(_)
+            | Error::InvalidBlockId(_)
+            | Error::InvalidSignal(_)
+            | Error::Scan(_)
+            | Error::Policy(_) => true,
             Error::Convert(e) => e.is_invalid_input(),
             Error::Block(_) | Error::Sidecar(_) | Error::Arrow(_) | Error::Merge(_) => false,
         }

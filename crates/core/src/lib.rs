@@ -1,8 +1,10 @@
 //! `mira-core` owns what every Mira role shares: the data model (OTLP
 //! signals as Arrow tables), the conversion both ways between OTLP and
 //! Arrow, the block format (one immutable object per block: Arrow IPC or
-//! Parquet sections, a CRC-checked manifest), the pruning sidecars, and
-//! query evaluation over one block. It depends on no role crate.
+//! Parquet sections, a CRC-checked manifest), the pruning sidecars,
+//! query evaluation over one block, and the retention and offload policy
+//! body with its validation and rule resolution (`policy`). It depends on
+//! no role crate.
 
 pub mod attrs;
 pub mod block;
@@ -15,6 +17,7 @@ pub mod dict;
 pub mod error;
 pub mod ids;
 pub mod lineage;
+pub mod policy;
 pub mod scan;
 pub mod schema;
 pub mod sidecar;
