@@ -58,6 +58,7 @@ fn record(seq: u64, tenant: &str, min: i64) -> BlockRecord {
         created_at_ns: min + 300_000_000_000,
         state: BlockState::Live,
         no_compact: None,
+        offload: None,
     }
 }
 

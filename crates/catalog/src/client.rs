@@ -292,6 +292,116 @@ impl CatalogClient {
             .version)
     }
 
+    /// Sets a policy (its body validated by the catalog: an invalid one is
+    /// INVALID_ARGUMENT naming the field); setting it unchanged is a no-op.
+    pub async fn set_policy(&self, policy: pb::Policy) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::SetPolicy(pb::SetPolicy { policy: Some(policy) }))
+            .await?
+            .version)
+    }
+
+    /// Deletes a policy (and its status); deleting an absent one succeeds.
+    pub async fn delete_policy(&self, kind: pb::PolicyKind, name: &str) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::DeletePolicy(pb::DeletePolicy {
+                kind: kind as i32,
+                name: name.to_owned(),
+            }))
+            .await?
+            .version)
+    }
+
+    /// Records what enforcing a policy did last.
+    pub async fn set_policy_status(
+        &self,
+        kind: pb::PolicyKind,
+        name: &str,
+        status_json: String,
+    ) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::SetPolicyStatus(pb::SetPolicyStatus {
+                kind: kind as i32,
+                name: name.to_owned(),
+                status_json,
+            }))
+            .await?
+            .version)
+    }
+
+    /// Registers offload target names policies may name.
+    pub async fn register_offload_targets(&self, names: Vec<String>) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::RegisterOffloadTargets(pb::RegisterOffloadTargets { names }))
+            .await?
+            .version)
+    }
+
+    /// Tombstones live or offloaded blocks, saying why.
+    pub async fn tombstone_v2(
+        &self,
+        ids: Vec<String>,
+        now_ns: i64,
+        reason: pb::TombstoneReason,
+    ) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::TombstoneV2(pb::TombstoneV2 {
+                ids,
+                now_ns,
+                reason: reason as i32,
+            }))
+            .await?
+            .version)
+    }
+
+    /// Marks live blocks offloaded with their copies (whole or nothing).
+    pub async fn mark_offloaded_v2(&self, items: Vec<pb::OffloadItem>) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::MarkOffloadedV2(pb::MarkOffloadedV2 { items }))
+            .await?
+            .version)
+    }
+
+    /// Records that offloaded blocks' primary objects were deleted, under
+    /// the partition lease `(key, holder)`.
+    pub async fn mark_primary_freed(
+        &self,
+        ids: Vec<String>,
+        now_ns: i64,
+        (lease_key, lease_holder): (&str, &str),
+    ) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::MarkPrimaryFreed(pb::MarkPrimaryFreed {
+                ids,
+                now_ns,
+                lease_key: lease_key.to_owned(),
+                lease_holder: lease_holder.to_owned(),
+            }))
+            .await?
+            .version)
+    }
+
+    /// Makes restored blocks live again, pinned until `pin_until_ns`,
+    /// under the partition lease `(key, holder)`.
+    pub async fn mark_restored_v2(
+        &self,
+        ids: Vec<String>,
+        pin_until_ns: i64,
+        now_ns: i64,
+        (lease_key, lease_holder): (&str, &str),
+    ) -> Result<u64, ClientError> {
+        Ok(self
+            .write(Command::MarkRestoredV2(pb::MarkRestoredV2 {
+                ids,
+                pin_until_ns,
+                now_ns,
+                lease_key: lease_key.to_owned(),
+                lease_holder: lease_holder.to_owned(),
+            }))
+            .await?
+            .version)
+    }
+
     /// Takes the lease `key` for `ttl_ms` from `now_ns` unless another
     /// holder's is unexpired. `job`: `Some` sets the manifest, `None` keeps
     /// this holder's own. Returns the lease as it now stands.

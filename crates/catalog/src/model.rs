@@ -98,6 +98,31 @@ pub struct BlockRecord {
     /// the blocks (`StateImage::no_compact`).
     #[serde(skip)]
     pub no_compact: Option<String>,
+    /// The block's copy in an offload target, when it has one: an
+    /// `Offloaded` block's, kept after a restore (so re-offloading costs
+    /// nothing) and after a tombstone (so GC deletes it too). Not part of
+    /// the record's persisted form; a snapshot keeps it beside the blocks
+    /// (`StateImageExt::offload`).
+    #[serde(skip)]
+    pub offload: Option<OffloadCopy>,
+}
+
+/// A block's copy in an offload target.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadCopy {
+    /// The copy's full URL (`{target URL}/{object key}`).
+    pub location: String,
+    /// SHA-256 of the object, lowercase hex; empty for copies marked
+    /// before hashes were recorded ([`Command::MarkOffloaded`]).
+    pub sha256: String,
+    /// When the copy was marked.
+    pub at_ns: i64,
+    /// The primary object was deleted ([`Command::MarkPrimaryFreed`]);
+    /// false again once restored.
+    pub primary_freed: bool,
+    /// A restored block is neither offloaded nor dropped by retention
+    /// before this time ([`Command::MarkRestoredV2`]).
+    pub pinned_until_ns: i64,
 }
 
 impl BlockRecord {
@@ -172,6 +197,23 @@ impl ReplaceReason {
 pub enum PolicyKind {
     Retention,
     Offload,
+}
+
+impl PolicyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Retention => "retention",
+            PolicyKind::Offload => "offload",
+        }
+    }
+
+    /// The same kind in `mira_core::policy`, which validates bodies.
+    pub fn to_core(self) -> mira_core::policy::PolicyKind {
+        match self {
+            PolicyKind::Retention => mira_core::policy::PolicyKind::Retention,
+            PolicyKind::Offload => mira_core::policy::PolicyKind::Offload,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -315,6 +357,82 @@ pub enum Command {
         ttl_ms: i64,
         job: Option<String>,
     },
+    /// Live, unpinned blocks become `Offloaded` with their copy's
+    /// location and hash. Whole or nothing; a retry with the same copy is
+    /// a no-op.
+    MarkOffloadedV2 {
+        items: Vec<OffloadItem>,
+    },
+    /// The primary objects of offloaded blocks were deleted, under the
+    /// partition lease.
+    MarkPrimaryFreed {
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
+        now_ns: i64,
+        lease_key: String,
+        lease_holder: String,
+    },
+    /// Offloaded blocks are live again (their primary object restored,
+    /// byte-identical), pinned until `pin_until_ns`, under the partition
+    /// lease. Live blocks: the pin is extended.
+    MarkRestoredV2 {
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
+        pin_until_ns: i64,
+        now_ns: i64,
+        lease_key: String,
+        lease_holder: String,
+    },
+    /// `Tombstone` that says why, and works on live and offloaded blocks
+    /// (their copies stay recorded so GC deletes them). Pinned blocks
+    /// refuse the whole command.
+    TombstoneV2 {
+        #[serde(with = "stored::block_ids")]
+        ids: Vec<BlockId>,
+        now_ns: i64,
+        reason: TombstoneReason,
+    },
+    /// What enforcing a policy did last (JSON written by the compactor),
+    /// kept beside the policy for the operator.
+    SetPolicyStatus {
+        kind: PolicyKind,
+        name: String,
+        status_json: String,
+    },
+    /// Offload target names a compactor can write to; a policy naming
+    /// another is refused. Names are only added.
+    RegisterOffloadTargets {
+        names: Vec<String>,
+    },
+}
+
+/// One block marked offloaded by [`Command::MarkOffloadedV2`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadItem {
+    #[serde(with = "stored::block_id")]
+    pub id: BlockId,
+    pub location: String,
+    pub sha256: String,
+    pub at_ns: i64,
+}
+
+/// Why [`Command::TombstoneV2`] tombstoned blocks. Persisted: variants are
+/// only ever appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TombstoneReason {
+    /// Every row is past its retention rule.
+    Retention,
+    /// An operator's request.
+    Manual,
+}
+
+impl TombstoneReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TombstoneReason::Retention => "retention",
+            TombstoneReason::Manual => "manual",
+        }
+    }
 }
 
 impl Command {
@@ -342,6 +460,12 @@ impl Command {
             Command::ClearNoCompact { .. } => "clear_no_compact",
             Command::AcquireLeaseJob { .. } => "acquire_lease",
             Command::RenewLeaseJob { .. } => "renew_lease",
+            Command::MarkOffloadedV2 { .. } => "mark_offloaded",
+            Command::MarkPrimaryFreed { .. } => "mark_primary_freed",
+            Command::MarkRestoredV2 { .. } => "mark_restored",
+            Command::TombstoneV2 { .. } => "tombstone",
+            Command::SetPolicyStatus { .. } => "set_policy_status",
+            Command::RegisterOffloadTargets { .. } => "register_offload_targets",
         }
     }
 
@@ -432,6 +556,67 @@ impl Command {
                     )),
                     _ => Ok(()),
                 }
+            }
+            Command::MarkOffloadedV2 { items } => {
+                check_count("items", items.len())?;
+                nonempty("items", items.len())?;
+                check_distinct("items", items.iter().map(|i| i.id))?;
+                for i in items {
+                    check_name("location", &i.location)?;
+                    check_time("at_ns", i.at_ns)?;
+                    if i.sha256.len() != 64 || !i.sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                        return Err(CommandError::invalid(
+                            "sha256",
+                            format!("{:?} is not 64 lowercase hex digits", i.sha256),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Command::MarkPrimaryFreed {
+                ids,
+                now_ns,
+                lease_key,
+                lease_holder,
+            } => {
+                check_ids("ids", ids)?;
+                nonempty("ids", ids.len())?;
+                check_time("now_ns", *now_ns)?;
+                check_name("lease_key", lease_key)?;
+                check_name("lease_holder", lease_holder)
+            }
+            Command::MarkRestoredV2 {
+                ids,
+                pin_until_ns,
+                now_ns,
+                lease_key,
+                lease_holder,
+            } => {
+                check_ids("ids", ids)?;
+                nonempty("ids", ids.len())?;
+                check_time("pin_until_ns", *pin_until_ns)?;
+                check_time("now_ns", *now_ns)?;
+                check_name("lease_key", lease_key)?;
+                check_name("lease_holder", lease_holder)
+            }
+            Command::TombstoneV2 { ids, now_ns, .. } => {
+                check_ids("ids", ids)?;
+                nonempty("ids", ids.len())?;
+                check_time("now_ns", *now_ns)
+            }
+            Command::SetPolicyStatus { name, status_json, .. } => {
+                check_name("name", name)?;
+                check_text("status_json", status_json, MAX_JOB_BYTES)
+            }
+            Command::RegisterOffloadTargets { names } => {
+                nonempty("names", names.len())?;
+                if names.len() > 64 {
+                    return Err(CommandError::invalid(
+                        "names",
+                        format!("{} names, at most 64", names.len()),
+                    ));
+                }
+                names.iter().try_for_each(|n| check_name("names", n))
             }
             Command::Tombstone { ids, now_ns } => {
                 check_count("ids", ids.len())?;

@@ -91,6 +91,17 @@ impl pb::catalog_server::Catalog for CatalogService {
                 return Err(e.into());
             }
         };
+        if let Command::SetPolicy(p) = &cmd {
+            // The body is checked here, before it enters the log, against
+            // this member's copy of the registered offload targets.
+            let targets = self.catalog.read(|s, _| s.offload_targets());
+            if let Err(e) =
+                mira_core::policy::validate(p.kind.to_core(), &p.name, &p.tenant, &p.body_json, Some(&targets))
+            {
+                self.metrics.observe_command("invalid", false, start.elapsed());
+                return Err(Status::invalid_argument(e.to_string()));
+            }
+        }
         let name = cmd.name();
         let res = self.raft.client_write(cmd).await;
         let reply = match res {
@@ -222,10 +233,22 @@ impl pb::catalog_server::Catalog for CatalogService {
         let req = request.into_inner();
         let kind = policy::kind_filter_from_pb(req.kind)?;
         self.consistent(req.linearizable).await?;
-        let (policies, version) = self
-            .catalog
-            .read(|s, v| (s.policies(kind).iter().map(pb::Policy::from).collect(), v));
-        Ok(Response::new(pb::ListPoliciesReply { policies, version }))
+        let (policies, offload_targets, version) = self.catalog.read(|s, v| {
+            let policies = s
+                .policies(kind)
+                .iter()
+                .map(|p| pb::Policy {
+                    status_json: s.policy_status(p.kind, &p.name).unwrap_or_default().to_owned(),
+                    ..pb::Policy::from(p)
+                })
+                .collect();
+            (policies, s.offload_targets(), v)
+        });
+        Ok(Response::new(pb::ListPoliciesReply {
+            policies,
+            version,
+            offload_targets,
+        }))
     }
 
     async fn list_leases(

@@ -11,11 +11,11 @@ use std::ops::Bound;
 use mira_core::ids::{BlockId, Signal, TenantId};
 use serde::{Deserialize, Serialize};
 
-pub use self::image::{NoCompactMark, StateImage};
+pub use self::image::{NoCompactMark, OffloadMark, StateImage, StateImageExt};
 use crate::error::CommandError;
 use crate::model::{
-    BlockRecord, BlockState, Command, IngesterLease, Lease, Policy, PolicyKind, ReplaceReason, StateKind, Watermark,
-    check_one_partition,
+    BlockRecord, BlockState, Command, IngesterLease, Lease, OffloadCopy, Policy, PolicyKind, ReplaceReason, StateKind,
+    Watermark, check_one_partition,
 };
 
 /// One observable change, as delivered by watch
@@ -83,6 +83,10 @@ pub struct State {
     epochs: BTreeMap<String, u64>,
     /// Publishes being staged: txn → (ingester, blocks).
     staged: BTreeMap<u128, StagedPublish>,
+    /// What enforcing each policy did last ([`Command::SetPolicyStatus`]).
+    policy_status: BTreeMap<(PolicyKind, String), String>,
+    /// Offload targets compactors registered.
+    offload_targets: BTreeSet<String>,
 }
 
 /// Blocks staged for one publish, not yet listed.
@@ -209,13 +213,17 @@ impl State {
                 })
             }
             // Deleting an absent policy succeeds: a retried delete must not fail.
-            Command::DeletePolicy { kind, name } => Ok(match self.policies.remove(&(*kind, name.clone())) {
-                Some(p) => Applied {
-                    changes: vec![Change::PolicyDeleted(p)],
-                    ..Default::default()
-                },
-                None => Applied::default(),
-            }),
+            Command::DeletePolicy { kind, name } => {
+                let key = (*kind, name.clone());
+                self.policy_status.remove(&key);
+                Ok(match self.policies.remove(&key) {
+                    Some(p) => Applied {
+                        changes: vec![Change::PolicyDeleted(p)],
+                        ..Default::default()
+                    },
+                    None => Applied::default(),
+                })
+            }
             Command::AcquireLease {
                 key,
                 holder,
@@ -317,6 +325,45 @@ impl State {
                 *dropped_rows,
             ),
             Command::Abandon { ids } => self.abandon(ids),
+            Command::MarkOffloadedV2 { items } => self.mark_offloaded_v2(items),
+            Command::MarkPrimaryFreed {
+                ids,
+                now_ns,
+                lease_key,
+                lease_holder,
+            } => {
+                self.check_lease(lease_key, lease_holder, *now_ns)?;
+                self.mark_primary_freed(ids)
+            }
+            Command::MarkRestoredV2 {
+                ids,
+                pin_until_ns,
+                now_ns,
+                lease_key,
+                lease_holder,
+            } => {
+                self.check_lease(lease_key, lease_holder, *now_ns)?;
+                self.mark_restored_v2(ids, *pin_until_ns)
+            }
+            Command::TombstoneV2 { ids, now_ns, .. } => self.tombstone_v2(ids, *now_ns),
+            Command::SetPolicyStatus {
+                kind,
+                name,
+                status_json,
+            } => {
+                let key = (*kind, name.clone());
+                if !self.policies.contains_key(&key) {
+                    return Err(CommandError::NotFound {
+                        what: format!("{} policy {name:?}", kind.as_str()),
+                    });
+                }
+                self.policy_status.insert(key, status_json.clone());
+                Ok(Applied::default())
+            }
+            Command::RegisterOffloadTargets { names } => {
+                self.offload_targets.extend(names.iter().cloned());
+                Ok(Applied::default())
+            }
             Command::MarkNoCompact { ids, reason } => self.mark_no_compact(ids, Some(reason)),
             Command::ClearNoCompact { ids } => self.mark_no_compact(ids, None),
             Command::AcquireLeaseJob {
@@ -789,6 +836,161 @@ impl State {
         }
     }
 
+    /// Every item live and unpinned at its `at_ns` (or offloaded already
+    /// with the same copy: a retry) becomes offloaded, whole or nothing.
+    fn mark_offloaded_v2(&mut self, items: &[crate::model::OffloadItem]) -> Result<Applied, CommandError> {
+        let missing: Vec<BlockId> = items
+            .iter()
+            .map(|i| i.id)
+            .filter(|id| !self.blocks.contains_key(id))
+            .collect();
+        if !missing.is_empty() {
+            return Err(not_found(&missing));
+        }
+        let mut todo = Vec::new();
+        for i in items {
+            let Some(b) = self.blocks.get(&i.id) else {
+                unreachable_block(i.id)
+            };
+            let same_copy = b
+                .offload
+                .as_ref()
+                .is_some_and(|c| c.location == i.location && c.sha256 == i.sha256);
+            match &b.state {
+                BlockState::Offloaded { .. } if same_copy => {}
+                BlockState::Live => {
+                    if let Some(c) = b.offload.as_ref().filter(|c| c.pinned_until_ns > i.at_ns) {
+                        return Err(CommandError::conflict(format!(
+                            "block {} is pinned by a restore until {}",
+                            i.id, c.pinned_until_ns
+                        )));
+                    }
+                    todo.push(i);
+                }
+                other => {
+                    return Err(CommandError::conflict(format!(
+                        "block {} is {}, only live blocks are offloaded",
+                        i.id,
+                        other.kind().as_str()
+                    )));
+                }
+            }
+        }
+        let mut changes = Vec::with_capacity(todo.len());
+        for i in todo {
+            self.set_state(
+                i.id,
+                BlockState::Offloaded {
+                    location: i.location.clone(),
+                },
+            );
+            let Some(b) = self.blocks.get_mut(&i.id) else {
+                unreachable_block(i.id)
+            };
+            b.offload = Some(OffloadCopy {
+                location: i.location.clone(),
+                sha256: i.sha256.clone(),
+                at_ns: i.at_ns,
+                primary_freed: false,
+                pinned_until_ns: 0,
+            });
+            changes.push(Change::Block(b.clone()));
+        }
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
+    }
+
+    /// Offloaded blocks of one partition lose their primary object.
+    fn mark_primary_freed(&mut self, ids: &[BlockId]) -> Result<Applied, CommandError> {
+        let blocks = self.known(ids)?;
+        check_one_partition("ids", blocks.iter().copied())?;
+        if let Some(b) = blocks.iter().find(|b| b.state.kind() != StateKind::Offloaded) {
+            return Err(CommandError::conflict(format!(
+                "block {} is {}, only an offloaded block's primary object is freed",
+                b.id,
+                b.state.kind().as_str()
+            )));
+        }
+        let mut changes = Vec::new();
+        for id in ids {
+            if let Some(b) = self.blocks.get_mut(id)
+                && let Some(c) = b.offload.as_mut()
+                && !c.primary_freed
+            {
+                c.primary_freed = true;
+                changes.push(Change::Block(b.clone()));
+            }
+        }
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
+    }
+
+    /// Offloaded blocks of one partition are live again and pinned; live
+    /// ones get the longer pin.
+    fn mark_restored_v2(&mut self, ids: &[BlockId], pin_until_ns: i64) -> Result<Applied, CommandError> {
+        let blocks = self.known(ids)?;
+        check_one_partition("ids", blocks.iter().copied())?;
+        if let Some(b) = blocks.iter().find(|b| b.state.kind() == StateKind::Tombstoned) {
+            return Err(CommandError::conflict(format!(
+                "block {} is tombstoned, not offloaded",
+                b.id
+            )));
+        }
+        let mut changes = Vec::new();
+        for id in ids {
+            if self
+                .blocks
+                .get(id)
+                .is_some_and(|b| b.state.kind() == StateKind::Offloaded)
+            {
+                self.set_state(*id, BlockState::Live);
+            }
+            let Some(b) = self.blocks.get_mut(id) else {
+                unreachable_block(*id)
+            };
+            let before = b.clone();
+            let copy = b.offload.get_or_insert_with(OffloadCopy::default);
+            copy.primary_freed = false;
+            copy.pinned_until_ns = copy.pinned_until_ns.max(pin_until_ns);
+            if *b != before {
+                changes.push(Change::Block(b.clone()));
+            }
+        }
+        Ok(Applied {
+            changes,
+            ..Default::default()
+        })
+    }
+
+    /// Live and offloaded blocks are tombstoned (offload copies kept for
+    /// GC); already tombstoned ones are a no-op; a pinned one refuses all.
+    fn tombstone_v2(&mut self, ids: &[BlockId], now_ns: i64) -> Result<Applied, CommandError> {
+        let blocks = self.known(ids)?;
+        if let Some(b) = blocks.iter().find(|b| {
+            b.state.kind() != StateKind::Tombstoned && b.offload.as_ref().is_some_and(|c| c.pinned_until_ns > now_ns)
+        }) {
+            return Err(CommandError::conflict(format!(
+                "block {} is pinned by a restore until {}",
+                b.id,
+                b.offload.as_ref().map_or(0, |c| c.pinned_until_ns)
+            )));
+        }
+        self.tombstone(ids, now_ns)
+    }
+
+    /// The records of `ids`, or which of them the catalog does not hold.
+    fn known(&self, ids: &[BlockId]) -> Result<Vec<&BlockRecord>, CommandError> {
+        let missing: Vec<BlockId> = ids.iter().copied().filter(|id| !self.blocks.contains_key(id)).collect();
+        if !missing.is_empty() {
+            return Err(not_found(&missing));
+        }
+        Ok(ids.iter().filter_map(|id| self.blocks.get(id)).collect())
+    }
+
     fn mark_restored(&mut self, id: BlockId) -> Result<Applied, CommandError> {
         let Some(b) = self.blocks.get(&id) else {
             return Err(not_found(&[id]));
@@ -1076,6 +1278,16 @@ impl State {
         self.leases.values().cloned().collect()
     }
 
+    /// What enforcing a policy did last, if reported.
+    pub fn policy_status(&self, kind: PolicyKind, name: &str) -> Option<&str> {
+        self.policy_status.get(&(kind, name.to_owned())).map(String::as_str)
+    }
+
+    /// Registered offload target names, sorted.
+    pub fn offload_targets(&self) -> Vec<String> {
+        self.offload_targets.iter().cloned().collect()
+    }
+
     pub fn policies(&self, kind: Option<PolicyKind>) -> Vec<Policy> {
         self.policies
             .values()
@@ -1104,6 +1316,10 @@ impl State {
             .iter_mut()
             .filter_map(|b| b.no_compact.take().map(|reason| NoCompactMark { id: b.id, reason }))
             .collect();
+        let offload = blocks
+            .iter_mut()
+            .filter_map(|b| b.offload.take().map(|copy| OffloadMark { id: b.id, copy }))
+            .collect();
         StateImage {
             blocks,
             watermarks: self.watermarks(None),
@@ -1114,6 +1330,15 @@ impl State {
             epochs: self.epochs.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             staged: self.staged.iter().map(|(k, v)| (*k, v.clone())).collect(),
             no_compact,
+            ext: StateImageExt {
+                offload,
+                policy_status: self
+                    .policy_status
+                    .iter()
+                    .map(|((k, n), v)| (*k, n.clone(), v.clone()))
+                    .collect(),
+                offload_targets: self.offload_targets.iter().cloned().collect(),
+            },
         }
     }
 
@@ -1144,6 +1369,18 @@ impl State {
                 b.no_compact = Some(m.reason);
             }
         }
+        for m in image.ext.offload {
+            if let Some(b) = s.blocks.get_mut(&m.id) {
+                b.offload = Some(m.copy);
+            }
+        }
+        s.policy_status = image
+            .ext
+            .policy_status
+            .into_iter()
+            .map(|(k, n, v)| ((k, n), v))
+            .collect();
+        s.offload_targets = image.ext.offload_targets.into_iter().collect();
         s
     }
 }

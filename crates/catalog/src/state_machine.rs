@@ -135,7 +135,8 @@ fn snap_err(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageErro
 /// Serializes a state image (version 2): [`IMAGE_MAGIC_V2`], then the
 /// postcard image compressed by zstd with a content checksum.
 pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
-    let raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
+    let mut raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
+    raw.extend(postcard::to_stdvec(&image.ext).map_err(std::io::Error::other)?);
     let mut out = Vec::with_capacity(raw.len() / 4 + IMAGE_MAGIC_V2.len());
     out.extend_from_slice(IMAGE_MAGIC_V2);
     let mut enc = zstd::Encoder::new(out, 1)?;
@@ -149,7 +150,12 @@ pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
 pub fn decode_image(bytes: &[u8]) -> std::io::Result<StateImage> {
     if let Some(body) = bytes.strip_prefix(IMAGE_MAGIC_V2.as_slice()) {
         let raw = zstd::decode_all(body)?;
-        return postcard::from_bytes(&raw).map_err(std::io::Error::other);
+        let (mut image, rest): (StateImage, &[u8]) = postcard::take_from_bytes(&raw).map_err(std::io::Error::other)?;
+        // Images written before the extension end here.
+        if !rest.is_empty() {
+            image.ext = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+        }
+        return Ok(image);
     }
     let raw = zstd::decode_all(bytes)?;
     let (image, rest): (image::v1::StateImage, &[u8]) =

@@ -78,6 +78,19 @@ fn write(cmd: pb::write_request::Command) -> pb::WriteRequest {
     pb::WriteRequest { command: Some(cmd) }
 }
 
+/// A SetPolicy of `kind` (1 retention, 2 offload) for `tenant`.
+fn policy(kind: i32, tenant: &str, body_json: &str) -> pb::WriteRequest {
+    write(pb::write_request::Command::SetPolicy(pb::SetPolicy {
+        policy: Some(pb::Policy {
+            kind,
+            name: "hostile".into(),
+            tenant: tenant.into(),
+            body_json: body_json.into(),
+            ..Default::default()
+        }),
+    }))
+}
+
 #[tokio::test]
 async fn hostile_requests_get_clear_statuses_and_change_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -287,6 +300,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                     name: "p".into(),
                     tenant: String::new(),
                     body_json: "{nope".into(),
+                    ..Default::default()
                 }),
             })),
             Code::InvalidArgument,
@@ -300,6 +314,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                     name: "p".into(),
                     tenant: String::new(),
                     body_json: format!("{{\"a\":\"{}\"}}", "x".repeat(1 << 20)),
+                    ..Default::default()
                 }),
             })),
             Code::InvalidArgument,
@@ -313,10 +328,51 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
                     name: "p".into(),
                     tenant: String::new(),
                     body_json: "{}".into(),
+                    ..Default::default()
                 }),
             })),
             Code::InvalidArgument,
             "kind",
+        ),
+        (
+            "policy with an unknown field",
+            policy(1, "", r#"{"v":1,"retain_s":86400,"retian_s":3600}"#),
+            Code::InvalidArgument,
+            "policy field `retian_s`",
+        ),
+        (
+            "policy with a negative duration",
+            policy(1, "", r#"{"v":1,"retain_s":-5}"#),
+            Code::InvalidArgument,
+            "policy field `retain_s`",
+        ),
+        (
+            "policy with a zero duration",
+            policy(1, "", r#"{"v":1,"retain_s":0}"#),
+            Code::InvalidArgument,
+            "policy field `retain_s`",
+        ),
+        (
+            "retain shorter than the minimum",
+            policy(1, "acme", r#"{"v":1,"retain_s":60}"#),
+            Code::InvalidArgument,
+            "policy field `retain_s`",
+        ),
+        (
+            "policy with an invalid regex",
+            policy(
+                1,
+                "",
+                r#"{"v":1,"retain_s":86400,"selector":[{"key":"service.name","op":"=~","value":"(unclosed"}]}"#,
+            ),
+            Code::InvalidArgument,
+            "policy field `selector[0].value`",
+        ),
+        (
+            "offload to a target no compactor registered",
+            policy(2, "", r#"{"v":1,"after_s":86400,"target":"nowhere"}"#),
+            Code::InvalidArgument,
+            "policy field `target`",
         ),
         (
             "offload unknown",
@@ -345,6 +401,7 @@ async fn hostile_requests_get_clear_statuses_and_change_nothing() {
             name: "p".into(),
             tenant: String::new(),
             body_json: "x".repeat(17 << 20),
+            ..Default::default()
         }),
     }));
     let err = g.write(huge).await.expect_err("oversized message");

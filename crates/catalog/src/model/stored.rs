@@ -150,6 +150,7 @@ mod tests {
             created_at_ns: 42,
             state,
             no_compact: None,
+            offload: None,
         }
     }
 
@@ -196,6 +197,7 @@ mod tests {
                 // The quarantine mark is kept beside the record, never in it.
                 let marked = BlockRecord {
                     no_compact: Some("decode error".into()),
+                    offload: None,
                     ..record.clone()
                 };
                 assert_eq!(

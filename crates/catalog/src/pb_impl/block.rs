@@ -17,6 +17,8 @@ impl From<&BlockRecord> for pb::Block {
             BlockState::Tombstoned { at_ns } => (pb::BlockState::Tombstoned, String::new(), *at_ns),
             BlockState::Offloaded { location } => (pb::BlockState::Offloaded, location.clone(), 0),
         };
+        let copy = b.offload.as_ref();
+        let offload_location = copy.map_or(offload_location, |c| c.location.clone());
         pb::Block {
             id: b.id.to_string(),
             tenant: b.tenant.as_str().to_owned(),
@@ -36,6 +38,10 @@ impl From<&BlockRecord> for pb::Block {
             offload_location,
             tombstoned_at_ns,
             no_compact_reason: b.no_compact.clone().unwrap_or_default(),
+            offload_sha256: copy.map(|c| c.sha256.clone()).unwrap_or_default(),
+            offloaded_at_ns: copy.map_or(0, |c| c.at_ns),
+            primary_freed: copy.is_some_and(|c| c.primary_freed),
+            pinned_until_ns: copy.map_or(0, |c| c.pinned_until_ns),
         }
     }
 }
@@ -85,6 +91,7 @@ impl TryFrom<&pb::Block> for BlockRecord {
             created_at_ns: b.created_at_ns,
             state: BlockState::Live,
             no_compact: None,
+            offload: None,
         })
     }
 }
@@ -151,11 +158,13 @@ mod tests {
             created_at_ns: 1,
             state: BlockState::Live,
             no_compact: None,
+            offload: None,
         };
         let message = pb::Block::from(&record);
         assert!(message.no_compact_reason.is_empty());
         let marked = BlockRecord {
             no_compact: Some("decode error".into()),
+            offload: None,
             ..record.clone()
         };
         assert_eq!(pb::Block::from(&marked).no_compact_reason, "decode error");

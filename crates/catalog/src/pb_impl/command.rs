@@ -4,7 +4,7 @@ use mira_proto::catalog as pb;
 
 use super::{block_id, policy};
 use crate::error::CommandError;
-use crate::model::{BlockRecord, Command, Policy, ReplaceReason, Watermark};
+use crate::model::{BlockRecord, Command, OffloadItem, Policy, ReplaceReason, TombstoneReason, Watermark};
 
 fn replace_reason(v: i32) -> Result<ReplaceReason, CommandError> {
     match pb::ReplaceReason::try_from(v) {
@@ -142,6 +142,53 @@ impl TryFrom<&pb::WriteRequest> for Command {
             Some(C::ClearNoCompact(c)) => Command::ClearNoCompact {
                 ids: block_id::parse_list("ids", &c.ids)?,
             },
+            Some(C::MarkOffloadedV2(m)) => Command::MarkOffloadedV2 {
+                items: m
+                    .items
+                    .iter()
+                    .map(|i| {
+                        Ok(OffloadItem {
+                            id: block_id::parse("items.id", &i.id)?,
+                            location: i.location.clone(),
+                            sha256: i.sha256.clone(),
+                            at_ns: i.at_ns,
+                        })
+                    })
+                    .collect::<Result<_, CommandError>>()?,
+            },
+            Some(C::MarkPrimaryFreed(m)) => Command::MarkPrimaryFreed {
+                ids: block_id::parse_list("ids", &m.ids)?,
+                now_ns: m.now_ns,
+                lease_key: m.lease_key.clone(),
+                lease_holder: m.lease_holder.clone(),
+            },
+            Some(C::MarkRestoredV2(m)) => Command::MarkRestoredV2 {
+                ids: block_id::parse_list("ids", &m.ids)?,
+                pin_until_ns: m.pin_until_ns,
+                now_ns: m.now_ns,
+                lease_key: m.lease_key.clone(),
+                lease_holder: m.lease_holder.clone(),
+            },
+            Some(C::TombstoneV2(t)) => Command::TombstoneV2 {
+                ids: block_id::parse_list("ids", &t.ids)?,
+                now_ns: t.now_ns,
+                reason: match pb::TombstoneReason::try_from(t.reason) {
+                    Ok(pb::TombstoneReason::Retention) => TombstoneReason::Retention,
+                    Ok(pb::TombstoneReason::Manual) => TombstoneReason::Manual,
+                    _ => {
+                        return Err(CommandError::invalid(
+                            "reason",
+                            format!("unknown tombstone reason {}", t.reason),
+                        ));
+                    }
+                },
+            },
+            Some(C::SetPolicyStatus(st)) => Command::SetPolicyStatus {
+                kind: policy::kind_from_pb(st.kind)?,
+                name: st.name.clone(),
+                status_json: st.status_json.clone(),
+            },
+            Some(C::RegisterOffloadTargets(r)) => Command::RegisterOffloadTargets { names: r.names.clone() },
         };
         cmd.validate()?;
         Ok(cmd)
@@ -175,6 +222,7 @@ mod tests {
             created_at_ns: 3,
             state: BlockState::Live,
             no_compact: None,
+            offload: None,
         }
     }
 

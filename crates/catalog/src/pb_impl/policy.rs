@@ -38,6 +38,7 @@ impl From<&Policy> for pb::Policy {
             name: p.name.clone(),
             tenant: p.tenant.clone(),
             body_json: p.body_json.clone(),
+            status_json: String::new(),
         }
     }
 }

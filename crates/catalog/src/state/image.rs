@@ -11,7 +11,7 @@ use mira_core::ids::BlockId;
 use serde::{Deserialize, Serialize};
 
 use super::StagedPublish;
-use crate::model::{BlockRecord, IngesterLease, Lease, Policy, Watermark, stored};
+use crate::model::{BlockRecord, IngesterLease, Lease, OffloadCopy, Policy, PolicyKind, Watermark, stored};
 
 /// The serialized form of [`super::State`] inside a snapshot (image
 /// version 2). Persisted: fields are only ever appended.
@@ -31,6 +31,30 @@ pub struct StateImage {
     pub staged: Vec<(u128, StagedPublish)>,
     /// Quarantined blocks, ordered by id.
     pub no_compact: Vec<NoCompactMark>,
+    /// Serialized after the fields above (images written before it ended
+    /// there): see [`StateImageExt`].
+    #[serde(skip)]
+    pub ext: StateImageExt,
+}
+
+/// What version 2 images gained after their first release, serialized
+/// right after [`StateImage`]; absent (all empty) in images written before.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateImageExt {
+    /// Blocks with an offload copy, ordered by id.
+    pub offload: Vec<OffloadMark>,
+    /// What enforcing each policy did last: (kind, name, status JSON).
+    pub policy_status: Vec<(PolicyKind, String, String)>,
+    /// Registered offload target names.
+    pub offload_targets: Vec<String>,
+}
+
+/// One block's offload copy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadMark {
+    #[serde(with = "stored::block_id")]
+    pub id: BlockId,
+    pub copy: OffloadCopy,
 }
 
 /// One block quarantined from compaction, and why.
@@ -96,6 +120,7 @@ pub mod v1 {
             epochs: ext.epochs,
             staged: ext.staged,
             no_compact: Vec::new(),
+            ext: super::StateImageExt::default(),
         }
     }
 }

@@ -32,6 +32,7 @@ fn block(n: u128, tenant: &str, min: i64, max: i64) -> BlockRecord {
         created_at_ns: 1,
         state: BlockState::Live,
         no_compact: None,
+        offload: None,
     }
 }
 
@@ -1343,4 +1344,247 @@ fn an_image_written_by_version_1_reads_back_whole() {
     let again = crate::state_machine::encode_image(&image).expect("encode");
     assert!(again.starts_with(crate::state_machine::IMAGE_MAGIC_V2));
     assert_eq!(crate::state_machine::decode_image(&again).expect("v2"), image);
+}
+
+// ---- retention and offload: offload copies, pins, tombstone reasons ----
+
+const SHA: &str = "ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01";
+
+fn offload_item(n: u128, at_ns: i64) -> crate::model::OffloadItem {
+    crate::model::OffloadItem {
+        id: id(n),
+        location: format!("file:///archive/{n}"),
+        sha256: SHA.into(),
+        at_ns,
+    }
+}
+
+fn freed(ns: &[u128], now_ns: i64, holder: &str) -> Command {
+    Command::MarkPrimaryFreed {
+        ids: id_list(ns),
+        now_ns,
+        lease_key: PART_KEY.into(),
+        lease_holder: holder.into(),
+    }
+}
+
+fn restored(ns: &[u128], pin_until_ns: i64, now_ns: i64) -> Command {
+    Command::MarkRestoredV2 {
+        ids: id_list(ns),
+        pin_until_ns,
+        now_ns,
+        lease_key: PART_KEY.into(),
+        lease_holder: "c".into(),
+    }
+}
+
+fn retention(ns: &[u128], now_ns: i64) -> Command {
+    Command::TombstoneV2 {
+        ids: id_list(ns),
+        now_ns,
+        reason: crate::model::TombstoneReason::Retention,
+    }
+}
+
+#[test]
+fn offload_marks_whole_or_nothing_and_a_retry_changes_nothing() {
+    let mut s = compactable();
+    let mark = Command::MarkOffloadedV2 {
+        items: vec![offload_item(1, 5), offload_item(2, 5)],
+    };
+    assert_eq!(s.apply(&mark).expect("mark").changes.len(), 2);
+    let b = s.block(id(1)).expect("1");
+    assert_eq!(b.state.kind(), StateKind::Offloaded);
+    let copy = b.offload.as_ref().expect("copy");
+    assert_eq!((copy.sha256.as_str(), copy.at_ns, copy.primary_freed), (SHA, 5, false));
+    assert!(s.apply(&mark).expect("retry").changes.is_empty());
+    // A different copy of an offloaded block, or a tombstoned block,
+    // refuses the whole command: block 3 stays live.
+    let mut other = offload_item(1, 6);
+    other.location = "file:///elsewhere/1".into();
+    let err = s
+        .apply(&Command::MarkOffloadedV2 {
+            items: vec![offload_item(3, 6), other],
+        })
+        .expect_err("other copy");
+    assert_eq!(err.error_code(), ErrorCode::Conflict);
+    assert_eq!(s.block(id(3)).expect("3").state.kind(), StateKind::Live);
+    // Offloaded blocks are not live: not planned by queries or merges.
+    assert_eq!(ids(&s, "t", 0, 20 * HOUR, &[StateKind::Live]), vec![3]);
+}
+
+#[test]
+fn freeing_a_primary_needs_the_lease_and_an_offloaded_block() {
+    let mut s = compactable();
+    s.apply(&Command::MarkOffloadedV2 {
+        items: vec![offload_item(1, 5)],
+    })
+    .expect("mark");
+    assert_eq!(
+        s.apply(&freed(&[1], 5, "other"))
+            .expect_err("not the holder")
+            .error_code(),
+        ErrorCode::Conflict
+    );
+    assert_eq!(
+        s.apply(&freed(&[1, 2], 5, "c")).expect_err("2 is live").error_code(),
+        ErrorCode::Conflict
+    );
+    assert_eq!(s.apply(&freed(&[1], 5, "c")).expect("freed").changes.len(), 1);
+    assert!(
+        s.block(id(1))
+            .and_then(|b| b.offload.as_ref())
+            .expect("copy")
+            .primary_freed
+    );
+    assert!(s.apply(&freed(&[1], 6, "c")).expect("retry").changes.is_empty());
+}
+
+#[test]
+fn a_restore_makes_blocks_live_and_pins_them_against_offload_and_retention() {
+    let mut s = compactable();
+    s.apply(&Command::MarkOffloadedV2 {
+        items: vec![offload_item(1, 5)],
+    })
+    .expect("mark");
+    s.apply(&freed(&[1], 5, "c")).expect("freed");
+    assert_eq!(s.apply(&restored(&[1], 1_000, 7)).expect("restore").changes.len(), 1);
+    let b = s.block(id(1)).expect("1");
+    assert_eq!(b.state, BlockState::Live);
+    let copy = b.offload.as_ref().expect("copy kept");
+    assert_eq!((copy.primary_freed, copy.pinned_until_ns), (false, 1_000));
+    assert!(
+        s.apply(&restored(&[1], 500, 8)).expect("again").changes.is_empty(),
+        "a restore of a live block never shortens its pin"
+    );
+    // Pinned: neither offloaded nor dropped until the pin passes.
+    assert!(
+        s.apply(&Command::MarkOffloadedV2 {
+            items: vec![offload_item(1, 999)]
+        })
+        .is_err()
+    );
+    assert_eq!(
+        s.apply(&retention(&[1, 2], 999)).expect_err("pinned").error_code(),
+        ErrorCode::Conflict
+    );
+    assert_eq!(s.block(id(2)).expect("2").state, BlockState::Live, "whole or nothing");
+    assert_eq!(
+        s.apply(&retention(&[1, 2], 1_000)).expect("pin passed").changes.len(),
+        2
+    );
+    // The tombstoned block keeps its copy, so GC deletes it too.
+    let b = s.block(id(1)).expect("1");
+    assert_eq!(b.state, BlockState::Tombstoned { at_ns: 1_000 });
+    assert_eq!(b.offload.as_ref().expect("copy").location, "file:///archive/1");
+    assert!(
+        s.apply(&restored(&[1], 2_000, 1_001)).is_err(),
+        "a tombstoned block is not restored"
+    );
+}
+
+#[test]
+fn retention_tombstones_offloaded_blocks_and_a_retry_changes_nothing() {
+    let mut s = compactable();
+    s.apply(&Command::MarkOffloadedV2 {
+        items: vec![offload_item(1, 5)],
+    })
+    .expect("mark");
+    assert_eq!(s.apply(&retention(&[1, 3], 9)).expect("drop").changes.len(), 2);
+    assert!(s.apply(&retention(&[1, 3], 10)).expect("retry").changes.is_empty());
+    assert_eq!(
+        s.apply(&retention(&[1, 99], 10)).expect_err("unknown").error_code(),
+        ErrorCode::NotFound
+    );
+}
+
+#[test]
+fn policy_status_needs_the_policy_and_goes_with_it() {
+    let mut s = State::new();
+    let status = Command::SetPolicyStatus {
+        kind: PolicyKind::Retention,
+        name: "short".into(),
+        status_json: r#"{"blocks_dropped":1}"#.into(),
+    };
+    assert_eq!(
+        s.apply(&status).expect_err("no policy").error_code(),
+        ErrorCode::NotFound
+    );
+    s.apply(&Command::SetPolicy(Policy {
+        kind: PolicyKind::Retention,
+        name: "short".into(),
+        tenant: String::new(),
+        body_json: r#"{"v":1,"retain_s":3600}"#.into(),
+    }))
+    .expect("policy");
+    s.apply(&status).expect("status");
+    assert_eq!(
+        s.policy_status(PolicyKind::Retention, "short"),
+        Some(r#"{"blocks_dropped":1}"#)
+    );
+    s.apply(&Command::DeletePolicy {
+        kind: PolicyKind::Retention,
+        name: "short".into(),
+    })
+    .expect("delete");
+    assert_eq!(s.policy_status(PolicyKind::Retention, "short"), None);
+    s.apply(&Command::RegisterOffloadTargets {
+        names: vec!["b".into(), "a".into()],
+    })
+    .expect("targets");
+    s.apply(&Command::RegisterOffloadTargets {
+        names: vec!["a".into()],
+    })
+    .expect("again");
+    assert_eq!(s.offload_targets(), vec!["a".to_owned(), "b".to_owned()]);
+}
+
+#[test]
+fn offload_copies_statuses_and_targets_survive_an_image_and_older_images_read() {
+    let mut s = compactable();
+    s.apply(&Command::MarkOffloadedV2 {
+        items: vec![offload_item(1, 5), offload_item(2, 5)],
+    })
+    .expect("mark");
+    s.apply(&restored(&[2], 77, 6)).expect("restore");
+    s.apply(&Command::SetPolicy(Policy {
+        kind: PolicyKind::Offload,
+        name: "o".into(),
+        tenant: "t".into(),
+        body_json: "{}".into(),
+    }))
+    .expect("policy");
+    s.apply(&Command::SetPolicyStatus {
+        kind: PolicyKind::Offload,
+        name: "o".into(),
+        status_json: "{}".into(),
+    })
+    .expect("status");
+    s.apply(&Command::RegisterOffloadTargets {
+        names: vec!["a".into()],
+    })
+    .expect("targets");
+    let image = s.to_image();
+    assert_eq!(image.ext.offload.len(), 2);
+    assert!(image.blocks.iter().all(|b| b.offload.is_none()));
+    let bytes = crate::state_machine::encode_image(&image).expect("encode");
+    let back = crate::state_machine::decode_image(&bytes).expect("decode");
+    assert_eq!(back, image);
+    let rebuilt = State::from_image(back);
+    assert_eq!(rebuilt.to_image(), image);
+    assert_eq!(
+        rebuilt
+            .block(id(2))
+            .and_then(|b| b.offload.as_ref())
+            .map(|c| c.pinned_until_ns),
+        Some(77)
+    );
+    // A version 2 image written before the extension existed: the same
+    // struct without it, as that release encoded it.
+    let raw = postcard::to_stdvec(&image).expect("postcard");
+    let mut old = crate::state_machine::IMAGE_MAGIC_V2.to_vec();
+    old.extend(zstd::encode_all(raw.as_slice(), 1).expect("zstd"));
+    let back = crate::state_machine::decode_image(&old).expect("decode older v2");
+    assert_eq!(back.ext, StateImageExt::default());
+    assert_eq!(back.blocks, image.blocks);
 }
