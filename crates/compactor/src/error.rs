@@ -38,6 +38,9 @@ pub enum Error {
     /// An input block failed verification or decoding: it is quarantined.
     #[error("block {id} is corrupt: {reason}")]
     CorruptInput { id: String, reason: String },
+    /// An object read for a copy is not what the catalog records.
+    #[error("object {key} does not match the catalog: {reason}")]
+    CopyMismatch { key: String, reason: String },
     #[error("merging partition {partition}: {source}")]
     Merge {
         partition: String,

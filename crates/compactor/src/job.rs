@@ -536,7 +536,7 @@ pub(crate) async fn quarantine(ctx: &Arc<Ctx>, id: &str, reason: &str) {
 
 /// Runs one object-store request `op` on `path`, retrying transient
 /// failures (up to 5 attempts, backing off); NotFound is final.
-async fn with_retries<T, F, Fut>(op: &'static str, path: &Path, f: F) -> Result<T, Error>
+pub(crate) async fn with_retries<T, F, Fut>(op: &'static str, path: &Path, f: F) -> Result<T, Error>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = object_store::Result<T>>,

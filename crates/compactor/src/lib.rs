@@ -19,6 +19,7 @@
 //!   `/api/mira/v1/compactor/status`.
 //! - [`error`]: why a job failed, and its outcome label.
 
+pub mod copy;
 pub mod error;
 pub mod gc;
 pub mod job;
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod planner;
 pub mod server;
 pub mod settings;
+pub mod targets;
 pub mod view;
 
 use std::collections::VecDeque;
@@ -56,10 +58,23 @@ pub struct CompactorConfig {
     pub orphan_grace_ns: i64,
     pub orphan_sweep_interval: Duration,
     pub rules: Rules,
+    pub offload: OffloadConfig,
     /// Run until no work is due, then stop.
     pub once: bool,
     /// Plan only; write nothing.
     pub dry_run: bool,
+}
+
+/// How the compactor offloads (targets are opened by [`Compactor::new`]).
+#[derive(Clone, Debug, Default)]
+pub struct OffloadConfig {
+    /// `NAME=URL` of each target.
+    pub target_specs: Vec<String>,
+    pub target_options: Vec<(String, String)>,
+    pub min_age_ns: i64,
+    pub concurrency: usize,
+    /// Bytes per second across copies (0: no limit).
+    pub rate_bytes: u64,
 }
 
 /// Everything a job needs.
@@ -69,6 +84,8 @@ pub struct Ctx {
     pub catalog: Arc<CatalogClient>,
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
+    /// Offload targets by name.
+    pub targets: targets::Targets,
     pool: Arc<rayon::ThreadPool>,
     /// Memory budget in MiB permits.
     memory: Semaphore,
@@ -179,6 +196,7 @@ impl Compactor {
             .map_err(|e| Error::Internal(format!("rewrite pool: {e}")))?;
         let metrics = Arc::new(process.telemetry.register("compactor", Metrics::new));
         let memory_mib = u32::try_from(config.memory_limit >> 20).unwrap_or(u32::MAX).max(1);
+        let targets = targets::Targets::open(&config.offload.target_specs, &config.offload.target_options)?;
         let ctx = Arc::new(Ctx {
             status: Mutex::new(Status {
                 holder: config.holder.clone(),
@@ -189,6 +207,7 @@ impl Compactor {
             catalog,
             clock: process.clock.clone(),
             metrics,
+            targets,
             pool: Arc::new(pool),
             memory: Semaphore::new(memory_mib as usize),
             memory_mib,

@@ -62,6 +62,18 @@ pub struct Settings {
     pub orphan_grace: Duration,
     /// How often the orphan sweep lists the whole store.
     pub orphan_sweep_interval: Duration,
+    /// Offload targets, `NAME=URL` (file:///abs/dir, s3://bucket/prefix,
+    /// ...): the names offload policies use.
+    pub offload_targets: Vec<String>,
+    /// object_store options for the offload targets, `key=value`.
+    pub offload_target_options: Vec<String>,
+    /// Blocks created less than this long ago are never offloaded (a
+    /// backfill stays in the primary store a while).
+    pub offload_min_age: Duration,
+    /// Blocks copied to a target at once.
+    pub offload_concurrency: usize,
+    /// Most bytes per second copied to targets (0: no limit).
+    pub offload_rate: ByteSize,
 }
 
 impl Default for Settings {
@@ -87,6 +99,11 @@ impl Default for Settings {
             deletion_grace: Duration::from_secs(3600),
             orphan_grace: Duration::from_secs(24 * 3600),
             orphan_sweep_interval: Duration::from_secs(24 * 3600),
+            offload_targets: Vec::new(),
+            offload_target_options: Vec::new(),
+            offload_min_age: Duration::from_secs(3600),
+            offload_concurrency: 4,
+            offload_rate: ByteSize::kib(0),
         }
     }
 }
@@ -145,7 +162,35 @@ impl Settings {
         }
         positive("compactor.orphan_grace", self.orphan_grace)?;
         positive("compactor.orphan_sweep_interval", self.orphan_sweep_interval)?;
+        positive("compactor.offload_concurrency", self.offload_concurrency)?;
+        let options = self.target_options()?;
+        let mut names = std::collections::BTreeSet::new();
+        for spec in &self.offload_targets {
+            let (name, url) =
+                crate::targets::parse_spec(spec).map_err(|e| ConfigError::new("compactor.offload_targets", e))?;
+            if !names.insert(name.clone()) {
+                return Err(ConfigError::new(
+                    "compactor.offload_targets",
+                    format!("target {name:?} is named twice"),
+                ));
+            }
+            mira_core::store::check_url(&url, &options)
+                .map_err(|e| ConfigError::new("compactor.offload_targets", e.to_string()))?;
+        }
         Ok(())
+    }
+
+    fn target_options(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        self.offload_target_options
+            .iter()
+            .map(|o| {
+                o.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .ok_or_else(|| {
+                        ConfigError::new("compactor.offload_target_options", format!("{o:?} is not key=value"))
+                    })
+            })
+            .collect()
     }
 
     /// The compactor's configuration (validated first).
@@ -175,6 +220,13 @@ impl Settings {
                 cold_after_ns: ns(self.cold_after),
                 settle_ns: ns(self.settle),
                 deletion_grace_ns: ns(self.deletion_grace),
+            },
+            offload: crate::OffloadConfig {
+                target_specs: self.offload_targets.clone(),
+                target_options: self.target_options()?,
+                min_age_ns: ns(self.offload_min_age),
+                concurrency: self.offload_concurrency,
+                rate_bytes: self.offload_rate.bytes(),
             },
             once: false,
             dry_run: false,
