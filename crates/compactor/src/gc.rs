@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
 use mira_catalog::proto as pb;
 use mira_core::block::path::parse_block_path;
 use mira_core::ids::BlockId;
@@ -27,9 +28,14 @@ pub(crate) async fn purge(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize,
     let mut purged = 0;
     for batch in blocks.chunks(PURGE_BATCH) {
         for (i, b) in batch.iter().enumerate() {
-            job::delete_object(ctx, &b.object_key, "purge").await?;
+            if b.primary_present() {
+                job::delete_object(ctx, &b.object_key, "purge").await?;
+            }
             if i == 0 {
                 job::fault_point("during_delete");
+            }
+            if let Some(copy) = &b.offload {
+                delete_copy(ctx, &copy.location, &b.object_key).await?;
             }
         }
         let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
@@ -44,6 +50,72 @@ pub(crate) async fn purge(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize,
         purged += batch.len();
     }
     Ok(purged)
+}
+
+/// Deletes a block's offload copy; one already gone counts as deleted.
+async fn delete_copy(ctx: &Arc<Ctx>, location: &str, object_key: &str) -> Result<(), Error> {
+    let (store, path) = ctx.targets.resolve(location, object_key)?;
+    match store.delete(&path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+            ctx.metrics
+                .deleted_objects
+                .get_or_create(&crate::metrics::Metrics::kind("offload_copy"))
+                .inc();
+            Ok(())
+        }
+        Err(source) => Err(Error::Store {
+            op: "DELETE",
+            key: location.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Deletes the primary objects of offloaded blocks past the grace, per
+/// partition under its lease (so no restore of the partition runs
+/// meanwhile), then records it. Returns how many were freed.
+pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize, Error> {
+    let mut freed = 0;
+    let mut by_partition: std::collections::BTreeMap<Partition, Vec<&BlockInfo>> = Default::default();
+    for b in blocks {
+        by_partition.entry(Partition::of(b)).or_default().push(b);
+    }
+    for (partition, members) in by_partition {
+        let manifest = Manifest {
+            v: 1,
+            kind: "free_primary".to_owned(),
+            started_ns: ctx.clock.now_ns(),
+            ..Manifest::default()
+        };
+        let lease = match job::acquire(ctx, &partition, &manifest).await {
+            Ok(l) => l,
+            Err(Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let result = async {
+            for b in &members {
+                job::delete_object(ctx, &b.object_key, "offloaded").await?;
+            }
+            job::fault_point("after_free_primary");
+            ctx.catalog
+                .mark_primary_freed(
+                    members.iter().map(|b| b.id.to_string()).collect(),
+                    ctx.clock.now_ns(),
+                    (&lease.key, &ctx.config.holder),
+                )
+                .await
+                .map_err(|source| Error::Catalog {
+                    what: "mark primary freed",
+                    partition: partition.to_string(),
+                    source,
+                })
+        }
+        .await;
+        job::release(ctx, lease).await;
+        result?;
+        freed += members.len();
+    }
+    Ok(freed)
 }
 
 /// What one sweep found.

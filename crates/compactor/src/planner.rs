@@ -65,6 +65,30 @@ pub struct BlockInfo {
     pub state: BlockState,
     /// Marked "do not compact" (a corrupt input).
     pub quarantined: bool,
+    /// Its copy in an offload target, when it has one.
+    pub offload: Option<OffloadInfo>,
+}
+
+/// A block's copy in an offload target, as the catalog records it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OffloadInfo {
+    pub location: String,
+    pub sha256: String,
+    pub at_ns: i64,
+    pub primary_freed: bool,
+    pub pinned_until_ns: i64,
+}
+
+impl BlockInfo {
+    /// A restore pinned it against offload and retention at `now_ns`.
+    pub fn pinned(&self, now_ns: i64) -> bool {
+        self.offload.as_ref().is_some_and(|o| o.pinned_until_ns > now_ns)
+    }
+
+    /// Its primary object still exists.
+    pub fn primary_present(&self) -> bool {
+        !self.offload.as_ref().is_some_and(|o| o.primary_freed)
+    }
 }
 
 /// A partition: the unit of work and of leasing.
@@ -242,8 +266,12 @@ pub struct Backlog {
 pub struct Plan {
     /// Rewrites in the order to run them, at most one per partition.
     pub jobs: Vec<Job>,
-    /// Tombstoned blocks past the deletion grace: delete, then purge.
+    /// Tombstoned blocks past the deletion grace: delete (the primary
+    /// object and any offload copy), then purge.
     pub purge: Vec<BlockInfo>,
+    /// Offloaded blocks whose primary object is past the deletion grace:
+    /// delete it under the partition lease.
+    pub free_primary: Vec<BlockInfo>,
     /// Per job kind.
     pub backlog: BTreeMap<JobKind, Backlog>,
     /// Partitions skipped because another holder leases them.
@@ -279,9 +307,15 @@ pub fn plan(blocks: &[BlockInfo], leased: &HashSet<String>, now_ns: i64, rules: 
                     out.tombstoned_pending.1 += b.bytes;
                 }
             }
-            BlockState::Offloaded => {}
+            BlockState::Offloaded => {
+                let offloaded_at = b.offload.as_ref().map_or(0, |o| o.at_ns);
+                if b.primary_present() && offloaded_at.saturating_add(rules.deletion_grace_ns) <= now_ns {
+                    out.free_primary.push(b.clone());
+                }
+            }
         }
     }
+    out.free_primary.sort_by_key(|b| (b.partition_start_ns, b.id));
     out.purge.sort_by_key(|b| (b.partition_start_ns, b.id));
     out.partitions = parts.len() as u64;
     // Candidates per tenant, each list in priority order.

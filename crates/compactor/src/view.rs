@@ -12,7 +12,7 @@ use mira_core::ids::{BlockId, TenantId};
 use crate::Ctx;
 use crate::error::Error;
 use crate::job::Manifest;
-use crate::planner::{BlockInfo, BlockState};
+use crate::planner::{BlockInfo, BlockState, OffloadInfo};
 
 /// One round's snapshot.
 #[derive(Debug, Default)]
@@ -117,5 +117,12 @@ fn block_info(b: &pb::Block) -> Result<BlockInfo, Error> {
         object_key: b.object_key.clone(),
         state,
         quarantined: !b.no_compact_reason.is_empty(),
+        offload: (!b.offload_location.is_empty()).then(|| OffloadInfo {
+            location: b.offload_location.clone(),
+            sha256: b.offload_sha256.clone(),
+            at_ns: b.offloaded_at_ns,
+            primary_freed: b.primary_freed,
+            pinned_until_ns: b.pinned_until_ns,
+        }),
     })
 }

@@ -26,6 +26,7 @@ fn block(tenant: &str, hour: i64, offset_ns: i64, bytes: u64, level: Level, crea
         object_key: String::new(),
         state: BlockState::Live,
         quarantined: false,
+        offload: None,
     }
 }
 

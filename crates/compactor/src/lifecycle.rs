@@ -1,0 +1,634 @@
+//! Retention and offload: what the catalog's policies (validated bodies of
+//! `mira_core::policy`, resolved in Loki's order) decide for each block,
+//! and carrying it out (compactor-design.md §8–§9).
+//!
+//! - **Retention**: a block whose every resource's rows are past their
+//!   rule is tombstoned whole (`TombstoneV2`, reason retention; its
+//!   objects, offload copy included, are deleted after the deletion
+//!   grace). A live block where only some resources' rows are past their
+//!   rule gets a leased rewrite without those rows ([`RetentionCut`], a
+//!   `ReplaceV2` with `dropped_rows`). A narrow block is rewritten once a
+//!   resource's rows have all expired; a wide one (spanning over a day) as
+//!   soon as any row has. Offloaded blocks are only dropped whole.
+//! - **Offload**: a live cold block, created at least `--offload-min-age`
+//!   ago, whose every resource resolves to an offload rule with the same
+//!   target and is past that rule's `after`, is copied to the target
+//!   (hashed), checked by size, and marked offloaded (`MarkOffloadedV2`,
+//!   whole batches, item by item on a conflict). Its primary object is
+//!   deleted after the deletion grace ([`crate::gc::free_primaries`]).
+//! - Blocks a restore pinned are left alone until the pin passes.
+//! - Tenant- or signal-only rules decide from the catalog's rows alone;
+//!   with selector rules a block's resources are read once (the whole
+//!   object) and kept by block id.
+//! - Each policy's status (blocks matched, dropped, offloaded; rows and
+//!   bytes; the last errors) goes to the catalog (`SetPolicyStatus`) when
+//!   it changes, at most once a minute, for `mira policy list` and the
+//!   operator. A `dry_run` policy reports what it would drop and drops
+//!   nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use mira_catalog::ClientError;
+use mira_catalog::proto as pb;
+use mira_core::block::{Block, Level, VerifyCache};
+use mira_core::policy::{PolicyKind, Rule, RuleSet};
+use object_store::path::Path;
+use serde::{Deserialize, Serialize};
+
+use crate::Ctx;
+use crate::copy::{copy_object, object_size};
+use crate::error::Error;
+use crate::planner::{BlockInfo, BlockState, Job, JobKind, Partition};
+
+const NANOS_PER_S: i64 = 1_000_000_000;
+/// Blocks spanning more than this are "wide".
+const WIDE_SPAN_NS: i64 = 24 * 3600 * NANOS_PER_S;
+/// Most blocks per tombstone or mark command.
+const BATCH: usize = 1000;
+/// Blocks whose resources are kept in memory.
+const RESOURCE_CACHE_BLOCKS: usize = 100_000;
+
+/// The policies of one round.
+#[derive(Debug, Default)]
+pub struct Policies {
+    pub retention: RuleSet,
+    pub offload: RuleSet,
+    /// Each policy's last reported status, by (kind, name).
+    statuses: HashMap<(PolicyKind, String), PolicyStatus>,
+    /// Policy bodies the catalog holds that this build cannot read.
+    pub unreadable: Vec<String>,
+}
+
+impl Policies {
+    pub fn is_empty(&self) -> bool {
+        self.retention.is_empty() && self.offload.is_empty()
+    }
+}
+
+/// What enforcing one policy did, as `SetPolicyStatus` stores it (JSON).
+/// Counts of blocks dropped and offloaded add up over the policy's life;
+/// `blocks_matched` is the blocks it decides for at the last run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PolicyStatus {
+    /// The `source.generation` of the body the run enforced, if any.
+    pub generation: Option<u64>,
+    pub last_run_ns: i64,
+    pub blocks_matched: u64,
+    pub blocks_dropped: u64,
+    pub rows_dropped: u64,
+    pub bytes_dropped: u64,
+    pub blocks_offloaded: u64,
+    pub bytes_offloaded: u64,
+    /// `dry_run` policies: what the last run would have dropped.
+    pub would_drop_blocks: u64,
+    pub would_drop_rows: u64,
+    /// The last run's errors (at most 5).
+    pub errors: Vec<String>,
+}
+
+/// Reads the catalog's policies.
+pub(crate) async fn load(ctx: &Arc<Ctx>) -> Result<Policies, Error> {
+    let reply = ctx
+        .catalog
+        .list_policies(pb::ListPoliciesRequest::default())
+        .await
+        .map_err(|source| Error::Catalog {
+            what: "list policies",
+            partition: "*".to_owned(),
+            source,
+        })?;
+    let mut retention = Vec::new();
+    let mut offload = Vec::new();
+    let mut out = Policies::default();
+    for p in reply.policies {
+        let kind = if p.kind == pb::PolicyKind::Offload as i32 {
+            PolicyKind::Offload
+        } else {
+            PolicyKind::Retention
+        };
+        // Targets are checked when enforcing, so a rule naming a target
+        // this compactor lacks is reported rather than ignored.
+        match Rule::parse(kind, &p.name, &p.tenant, &p.body_json, None) {
+            Ok(rule) => match kind {
+                PolicyKind::Retention => retention.push(rule),
+                PolicyKind::Offload => offload.push(rule),
+            },
+            Err(e) => out.unreadable.push(format!("{} policy {:?}: {e}", kind.as_str(), p.name)),
+        }
+        if let Ok(status) = serde_json::from_str::<PolicyStatus>(&p.status_json) {
+            out.statuses.insert((kind, p.name), status);
+        }
+    }
+    out.retention = RuleSet::new(retention);
+    out.offload = RuleSet::new(offload);
+    Ok(out)
+}
+
+/// One resource of a block: its attributes and its rows' time range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceRows {
+    pub attrs: Vec<(String, String)>,
+    pub rows: u64,
+    pub min_time_ns: i64,
+    pub max_time_ns: i64,
+}
+
+/// Blocks' resources, read once per block (blocks never change).
+#[derive(Debug, Default)]
+pub struct ResourceCache(Mutex<HashMap<mira_core::ids::BlockId, Arc<Vec<ResourceRows>>>>);
+
+impl ResourceCache {
+    fn get(&self, id: &mira_core::ids::BlockId) -> Option<Arc<Vec<ResourceRows>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+    }
+
+    fn put(&self, id: mira_core::ids::BlockId, v: Arc<Vec<ResourceRows>>) {
+        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if m.len() >= RESOURCE_CACHE_BLOCKS {
+            m.clear();
+        }
+        m.insert(id, v);
+    }
+}
+
+/// Reads a block object whole (from the primary, or its offload copy when
+/// the primary was freed) and checks it is the block the catalog lists.
+pub(crate) async fn fetch_block(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Block, Error> {
+    let (store, path) = match (&b.offload, b.primary_present()) {
+        (Some(copy), false) => ctx.targets.resolve(&copy.location, &b.object_key)?,
+        _ => (ctx.store.clone(), Path::from(b.object_key.as_str())),
+    };
+    let data = crate::job::with_retries("GET", &path, || async {
+        use object_store::ObjectStoreExt;
+        store.get(&path).await?.bytes().await
+    })
+    .await?;
+    let block = Block::from_bytes(data, Arc::new(VerifyCache::new(16))).map_err(|e| Error::CorruptInput {
+        id: b.id.to_string(),
+        reason: e.to_string(),
+    })?;
+    if block.meta().block_id != b.id {
+        return Err(Error::CorruptInput {
+            id: b.id.to_string(),
+            reason: format!("the object holds block {}", block.meta().block_id),
+        });
+    }
+    Ok(block)
+}
+
+async fn resources(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Arc<Vec<ResourceRows>>, Error> {
+    if let Some(v) = ctx.resources.get(&b.id) {
+        return Ok(v);
+    }
+    let block = fetch_block(ctx, b).await?;
+    let id = b.id;
+    let summaries = tokio::task::spawn_blocking(move || mira_core::compact::resource_summaries(&block))
+        .await
+        .map_err(|e| Error::Internal(format!("resource summary task: {e}")))?
+        .map_err(|e| Error::CorruptInput {
+            id: id.to_string(),
+            reason: e.to_string(),
+        })?;
+    let rows: Arc<Vec<ResourceRows>> = Arc::new(
+        summaries
+            .into_iter()
+            .map(|s| ResourceRows {
+                attrs: s.attrs,
+                rows: s.rows,
+                min_time_ns: i64::try_from(s.min_time).unwrap_or(i64::MAX),
+                max_time_ns: i64::try_from(s.max_time).unwrap_or(i64::MAX),
+            })
+            .collect(),
+    );
+    ctx.resources.put(b.id, rows.clone());
+    Ok(rows)
+}
+
+/// A retention rewrite's cut: per resource of the block (by its row in
+/// the `resources` table), rows older than this are dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionCut {
+    pub cutoffs: Vec<Option<i64>>,
+    /// Rows the cut drops (from the resources' time ranges when all of a
+    /// resource goes; checked against the rewrite's output).
+    pub rule_names: Vec<Option<String>>,
+}
+
+/// What one lifecycle pass decided and did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LifecycleReport {
+    pub dropped_blocks: usize,
+    pub rewrites: usize,
+    pub offloaded_blocks: usize,
+    pub offloaded_bytes: u64,
+    pub errors: Vec<String>,
+}
+
+/// Per policy, this run's tallies.
+#[derive(Default)]
+struct Tally(BTreeMap<(PolicyKind, String), PolicyStatus>);
+
+impl Tally {
+    fn of(&mut self, kind: PolicyKind, rule: &Rule) -> &mut PolicyStatus {
+        self.0.entry((kind, rule.name.clone())).or_insert_with(|| PolicyStatus {
+            generation: rule.body.source.as_ref().and_then(|s| s.generation),
+            ..PolicyStatus::default()
+        })
+    }
+
+    fn error(&mut self, kind: PolicyKind, rule: &Rule, e: String) {
+        let s = self.of(kind, rule);
+        if s.errors.len() < 5 {
+            s.errors.push(e);
+        }
+    }
+}
+
+/// The verdict of the retention rules on one block.
+enum Retain<'a> {
+    Keep,
+    /// Every row is past its rule; the rule deciding each resource's rows.
+    DropWhole(Vec<(&'a Rule, u64)>),
+    /// Some resources' rows go.
+    Cut(RetentionCut, Vec<(&'a Rule, u64)>),
+}
+
+fn retain_cutoff(rule: &Rule, now_ns: i64) -> Option<i64> {
+    let s = i64::try_from(rule.body.retain_s?).ok()?;
+    Some(now_ns.saturating_sub(s.saturating_mul(NANOS_PER_S)))
+}
+
+async fn retention_verdict<'a>(
+    ctx: &Arc<Ctx>,
+    rules: &'a RuleSet,
+    b: &BlockInfo,
+    now_ns: i64,
+) -> Result<Retain<'a>, Error> {
+    let (tenant, signal) = (b.tenant.as_str(), b.signal);
+    if !rules.needs_resources(PolicyKind::Retention, tenant, signal) {
+        let Some(rule) = rules.resolve_default(PolicyKind::Retention, tenant, signal) else {
+            return Ok(Retain::Keep);
+        };
+        return Ok(match retain_cutoff(rule, now_ns) {
+            Some(c) if b.max_time_ns < c => Retain::DropWhole(vec![(rule, b.rows)]),
+            _ => Retain::Keep,
+        });
+    }
+    // Nothing can have expired before the shortest rule that could apply.
+    let shortest = rules
+        .rules()
+        .iter()
+        .filter(|r| r.kind == PolicyKind::Retention && r.applies_to(tenant, signal))
+        .filter_map(|r| retain_cutoff(r, now_ns))
+        .max();
+    if shortest.is_none_or(|c| b.min_time_ns >= c) {
+        return Ok(Retain::Keep);
+    }
+    let res = resources(ctx, b).await?;
+    let decided: Vec<(Option<&Rule>, &ResourceRows)> = res
+        .iter()
+        .map(|r| (rules.resolve(PolicyKind::Retention, tenant, signal, &r.attrs), r))
+        .collect();
+    let expired = |rule: Option<&Rule>, r: &ResourceRows| rule.and_then(|x| retain_cutoff(x, now_ns)).is_some_and(|c| r.max_time_ns < c);
+    if decided.iter().all(|(rule, r)| expired(*rule, r)) {
+        return Ok(Retain::DropWhole(
+            decided.iter().filter_map(|(rule, r)| rule.map(|x| (x, r.rows))).collect(),
+        ));
+    }
+    let wide = b.max_time_ns - b.min_time_ns > WIDE_SPAN_NS;
+    let cut_due = decided.iter().any(|(rule, r)| {
+        let cutoff = rule.and_then(|x| retain_cutoff(x, now_ns));
+        cutoff.is_some_and(|c| if wide { r.min_time_ns < c } else { r.max_time_ns < c })
+    });
+    if !cut_due || b.state != BlockState::Live {
+        return Ok(Retain::Keep);
+    }
+    let cut = RetentionCut {
+        cutoffs: decided.iter().map(|(rule, _)| rule.and_then(|x| retain_cutoff(x, now_ns))).collect(),
+        rule_names: decided.iter().map(|(rule, _)| rule.map(|x| x.name.clone())).collect(),
+    };
+    let by_rule = decided
+        .iter()
+        .filter(|(rule, r)| expired(*rule, r))
+        .filter_map(|(rule, r)| rule.map(|x| (x, r.rows)))
+        .collect();
+    Ok(Retain::Cut(cut, by_rule))
+}
+
+/// Where one block goes, if an offload rule says so now.
+async fn offload_target<'a>(
+    ctx: &Arc<Ctx>,
+    rules: &'a RuleSet,
+    b: &BlockInfo,
+    now_ns: i64,
+) -> Result<Option<&'a Rule>, Error> {
+    let (tenant, signal) = (b.tenant.as_str(), b.signal);
+    let due = |rule: &Rule, max_time: i64| {
+        rule.body
+            .after_s
+            .and_then(|s| i64::try_from(s).ok())
+            .is_some_and(|s| max_time < now_ns.saturating_sub(s.saturating_mul(NANOS_PER_S)))
+    };
+    if !rules.needs_resources(PolicyKind::Offload, tenant, signal) {
+        return Ok(rules
+            .resolve_default(PolicyKind::Offload, tenant, signal)
+            .filter(|r| due(r, b.max_time_ns)));
+    }
+    let res = resources(ctx, b).await?;
+    let mut chosen: Option<&Rule> = None;
+    for r in res.iter() {
+        let Some(rule) = rules.resolve(PolicyKind::Offload, tenant, signal, &r.attrs) else {
+            return Ok(None);
+        };
+        if !due(rule, r.max_time_ns) || chosen.is_some_and(|c| c.body.target != rule.body.target) {
+            return Ok(None);
+        }
+        chosen = chosen.or(Some(rule));
+    }
+    Ok(chosen)
+}
+
+/// One pass over every block: drops, retention rewrites (returned as jobs
+/// for the round to run) and offloads.
+pub(crate) async fn run(ctx: &Arc<Ctx>, blocks: &[BlockInfo], policies: &Policies) -> (LifecycleReport, Vec<Job>) {
+    let now_ns = ctx.clock.now_ns();
+    let mut report = LifecycleReport {
+        errors: policies.unreadable.clone(),
+        ..LifecycleReport::default()
+    };
+    let mut tally = Tally::default();
+    let mut jobs = Vec::new();
+    if policies.is_empty() {
+        return (report, jobs);
+    }
+    let mut drops: Vec<&BlockInfo> = Vec::new();
+    let mut offloads: Vec<(&BlockInfo, &Rule)> = Vec::new();
+    for b in blocks {
+        if matches!(b.state, BlockState::Tombstoned { .. }) || b.pinned(now_ns) {
+            continue;
+        }
+        match retention_verdict(ctx, &policies.retention, b, now_ns).await {
+            Ok(Retain::Keep) => {}
+            Ok(Retain::DropWhole(by_rule)) => {
+                let dry = by_rule.iter().any(|(r, _)| r.body.dry_run);
+                for (rule, rows) in &by_rule {
+                    let s = tally.of(PolicyKind::Retention, rule);
+                    s.blocks_matched += 1;
+                    if dry {
+                        s.would_drop_blocks += 1;
+                        s.would_drop_rows += rows;
+                    }
+                }
+                if !dry {
+                    drops.push(b);
+                    for (rule, rows) in by_rule {
+                        let s = tally.of(PolicyKind::Retention, rule);
+                        s.rows_dropped += rows;
+                        s.bytes_dropped += b.bytes * rows / b.rows.max(1);
+                    }
+                    if let Some((rule, _)) = policies
+                        .retention
+                        .rules()
+                        .iter()
+                        .find(|r| r.kind == PolicyKind::Retention)
+                        .map(|r| (r, ()))
+                    {
+                        let _ = rule;
+                    }
+                }
+                continue;
+            }
+            Ok(Retain::Cut(cut, by_rule)) => {
+                let dry = by_rule.iter().any(|(r, _)| r.body.dry_run);
+                for (rule, rows) in &by_rule {
+                    let s = tally.of(PolicyKind::Retention, rule);
+                    s.blocks_matched += 1;
+                    if dry {
+                        s.would_drop_rows += rows;
+                    }
+                }
+                if !dry {
+                    jobs.push(Job {
+                        kind: JobKind::Retention,
+                        partition: Partition::of(b),
+                        inputs: vec![b.clone()],
+                        cut: Some(Arc::new(cut)),
+                    });
+                }
+                continue;
+            }
+            Err(e) => {
+                report.errors.push(format!("retention of block {}: {e}", b.id));
+                continue;
+            }
+        }
+        if b.state != BlockState::Live
+            || b.level != Level::Cold
+            || b.created_at_ns.saturating_add(ctx.config.offload.min_age_ns) > now_ns
+            || policies.offload.is_empty()
+        {
+            continue;
+        }
+        match offload_target(ctx, &policies.offload, b, now_ns).await {
+            Ok(Some(rule)) => {
+                tally.of(PolicyKind::Offload, rule).blocks_matched += 1;
+                if !rule.body.dry_run {
+                    offloads.push((b, rule));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => report.errors.push(format!("offload of block {}: {e}", b.id)),
+        }
+    }
+    drop_blocks(ctx, &drops, now_ns, &mut report).await;
+    report.dropped_blocks = drops.len() - report.errors.iter().filter(|e| e.starts_with("drop ")).count().min(drops.len());
+    offload_blocks(ctx, &offloads, &mut tally, &mut report).await;
+    report.rewrites = jobs.len();
+    write_statuses(ctx, policies, tally, now_ns).await;
+    (report, jobs)
+}
+
+/// Tombstones `blocks` for retention, in batches; a batch refused (a block
+/// pinned or changed meanwhile) is retried block by block.
+async fn drop_blocks(ctx: &Arc<Ctx>, blocks: &[&BlockInfo], now_ns: i64, report: &mut LifecycleReport) {
+    for batch in blocks.chunks(BATCH) {
+        let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
+        match ctx
+            .catalog
+            .tombstone_v2(ids.clone(), now_ns, pb::TombstoneReason::Retention)
+            .await
+        {
+            Ok(_) => {}
+            Err(ClientError::Rejected(_)) => {
+                for id in ids {
+                    if let Err(e) = ctx
+                        .catalog
+                        .tombstone_v2(vec![id.clone()], now_ns, pb::TombstoneReason::Retention)
+                        .await
+                    {
+                        report.errors.push(format!("drop {id}: {e}"));
+                    }
+                }
+            }
+            Err(e) => report.errors.push(format!("drop {} blocks: {e}", batch.len())),
+        }
+    }
+    ctx.metrics.retention_dropped_blocks.inc_by(blocks.len() as u64);
+}
+
+/// Copies each block to its rule's target and marks the copies.
+async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mut Tally, report: &mut LifecycleReport) {
+    let rate = crate::copy::RateLimit::new(ctx.config.offload.rate_bytes);
+    let rate = &rate;
+    let results: Vec<(usize, Result<pb::OffloadItem, Error>)> = futures::stream::iter(todo.iter().enumerate())
+        .map(|(i, (b, rule))| async move { (i, offload_one(ctx, b, rule, rate).await) })
+        .buffer_unordered(ctx.config.offload.concurrency.max(1))
+        .collect()
+        .await;
+    let mut items = Vec::new();
+    for (i, r) in results {
+        let (b, rule) = todo[i];
+        match r {
+            Ok(item) => items.push((item, b, rule)),
+            Err(e) => {
+                tally.error(PolicyKind::Offload, rule, format!("block {}: {e}", b.id));
+                report.errors.push(format!("offload of block {}: {e}", b.id));
+            }
+        }
+    }
+    crate::job::fault_point("after_offload_copy");
+    for batch in items.chunks(BATCH) {
+        let marked: Vec<&(pb::OffloadItem, &BlockInfo, &Rule)> =
+            match ctx.catalog.mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect()).await {
+                Ok(_) => batch.iter().collect(),
+                Err(ClientError::Rejected(_)) => {
+                    let mut ok = Vec::new();
+                    for entry in batch {
+                        match ctx.catalog.mark_offloaded_v2(vec![entry.0.clone()]).await {
+                            Ok(_) => ok.push(entry),
+                            Err(e) => report.errors.push(format!("mark {} offloaded: {e}", entry.0.id)),
+                        }
+                    }
+                    ok
+                }
+                Err(e) => {
+                    report.errors.push(format!("mark {} blocks offloaded: {e}", batch.len()));
+                    Vec::new()
+                }
+            };
+        for (_, b, rule) in marked {
+            let s = tally.of(PolicyKind::Offload, rule);
+            s.blocks_offloaded += 1;
+            s.bytes_offloaded += b.bytes;
+            report.offloaded_blocks += 1;
+            report.offloaded_bytes += b.bytes;
+            ctx.metrics.offloaded_blocks.inc();
+            ctx.metrics.offloaded_bytes.inc_by(b.bytes);
+        }
+    }
+}
+
+/// Copies one block to its target (or finds the copy a restore left
+/// there) and returns what to mark.
+async fn offload_one(
+    ctx: &Arc<Ctx>,
+    b: &BlockInfo,
+    rule: &Rule,
+    rate: &crate::copy::RateLimit,
+) -> Result<pb::OffloadItem, Error> {
+    let name = rule.body.target.as_deref().unwrap_or_default();
+    let target = ctx.targets.get(name).ok_or_else(|| {
+        Error::Internal(format!(
+            "offload target {name:?} is not configured on this compactor (--offload-target)"
+        ))
+    })?;
+    let location = target.location(&b.object_key);
+    let dst = Path::from(b.object_key.as_str());
+    let now = ctx.clock.now_ns();
+    // Offloaded before and restored since: the copy is still there.
+    if let Some(copy) = b.offload.as_ref().filter(|c| c.location == location && !c.sha256.is_empty())
+        && object_size(&target.store, &dst).await? == Some(b.bytes)
+    {
+        return Ok(pb::OffloadItem {
+            id: b.id.to_string(),
+            location,
+            sha256: copy.sha256.clone(),
+            at_ns: now,
+        });
+    }
+    let src = Path::from(b.object_key.as_str());
+    let copied = copy_object((&ctx.store, &src), (&target.store, &dst), (b.bytes, None), rate).await?;
+    crate::job::fault_point("during_offload");
+    if object_size(&target.store, &dst).await? != Some(copied.bytes) {
+        return Err(Error::CopyMismatch {
+            key: location,
+            reason: "the copy's size differs from what was written".to_owned(),
+        });
+    }
+    Ok(pb::OffloadItem {
+        id: b.id.to_string(),
+        location,
+        sha256: copied.sha256,
+        at_ns: now,
+    })
+}
+
+/// Writes each policy's status when it changed (counts added to the last
+/// reported ones), at most once a minute per policy.
+async fn write_statuses(ctx: &Arc<Ctx>, policies: &Policies, tally: Tally, now_ns: i64) {
+    let all = policies
+        .retention
+        .rules()
+        .iter()
+        .map(|r| (PolicyKind::Retention, r))
+        .chain(policies.offload.rules().iter().map(|r| (PolicyKind::Offload, r)));
+    let mut tally = tally.0;
+    for (kind, rule) in all {
+        let key = (kind, rule.name.clone());
+        let run = tally.remove(&key).unwrap_or_else(|| PolicyStatus {
+            generation: rule.body.source.as_ref().and_then(|s| s.generation),
+            ..PolicyStatus::default()
+        });
+        let last = policies.statuses.get(&key).cloned().unwrap_or_default();
+        let next = PolicyStatus {
+            generation: run.generation,
+            last_run_ns: now_ns,
+            blocks_matched: run.blocks_matched,
+            blocks_dropped: last.blocks_dropped + run.blocks_dropped,
+            rows_dropped: last.rows_dropped + run.rows_dropped,
+            bytes_dropped: last.bytes_dropped + run.bytes_dropped,
+            blocks_offloaded: last.blocks_offloaded + run.blocks_offloaded,
+            bytes_offloaded: last.bytes_offloaded + run.bytes_offloaded,
+            would_drop_blocks: run.would_drop_blocks,
+            would_drop_rows: run.would_drop_rows,
+            errors: run.errors,
+        };
+        let changed = PolicyStatus {
+            last_run_ns: last.last_run_ns,
+            ..next.clone()
+        } != last;
+        let due = {
+            let mut written = ctx.status_written.lock().unwrap_or_else(PoisonError::into_inner);
+            let due = changed || written.get(&key).is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+            if due {
+                written.insert(key.clone(), Instant::now());
+            }
+            due
+        };
+        if !due {
+            continue;
+        }
+        let pb_kind = match kind {
+            PolicyKind::Retention => pb::PolicyKind::Retention,
+            PolicyKind::Offload => pb::PolicyKind::Offload,
+        };
+        let json = serde_json::to_string(&next).unwrap_or_default();
+        if let Err(e) = ctx.catalog.set_policy_status(pb_kind, &rule.name, json).await {
+            tracing::warn!(target: "mira::compactor", policy = %rule.name, error = %e, "could not report a policy's status");
+        }
+    }
+}
