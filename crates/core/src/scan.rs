@@ -768,7 +768,9 @@ impl<'a> LineTest<'a> {
     fn new(f: &'a LineFilter) -> Self {
         match f {
             LineFilter::Contains(s) => LineTest::Contains(Box::new(memchr::memmem::Finder::new(s.as_bytes())), true),
-            LineFilter::NotContains(s) => LineTest::Contains(Box::new(memchr::memmem::Finder::new(s.as_bytes())), false),
+            LineFilter::NotContains(s) => {
+                LineTest::Contains(Box::new(memchr::memmem::Finder::new(s.as_bytes())), false)
+            }
             LineFilter::Regex(re) => LineTest::Regex(re, true),
             LineFilter::NotRegex(re) => LineTest::Regex(re, false),
         }
