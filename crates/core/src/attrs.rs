@@ -456,6 +456,87 @@ impl<'a> AttrReader<'a> {
     }
 }
 
+/// The rows of a hot attribute table whose owner row is kept, in row
+/// order, re-parented: `new_parent[p]` is the new row of owner row `p`,
+/// `None` when that row is dropped. The union children hold only the kept
+/// rows' values, in row order (the layout the builders write), and the
+/// key dictionary is left as it is (a merge re-interns it). A parent past
+/// `new_parent` is an error.
+pub fn filter_by_parent(
+    batch: &RecordBatch,
+    table: &'static str,
+    new_parent: &[Option<u32>],
+) -> Result<RecordBatch, ConvertError> {
+    let r = AttrReader::new(batch, table)?;
+    let mut rows = Vec::<u32>::new();
+    let (mut run_ends, mut run_parents) = (Vec::<i32>::new(), Vec::<u32>::new());
+    let mut start = 0usize;
+    for (&end, &p) in r.run_ends.iter().zip(r.run_parents) {
+        let end = end as usize;
+        let to = new_parent
+            .get(p as usize)
+            .ok_or(ConvertError::BadReference { table, row: start })?;
+        if let Some(to) = *to {
+            rows.extend(start as u32..end as u32);
+            // At most the table's rows, which `parent_runs` bounds by i32.
+            let n = rows.len() as i32;
+            match (run_parents.last(), run_ends.last_mut()) {
+                (Some(&q), Some(e)) if q == to => *e = n,
+                _ => {
+                    run_parents.push(to);
+                    run_ends.push(n);
+                }
+            }
+        }
+        start = end;
+    }
+    let arrow::datatypes::DataType::Union(fields, _) = r.value.data_type() else {
+        return Err(r.bad("value"));
+    };
+    // Each child's kept values in row order, and each row's new offset.
+    let mut taken: Vec<Vec<u32>> = vec![Vec::new(); (attr_type::KV + 1) as usize];
+    let (mut type_ids, mut offsets) = (Vec::with_capacity(rows.len()), Vec::with_capacity(rows.len()));
+    for &row in &rows {
+        let t = r.type_id(row as usize);
+        let o = r.offset(row as usize);
+        let child = &mut taken[t as usize];
+        if o >= r.value.child(t).len() {
+            return Err(r.bad("value"));
+        }
+        type_ids.push(t);
+        offsets.push(child.len() as i32);
+        child.push(o as u32);
+    }
+    let children = fields
+        .iter()
+        .map(|(id, _)| {
+            let idx = UInt32Array::from(taken.get_mut(id as usize).map(std::mem::take).unwrap_or_default());
+            arrow::compute::take(r.value.child(id).as_ref(), &idx, None)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let value = UnionArray::try_new(
+        fields.clone(),
+        ScalarBuffer::from(type_ids),
+        Some(ScalarBuffer::from(offsets)),
+        children,
+    )?;
+    let parent = RunArray::<Int32Type>::try_new(&Int32Array::from(run_ends), &UInt32Array::from(run_parents))?;
+    let (mut parent, mut value) = (Some(Arc::new(parent) as ArrayRef), Some(Arc::new(value) as ArrayRef));
+    let rows = UInt32Array::from(rows);
+    let schema = batch.schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| match f.name().as_str() {
+            "parent" => parent.take().ok_or(r.bad("parent")),
+            "value" => value.take().ok_or(r.bad("value")),
+            _ => Ok(arrow::compute::take(c.as_ref(), &rows, None)?),
+        })
+        .collect::<Result<Vec<_>, ConvertError>>()?;
+    Ok(schema::batch(&schema, columns)?)
+}
+
 /// Rewrites a hot attribute table into the cold typed-column layout.
 pub fn to_typed(batch: &RecordBatch, table: &'static str) -> Result<RecordBatch, ConvertError> {
     let r = AttrReader::new(batch, table)?;
@@ -722,6 +803,30 @@ mod tests {
         }
         let back = AttrReader::new(&whole, "t").and_then(|r| r.grouped(50)).expect("read");
         assert_eq!(encoded(&back), encoded(&groups));
+    }
+
+    #[test]
+    fn filtering_by_parent_keeps_the_kept_owners_attributes_re_parented() {
+        let groups = sample();
+        let mut b = AttrBuilder::default();
+        for (p, g) in groups.iter().enumerate() {
+            b.append_all(p as u32, g);
+        }
+        let hot = b.finish().expect("finish");
+        // Owner 0 dropped, 1 (no attributes) and 2 kept as rows 0 and 1.
+        let out = filter_by_parent(&hot, "t", &[None, Some(0), Some(1)]).expect("filter");
+        let back = AttrReader::new(&out, "t").and_then(|r| r.grouped(2)).expect("read");
+        assert_eq!(encoded(&back), encoded(&[vec![], groups[2].clone()]));
+        // Every union child holds only the kept values, in row order.
+        let value: &UnionArray = col(&out, "t", "value").expect("value");
+        let children: usize = (attr_type::STR..=attr_type::KV).map(|id| value.child(id).len()).sum();
+        assert_eq!(children, groups[2].len());
+        let none = filter_by_parent(&hot, "t", &[None, None, None]).expect("filter");
+        assert_eq!(none.num_rows(), 0);
+        assert!(matches!(
+            filter_by_parent(&hot, "t", &[Some(0), Some(1)]),
+            Err(ConvertError::BadReference { .. })
+        ));
     }
 
     #[test]

@@ -19,11 +19,18 @@
 //! when it has them (a merge of merges keeps the first origins), else one
 //! run of its own id.
 //!
+//! A retention rewrite merges with a row filter ([`merge_filtered`],
+//! [`merge_blocks_filtered`]; see [`filter`]): each input keeps only the
+//! root rows the filter flags, children follow them, resources, scopes
+//! and series no kept row uses are gone, and the lineage runs split
+//! where rows were dropped, so every kept row still names its origin.
+//!
 //! The output's time range and row count are in its footer: parse it with
 //! [`crate::block::Manifest::from_tail`] (or open the bytes as a
 //! [`Block`]) instead of reading any section.
 
 mod concat;
+pub mod filter;
 
 use bytes::Bytes;
 use rayon::prelude::*;
@@ -37,7 +44,7 @@ use crate::convert::{
 use crate::lineage::{LINEAGE_SECTION, Lineage};
 use crate::sidecar::SidecarSection;
 use crate::tables::{read_tables, write_hot_with};
-use crate::{BlockId, Error, Signal};
+use crate::{BlockId, Error, Signal, TenantId};
 
 /// The merged tables of `inputs`, which must share one tenant and signal.
 pub fn merge_tables(inputs: &[Block]) -> Result<TableSet, Error> {
@@ -47,6 +54,39 @@ pub fn merge_tables(inputs: &[Block]) -> Result<TableSet, Error> {
 /// The merged tables of `inputs` (which must share one tenant and signal)
 /// and the origin of each of their rows.
 pub fn merge(inputs: &[Block]) -> Result<(TableSet, Lineage), Error> {
+    let m = merge_kept(inputs, None)?;
+    // Without a filter every input is merged: there are tables.
+    let tables = m.tables.ok_or_else(|| Error::Merge("no input tables".into()))?;
+    Ok((tables, m.lineage))
+}
+
+/// Which root rows of each input a filtered merge keeps: called with the
+/// input's position in `inputs` and its tables as read, it answers one
+/// flag per root row (true keeps the row). Called for every input, from
+/// several threads at once.
+pub type RowFilter<'a> = dyn Fn(usize, &TableSet) -> Result<Vec<bool>, Error> + Sync + 'a;
+
+/// A merge of the rows a filter kept.
+#[derive(Debug, Clone)]
+pub struct FilteredMerge {
+    /// The merged tables; `None` when no row was kept.
+    pub tables: Option<TableSet>,
+    /// The origin of each kept row.
+    pub lineage: Lineage,
+    /// Root rows of the inputs.
+    pub rows_in: u64,
+    /// Root rows the filter dropped: `rows_in` less the merged rows.
+    pub dropped_rows: u64,
+}
+
+/// The merged tables of the rows of `inputs` (which must share one tenant
+/// and signal) that `keep` flags, in their order, and the origin of each.
+/// Resources, scopes and series no kept row uses are not in the output.
+pub fn merge_filtered(inputs: &[Block], keep: &RowFilter<'_>) -> Result<FilteredMerge, Error> {
+    merge_kept(inputs, Some(keep))
+}
+
+fn merge_kept(inputs: &[Block], keep: Option<&RowFilter<'_>>) -> Result<FilteredMerge, Error> {
     let Some(first) = inputs.first() else {
         return Err(Error::Merge("no input blocks".into()));
     };
@@ -65,26 +105,70 @@ pub fn merge(inputs: &[Block]) -> Result<(TableSet, Lineage), Error> {
             )));
         }
     }
-    let mut lineage = Lineage::default();
-    for b in inputs {
-        lineage.extend(&b.lineage_or_identity()?);
-    }
+    // Each input read, filtered and its lineage cut alike, side by side.
     let read = inputs
         .par_iter()
-        .map(|b| read_tables(b, None))
-        .collect::<Result<Vec<_>, _>>()?;
-    let tables = match merge_on_arrow(signal, &read)? {
-        Some(tables) => tables,
-        None => merge_via_otlp(signal, &read)?,
+        .enumerate()
+        .map(|(i, b)| {
+            let (tables, lineage) = (read_tables(b, None)?, b.lineage_or_identity()?);
+            let rows = tables.rows as u64;
+            if lineage.rows() != rows {
+                return Err(Error::Merge(format!(
+                    "block {} holds {rows} rows, its lineage covers {}",
+                    b.meta().block_id,
+                    lineage.rows()
+                )));
+            }
+            let Some(keep) = keep else {
+                return Ok((tables, lineage, rows));
+            };
+            let flags = keep(i, &tables)?;
+            if flags.len() != tables.rows {
+                return Err(Error::Merge(format!(
+                    "the row filter gave {} flags for the {} rows of block {}",
+                    flags.len(),
+                    tables.rows,
+                    b.meta().block_id
+                )));
+            }
+            Ok((filter::filter_tables(&tables, &flags)?, lineage.filter(&flags), rows))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let rows_in = read.iter().map(|(_, _, rows)| rows).sum::<u64>();
+    let mut lineage = Lineage::default();
+    for (_, l, _) in &read {
+        lineage.extend(l);
+    }
+    // A filtered input left without rows adds nothing to the merge.
+    let read: Vec<TableSet> = read
+        .into_iter()
+        .map(|(t, _, _)| t)
+        .filter(|t| keep.is_none() || t.rows > 0)
+        .collect();
+    let tables = if read.is_empty() {
+        None
+    } else {
+        let tables = match merge_on_arrow(signal, &read)? {
+            Some(tables) => tables,
+            None => merge_via_otlp(signal, &read)?,
+        };
+        Some(tables)
     };
-    if lineage.rows() != tables.rows as u64 {
+    // Each input's lineage covers its rows, and a filter only drops:
+    // `rows_out <= rows_in` once this holds.
+    let rows_out = tables.as_ref().map_or(0, |t| t.rows as u64);
+    if lineage.rows() != rows_out {
         return Err(Error::Merge(format!(
-            "the inputs hold {} rows, the merge {}",
+            "the inputs keep {} rows, the merge holds {rows_out}",
             lineage.rows(),
-            tables.rows
         )));
     }
-    Ok((tables, lineage))
+    Ok(FilteredMerge {
+        tables,
+        lineage,
+        rows_in,
+        dropped_rows: rows_in - rows_out,
+    })
 }
 
 /// The merged tables of `inputs` (tables of one signal, in merge order)
@@ -121,11 +205,60 @@ fn merge_with<B: SignalBuilder>(
 /// `lineage` section: the whole object, ready for one PUT.
 pub fn merge_blocks_at(inputs: &[Block], id: BlockId, level: Level) -> Result<Bytes, Error> {
     let (tables, lineage) = merge(inputs)?;
+    write_merged(&tables, &lineage, id, inputs[0].meta().tenant.clone(), level)
+}
+
+/// What [`merge_blocks_filtered`] wrote.
+#[derive(Debug, Clone)]
+pub struct FilteredBlock {
+    /// The whole object, ready for one PUT; `None` when no row was kept
+    /// (nothing to write: the inputs are dropped whole).
+    pub bytes: Option<Bytes>,
+    /// Root rows of the inputs.
+    pub rows_in: u64,
+    /// Root rows of the output.
+    pub rows_out: u64,
+    /// Root rows the filter dropped (`rows_in - rows_out`).
+    pub dropped_rows: u64,
+}
+
+/// The rows of `inputs` that `keep` flags (see [`merge_filtered`]) merged
+/// into one block with id `id` at `level`, as [`merge_blocks_at`] writes
+/// it: a retention rewrite.
+pub fn merge_blocks_filtered(
+    inputs: &[Block],
+    id: BlockId,
+    level: Level,
+    keep: &RowFilter<'_>,
+) -> Result<FilteredBlock, Error> {
+    let m = merge_filtered(inputs, keep)?;
     let tenant = inputs[0].meta().tenant.clone();
+    let bytes = m
+        .tables
+        .as_ref()
+        .map(|tables| write_merged(tables, &m.lineage, id, tenant, level))
+        .transpose()?;
+    Ok(FilteredBlock {
+        bytes,
+        rows_in: m.rows_in,
+        rows_out: m.rows_in - m.dropped_rows,
+        dropped_rows: m.dropped_rows,
+    })
+}
+
+/// Merged tables written as a block at `level`, sidecars built over them
+/// and `lineage` added.
+fn write_merged(
+    tables: &TableSet,
+    lineage: &Lineage,
+    id: BlockId,
+    tenant: TenantId,
+    level: Level,
+) -> Result<Bytes, Error> {
     let extra = [(LINEAGE_SECTION, SidecarSection::Batch(lineage.to_batch()?))];
     match level {
-        Level::Hot => write_hot_with(&tables, id, tenant, &extra),
-        Level::Cold => write_cold(&tables, id, tenant, &extra),
+        Level::Hot => write_hot_with(tables, id, tenant, &extra),
+        Level::Cold => write_cold(tables, id, tenant, &extra),
     }
 }
 

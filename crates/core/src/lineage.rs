@@ -91,6 +91,35 @@ impl Lineage {
         }
     }
 
+    /// The lineage of the rows `keep` flags, in order: what a merge that
+    /// drops the other rows (a retention rewrite) carries. Runs split where
+    /// rows are dropped, so every kept row keeps its origin. `keep` has one
+    /// flag per row; rows past its end are dropped.
+    pub fn filter(&self, keep: &[bool]) -> Lineage {
+        let mut out = Lineage::default();
+        for (run, &start) in self.runs.iter().zip(&self.starts) {
+            let flags = usize::try_from(start)
+                .ok()
+                .and_then(|s| keep.get(s..))
+                .unwrap_or_default();
+            let flags = &flags[..flags.len().min(run.rows as usize)];
+            let mut i = 0;
+            while i < flags.len() {
+                let n = flags[i..].iter().take_while(|&&k| k).count();
+                if n > 0 {
+                    out.push(Run {
+                        block: run.block,
+                        first_row: run.first_row + i as u32,
+                        rows: n as u32,
+                    });
+                }
+                i += n;
+                i += flags[i..].iter().take_while(|&&k| !k).count();
+            }
+        }
+        out
+    }
+
     pub fn runs(&self) -> &[Run] {
         &self.runs
     }
@@ -303,6 +332,32 @@ mod tests {
         let rows = [6, 0, 5, 1, 2, 3];
         let got = l.origins(&rows);
         assert_eq!(got, rows.iter().map(|&r| l.origin(r)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn filter_keeps_the_origins_of_kept_rows_and_splits_runs() {
+        let mut l = Lineage::identity(id(1), 4);
+        l.push(Run {
+            block: id(2),
+            first_row: 10,
+            rows: 3,
+        });
+        let keep = [true, false, true, true, true, true, false];
+        let f = l.filter(&keep);
+        let kept: Vec<u32> = (0..7u32).filter(|&r| keep[r as usize]).collect();
+        assert_eq!(f.rows(), kept.len() as u64);
+        assert_eq!(f.origins(&(0..f.rows() as u32).collect::<Vec<_>>()), l.origins(&kept));
+        // Row 1 dropped splits block 1's run; block 2's run ends early.
+        let runs: Vec<(u128, u32, u32)> = f
+            .runs()
+            .iter()
+            .map(|r| (r.block.as_u128(), r.first_row, r.rows))
+            .collect();
+        assert_eq!(runs, vec![(1, 0, 1), (1, 2, 2), (2, 10, 2)]);
+        assert_eq!(l.filter(&[true; 7]), l);
+        assert_eq!(l.filter(&[false; 7]), Lineage::default());
+        // Rows past the flags are dropped.
+        assert_eq!(l.filter(&[true, true]), Lineage::identity(id(1), 2));
     }
 
     #[test]
