@@ -78,6 +78,8 @@ pub struct JobReport {
     pub input_bytes: u64,
     pub output_bytes: u64,
     pub rows: u64,
+    /// Rows a retention rewrite dropped.
+    pub dropped_rows: u64,
     pub output_id: String,
     /// Seconds the merge and encoding ran on the pool.
     pub rewrite_s: f64,
@@ -359,19 +361,39 @@ async fn run_leased(
     lease.check()?;
 
     let kind = job.kind;
+    let level = kind.output_level(first.level);
     let pool = ctx.pool.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let inputs = Arc::clone(&fetched);
+    let (cut, tenant) = (job.cut.clone(), first.tenant.as_str().to_owned());
     pool.spawn(move || {
         let started = Instant::now();
-        let result = merge(kind, &inputs, out_id);
+        let result = merge(kind, level, &inputs, out_id, cut.as_deref(), &tenant);
         let _ = tx.send((result, started.elapsed()));
     });
     let (merged, took) = rx
         .await
         .map_err(|_| Error::Internal("the rewrite pool dropped a job".to_owned()))?;
-    let merged = match merged {
-        Ok(b) => b,
+    let (merged, dropped_rows) = match merged {
+        Ok((Some(b), dropped)) => (b, dropped),
+        Ok((None, dropped)) => {
+            // Every row is past its rule: the block goes whole.
+            ctx.catalog
+                .tombstone_v2(
+                    job.inputs.iter().map(|b| b.id.to_string()).collect(),
+                    ctx.clock.now_ns(),
+                    pb::TombstoneReason::Retention,
+                )
+                .await
+                .map_err(|e| conflict_or_catalog("retention tombstone", partition, e))?;
+            return Ok(JobReport {
+                inputs: job.inputs.len(),
+                input_bytes,
+                rows: job.input_rows(),
+                dropped_rows: dropped,
+                ..JobReport::default()
+            });
+        }
         Err(e) => return Err(blame_input(ctx, job, &fetched, e).await),
     };
     ctx.metrics
@@ -384,10 +406,12 @@ async fn run_leased(
     })?;
     let meta = out.meta().clone();
     let rows_in = job.input_rows();
-    if meta.rows != rows_in || i64::try_from(meta.min_time).ok() != Some(min_time) {
-        // Never commit a block that does not hold exactly its inputs.
+    let same_start = kind == JobKind::Retention || i64::try_from(meta.min_time).ok() == Some(min_time);
+    if meta.rows + dropped_rows != rows_in || !same_start {
+        // Never commit a block that does not hold exactly its inputs (less
+        // what retention dropped).
         return Err(Error::Internal(format!(
-            "merged block {out_id} holds {} rows from {}, expected {rows_in} from {min_time}",
+            "merged block {out_id} holds {} rows from {} ({dropped_rows} dropped), expected {rows_in} from {min_time}",
             meta.rows, meta.min_time
         )));
     }
@@ -400,11 +424,11 @@ async fn run_leased(
         tenant: first.tenant.as_str().to_owned(),
         signal: mira_catalog::pb_impl::signal::to_pb(first.signal),
         partition_start_ns: first.partition_start_ns,
-        min_time_ns: min_time,
+        min_time_ns: i64::try_from(meta.min_time).unwrap_or(min_time),
         max_time_ns: i64::try_from(meta.max_time).unwrap_or(i64::MAX),
         rows: meta.rows,
         bytes: merged.len() as u64,
-        level: match kind.output_level() {
+        level: match level {
             Level::Hot => pb::Level::Hot,
             Level::Cold => pb::Level::Cold,
         } as i32,
@@ -424,8 +448,9 @@ async fn run_leased(
         reason: match kind {
             JobKind::Merge => pb::ReplaceReason::Merge,
             JobKind::Cold => pb::ReplaceReason::Cold,
+            JobKind::Retention => pb::ReplaceReason::RetentionRewrite,
         } as i32,
-        dropped_rows: 0,
+        dropped_rows,
     };
     commit(ctx, partition, replace).await?;
     fault_point("after_replace");
@@ -442,6 +467,7 @@ async fn run_leased(
         input_bytes,
         output_bytes: merged.len() as u64,
         rows: rows_in,
+        dropped_rows,
         output_id: out_id.to_string(),
         rewrite_s: took.as_secs_f64(),
     })
@@ -453,7 +479,7 @@ fn estimate_memory(job: &Job) -> u64 {
     match job.kind {
         JobKind::Merge => bytes.saturating_mul(3),
         // Cold inputs decode to several times their size.
-        JobKind::Cold => job
+        JobKind::Cold | JobKind::Retention => job
             .inputs
             .iter()
             .map(|b| match b.level {
@@ -499,10 +525,23 @@ async fn fetch_inputs(ctx: &Arc<Ctx>, job: &Job) -> Result<Vec<Block>, Error> {
         .await
 }
 
-fn merge(kind: JobKind, inputs: &[Block], id: BlockId) -> Result<Bytes, mira_core::Error> {
-    match kind {
-        JobKind::Merge => mira_core::compact::merge_blocks(inputs, id),
-        JobKind::Cold => mira_core::compact::merge_blocks_cold(inputs, id),
+/// The job's output (`None`: a retention rewrite kept no row) and the rows
+/// it dropped.
+fn merge(
+    kind: JobKind,
+    level: Level,
+    inputs: &[Block],
+    id: BlockId,
+    cut: Option<&crate::lifecycle::RetentionCut>,
+    tenant: &str,
+) -> Result<(Option<Bytes>, u64), mira_core::Error> {
+    match (kind, cut) {
+        (JobKind::Retention, Some(cut)) => {
+            let out =
+                mira_core::compact::merge_blocks_filtered(inputs, id, level, &|_, tables| cut.keep(tenant, tables))?;
+            Ok((out.bytes, out.dropped_rows))
+        }
+        _ => Ok((Some(mira_core::compact::merge_blocks_at(inputs, id, level)?), 0)),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod copy;
 pub mod error;
 pub mod gc;
 pub mod job;
+pub mod lifecycle;
 pub mod metrics;
 pub mod planner;
 pub mod server;
@@ -86,6 +87,10 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Offload targets by name.
     pub targets: targets::Targets,
+    /// Blocks' resources read for policies with selectors.
+    pub(crate) resources: lifecycle::ResourceCache,
+    /// When each policy's status was last written.
+    pub(crate) status_written: Mutex<std::collections::HashMap<(mira_core::policy::PolicyKind, String), Instant>>,
     pool: Arc<rayon::ThreadPool>,
     /// Memory budget in MiB permits.
     memory: Semaphore,
@@ -147,6 +152,8 @@ pub struct Status {
     pub partitions: u64,
     pub max_partition_objects: u64,
     pub last_sweep: Option<gc::SweepReport>,
+    /// What the last retention and offload pass did.
+    pub last_lifecycle: Option<lifecycle::LifecycleReport>,
     pub last_error: Option<String>,
 }
 
@@ -172,6 +179,9 @@ pub struct RoundReport {
     pub jobs_left: usize,
     /// Partitions with work that another holder leases.
     pub leased_elsewhere: u64,
+    /// Offloaded blocks whose primary object was deleted.
+    pub primaries_freed: usize,
+    pub lifecycle: lifecycle::LifecycleReport,
 }
 
 /// A compactor: plans and runs rounds until shut down.
@@ -180,6 +190,7 @@ pub struct Compactor {
     ctx: Arc<Ctx>,
     ready: watch::Sender<bool>,
     last_sweep: Mutex<Option<Instant>>,
+    targets_registered: std::sync::atomic::AtomicBool,
 }
 
 impl Compactor {
@@ -208,6 +219,8 @@ impl Compactor {
             clock: process.clock.clone(),
             metrics,
             targets,
+            resources: lifecycle::ResourceCache::default(),
+            status_written: Mutex::default(),
             pool: Arc::new(pool),
             memory: Semaphore::new(memory_mib as usize),
             memory_mib,
@@ -217,6 +230,7 @@ impl Compactor {
             ctx,
             ready,
             last_sweep: Mutex::new(None),
+            targets_registered: std::sync::atomic::AtomicBool::new(false),
         });
         let ready = compactor.ready.subscribe();
         process.telemetry.readiness("compactor", move || {
@@ -295,9 +309,29 @@ impl Compactor {
         if !plan.purge.is_empty() {
             report.purged = gc::purge(&self.ctx, &plan.purge).await?;
         }
-        let take = plan.jobs.len().min(self.ctx.config.jobs.max(1) * 4);
-        report.jobs_left = plan.jobs.len() - take;
-        let results = plan.jobs.into_iter().take(take).map(|j| {
+        if !plan.free_primary.is_empty() {
+            report.primaries_freed = gc::free_primaries(&self.ctx, &plan.free_primary).await?;
+            self.ctx.metrics.primaries_freed.inc_by(report.primaries_freed as u64);
+        }
+        self.register_targets().await;
+        let mut jobs = plan.jobs;
+        let policies = lifecycle::load(&self.ctx).await?;
+        let (life, retention_jobs) = lifecycle::run(&self.ctx, &view.blocks, &policies).await;
+        // One job per partition a round: a rewrite planned by size waits
+        // for the retention rewrite of its partition.
+        let retained: std::collections::HashSet<String> =
+            retention_jobs.iter().map(|j| j.partition.lease_key()).collect();
+        jobs.retain(|j| !retained.contains(&j.partition.lease_key()));
+        jobs.splice(0..0, retention_jobs.into_iter().filter(|j| !view.leased.contains(&j.partition.lease_key())));
+        self.ctx.metrics.lifecycle_errors.inc_by(life.errors.len() as u64);
+        for e in &life.errors {
+            tracing::warn!(target: "mira::compactor", error = %e, "retention or offload step failed");
+        }
+        self.ctx.status().last_lifecycle = Some(life.clone());
+        report.lifecycle = life;
+        let take = jobs.len().min(self.ctx.config.jobs.max(1) * 4);
+        report.jobs_left = jobs.len() - take;
+        let results = jobs.into_iter().take(take).map(|j| {
             let stale = view.stale_manifests.get(&j.partition.lease_key()).cloned();
             self.run_job(j, stale)
         });
@@ -317,6 +351,18 @@ impl Compactor {
             self.sweep().await?;
         }
         Ok(report)
+    }
+
+    /// Tells the catalog which offload targets this compactor writes to,
+    /// so policies naming them are accepted (once, until it succeeds).
+    async fn register_targets(&self) {
+        if self.ctx.targets.is_empty() || self.targets_registered.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        match self.ctx.catalog.register_offload_targets(self.ctx.targets.names()).await {
+            Ok(_) => self.targets_registered.store(true, std::sync::atomic::Ordering::Release),
+            Err(e) => tracing::warn!(target: "mira::compactor", error = %e, "could not register offload targets"),
+        }
     }
 
     /// Runs the orphan sweep now.

@@ -54,7 +54,7 @@ const RESOURCE_CACHE_BLOCKS: usize = 100_000;
 /// The policies of one round.
 #[derive(Debug, Default)]
 pub struct Policies {
-    pub retention: RuleSet,
+    pub retention: Arc<RuleSet>,
     pub offload: RuleSet,
     /// Each policy's last reported status, by (kind, name).
     statuses: HashMap<(PolicyKind, String), PolicyStatus>,
@@ -123,7 +123,7 @@ pub(crate) async fn load(ctx: &Arc<Ctx>) -> Result<Policies, Error> {
             out.statuses.insert((kind, p.name), status);
         }
     }
-    out.retention = RuleSet::new(retention);
+    out.retention = Arc::new(RuleSet::new(retention));
     out.offload = RuleSet::new(offload);
     Ok(out)
 }
@@ -186,7 +186,7 @@ async fn resources(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Arc<Vec<ResourceRows
     }
     let block = fetch_block(ctx, b).await?;
     let id = b.id;
-    let summaries = tokio::task::spawn_blocking(move || mira_core::compact::resource_summaries(&block))
+    let summaries = tokio::task::spawn_blocking(move || mira_core::compact::filter::resource_summaries(&block))
         .await
         .map_err(|e| Error::Internal(format!("resource summary task: {e}")))?
         .map_err(|e| Error::CorruptInput {
@@ -208,14 +208,33 @@ async fn resources(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Arc<Vec<ResourceRows
     Ok(rows)
 }
 
-/// A retention rewrite's cut: per resource of the block (by its row in
-/// the `resources` table), rows older than this are dropped.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A retention rewrite's rules: a row is dropped when the retention rule
+/// of its resource (resolved again when the job reads the block) puts it
+/// before the cutoff at `now_ns`.
+#[derive(Debug)]
 pub struct RetentionCut {
-    pub cutoffs: Vec<Option<i64>>,
-    /// Rows the cut drops (from the resources' time ranges when all of a
-    /// resource goes; checked against the rewrite's output).
-    pub rule_names: Vec<Option<String>>,
+    pub rules: Arc<RuleSet>,
+    pub now_ns: i64,
+}
+
+impl PartialEq for RetentionCut {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.rules, &other.rules) && self.now_ns == other.now_ns
+    }
+}
+
+impl Eq for RetentionCut {}
+
+impl RetentionCut {
+    /// Which rows of `tables` (a block of `tenant`) the rewrite keeps.
+    pub fn keep(&self, tenant: &str, tables: &mira_core::convert::TableSet) -> Result<Vec<bool>, mira_core::Error> {
+        mira_core::compact::filter::keep_unexpired(tables, |attrs| {
+            self.rules
+                .resolve(PolicyKind::Retention, tenant, tables.signal, attrs)
+                .and_then(|r| retain_cutoff(r, self.now_ns))
+                .map(|c| u64::try_from(c).unwrap_or(0))
+        })
+    }
 }
 
 /// What one lifecycle pass decided and did.
@@ -264,7 +283,7 @@ fn retain_cutoff(rule: &Rule, now_ns: i64) -> Option<i64> {
 
 async fn retention_verdict<'a>(
     ctx: &Arc<Ctx>,
-    rules: &'a RuleSet,
+    rules: &'a Arc<RuleSet>,
     b: &BlockInfo,
     now_ns: i64,
 ) -> Result<Retain<'a>, Error> {
@@ -280,9 +299,8 @@ async fn retention_verdict<'a>(
     }
     // Nothing can have expired before the shortest rule that could apply.
     let shortest = rules
-        .rules()
-        .iter()
-        .filter(|r| r.kind == PolicyKind::Retention && r.applies_to(tenant, signal))
+        .rules(PolicyKind::Retention)
+        .filter(|r| r.applies_to(tenant, signal))
         .filter_map(|r| retain_cutoff(r, now_ns))
         .max();
     if shortest.is_none_or(|c| b.min_time_ns >= c) {
@@ -308,8 +326,8 @@ async fn retention_verdict<'a>(
         return Ok(Retain::Keep);
     }
     let cut = RetentionCut {
-        cutoffs: decided.iter().map(|(rule, _)| rule.and_then(|x| retain_cutoff(x, now_ns))).collect(),
-        rule_names: decided.iter().map(|(rule, _)| rule.map(|x| x.name.clone())).collect(),
+        rules: rules.clone(),
+        now_ns,
     };
     let by_rule = decided
         .iter()
@@ -365,7 +383,7 @@ pub(crate) async fn run(ctx: &Arc<Ctx>, blocks: &[BlockInfo], policies: &Policie
     if policies.is_empty() {
         return (report, jobs);
     }
-    let mut drops: Vec<&BlockInfo> = Vec::new();
+    let mut drops: Vec<(&BlockInfo, Vec<(&Rule, u64)>)> = Vec::new();
     let mut offloads: Vec<(&BlockInfo, &Rule)> = Vec::new();
     for b in blocks {
         if matches!(b.state, BlockState::Tombstoned { .. }) || b.pinned(now_ns) {
@@ -384,21 +402,7 @@ pub(crate) async fn run(ctx: &Arc<Ctx>, blocks: &[BlockInfo], policies: &Policie
                     }
                 }
                 if !dry {
-                    drops.push(b);
-                    for (rule, rows) in by_rule {
-                        let s = tally.of(PolicyKind::Retention, rule);
-                        s.rows_dropped += rows;
-                        s.bytes_dropped += b.bytes * rows / b.rows.max(1);
-                    }
-                    if let Some((rule, _)) = policies
-                        .retention
-                        .rules()
-                        .iter()
-                        .find(|r| r.kind == PolicyKind::Retention)
-                        .map(|r| (r, ()))
-                    {
-                        let _ = rule;
-                    }
+                    drops.push((b, by_rule));
                 }
                 continue;
             }
@@ -444,8 +448,17 @@ pub(crate) async fn run(ctx: &Arc<Ctx>, blocks: &[BlockInfo], policies: &Policie
             Err(e) => report.errors.push(format!("offload of block {}: {e}", b.id)),
         }
     }
-    drop_blocks(ctx, &drops, now_ns, &mut report).await;
-    report.dropped_blocks = drops.len() - report.errors.iter().filter(|e| e.starts_with("drop ")).count().min(drops.len());
+    let blocks: Vec<&BlockInfo> = drops.iter().map(|(b, _)| *b).collect();
+    let failed = drop_blocks(ctx, &blocks, now_ns, &mut report).await;
+    for (b, by_rule) in drops.into_iter().filter(|(b, _)| !failed.contains(&b.id)) {
+        report.dropped_blocks += 1;
+        for (rule, rows) in by_rule {
+            let s = tally.of(PolicyKind::Retention, rule);
+            s.blocks_dropped += 1;
+            s.rows_dropped += rows;
+            s.bytes_dropped += b.bytes.saturating_mul(rows) / b.rows.max(1);
+        }
+    }
     offload_blocks(ctx, &offloads, &mut tally, &mut report).await;
     report.rewrites = jobs.len();
     write_statuses(ctx, policies, tally, now_ns).await;
@@ -453,8 +466,15 @@ pub(crate) async fn run(ctx: &Arc<Ctx>, blocks: &[BlockInfo], policies: &Policie
 }
 
 /// Tombstones `blocks` for retention, in batches; a batch refused (a block
-/// pinned or changed meanwhile) is retried block by block.
-async fn drop_blocks(ctx: &Arc<Ctx>, blocks: &[&BlockInfo], now_ns: i64, report: &mut LifecycleReport) {
+/// pinned or changed meanwhile) is retried block by block. Returns the
+/// blocks not tombstoned.
+async fn drop_blocks(
+    ctx: &Arc<Ctx>,
+    blocks: &[&BlockInfo],
+    now_ns: i64,
+    report: &mut LifecycleReport,
+) -> std::collections::HashSet<mira_core::ids::BlockId> {
+    let mut failed = std::collections::HashSet::new();
     for batch in blocks.chunks(BATCH) {
         let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
         match ctx
@@ -464,20 +484,27 @@ async fn drop_blocks(ctx: &Arc<Ctx>, blocks: &[&BlockInfo], now_ns: i64, report:
         {
             Ok(_) => {}
             Err(ClientError::Rejected(_)) => {
-                for id in ids {
+                for b in batch {
                     if let Err(e) = ctx
                         .catalog
-                        .tombstone_v2(vec![id.clone()], now_ns, pb::TombstoneReason::Retention)
+                        .tombstone_v2(vec![b.id.to_string()], now_ns, pb::TombstoneReason::Retention)
                         .await
                     {
-                        report.errors.push(format!("drop {id}: {e}"));
+                        report.errors.push(format!("drop {}: {e}", b.id));
+                        failed.insert(b.id);
                     }
                 }
             }
-            Err(e) => report.errors.push(format!("drop {} blocks: {e}", batch.len())),
+            Err(e) => {
+                report.errors.push(format!("drop {} blocks: {e}", batch.len()));
+                failed.extend(batch.iter().map(|b| b.id));
+            }
         }
     }
-    ctx.metrics.retention_dropped_blocks.inc_by(blocks.len() as u64);
+    ctx.metrics
+        .retention_dropped_blocks
+        .inc_by((blocks.len() - failed.len()) as u64);
+    failed
 }
 
 /// Copies each block to its rule's target and marks the copies.
@@ -582,10 +609,9 @@ async fn offload_one(
 async fn write_statuses(ctx: &Arc<Ctx>, policies: &Policies, tally: Tally, now_ns: i64) {
     let all = policies
         .retention
-        .rules()
-        .iter()
+        .rules(PolicyKind::Retention)
         .map(|r| (PolicyKind::Retention, r))
-        .chain(policies.offload.rules().iter().map(|r| (PolicyKind::Offload, r)));
+        .chain(policies.offload.rules(PolicyKind::Offload).map(|r| (PolicyKind::Offload, r)));
     let mut tally = tally.0;
     for (kind, rule) in all {
         let key = (kind, rule.name.clone());

@@ -57,6 +57,11 @@ pub struct Metrics {
     pub quarantined_blocks: Gauge,
     pub memory_reserved_bytes: Gauge<i64, AtomicI64>,
     pub plans: Counter,
+    pub retention_dropped_blocks: Counter,
+    pub offloaded_blocks: Counter,
+    pub offloaded_bytes: Counter,
+    pub primaries_freed: Counter,
+    pub lifecycle_errors: Counter,
 }
 
 impl Metrics {
@@ -85,6 +90,11 @@ impl Metrics {
             quarantined_blocks: Gauge::default(),
             memory_reserved_bytes: Gauge::default(),
             plans: Counter::default(),
+            retention_dropped_blocks: Counter::default(),
+            offloaded_blocks: Counter::default(),
+            offloaded_bytes: Counter::default(),
+            primaries_freed: Counter::default(),
+            lifecycle_errors: Counter::default(),
         };
         r.register("jobs", "Jobs finished, by kind and outcome", m.jobs.clone());
         r.register("job_duration_seconds", "Job duration by kind", m.job_duration.clone());
@@ -165,6 +175,27 @@ impl Metrics {
             m.memory_reserved_bytes.clone(),
         );
         r.register("plans", "Planning rounds", m.plans.clone());
+        r.register(
+            "retention_dropped_blocks",
+            "Blocks tombstoned whole because every row is past its retention rule",
+            m.retention_dropped_blocks.clone(),
+        );
+        r.register(
+            "offloaded_blocks",
+            "Blocks copied to an offload target and marked offloaded",
+            m.offloaded_blocks.clone(),
+        );
+        r.register("offloaded_bytes", "Bytes of blocks offloaded", m.offloaded_bytes.clone());
+        r.register(
+            "primaries_freed",
+            "Primary objects of offloaded blocks deleted after the grace",
+            m.primaries_freed.clone(),
+        );
+        r.register(
+            "lifecycle_errors",
+            "Retention and offload steps that failed (see the policy statuses)",
+            m.lifecycle_errors.clone(),
+        );
         m
     }
 

@@ -132,22 +132,28 @@ pub enum JobKind {
     Merge,
     /// A settled hour's blocks into one cold block.
     Cold,
+    /// One block rewritten without rows past their retention rule (the
+    /// lifecycle pass plans these, [`crate::lifecycle`]).
+    Retention,
 }
 
 impl JobKind {
-    pub const ALL: [JobKind; 2] = [JobKind::Merge, JobKind::Cold];
+    pub const ALL: [JobKind; 3] = [JobKind::Merge, JobKind::Cold, JobKind::Retention];
 
     pub fn as_str(self) -> &'static str {
         match self {
             JobKind::Merge => "merge",
             JobKind::Cold => "cold",
+            JobKind::Retention => "retention",
         }
     }
 
-    pub fn output_level(self) -> Level {
+    /// The output's level; a retention rewrite keeps its input's.
+    pub fn output_level(self, input: Level) -> Level {
         match self {
             JobKind::Merge => Level::Hot,
             JobKind::Cold => Level::Cold,
+            JobKind::Retention => input,
         }
     }
 }
@@ -158,6 +164,8 @@ pub struct Job {
     pub kind: JobKind,
     pub partition: Partition,
     pub inputs: Vec<BlockInfo>,
+    /// A retention rewrite's rules.
+    pub cut: Option<std::sync::Arc<crate::lifecycle::RetentionCut>>,
 }
 
 impl Job {
@@ -345,7 +353,7 @@ pub fn plan(blocks: &[BlockInfo], leased: &HashSet<String>, now_ns: i64, rules: 
                 let urgent = part.end_ns() > now_ns.saturating_sub(ACTIVE_WINDOW_NS);
                 entry.0.push((if urgent { removed * 2 } else { removed }, job));
             }
-            JobKind::Cold => entry.1.push(job),
+            JobKind::Cold | JobKind::Retention => entry.1.push(job),
         }
     }
     // Within a tenant: hot merges by score (recent partitions first on a
@@ -392,6 +400,7 @@ fn partition_job(part: &Partition, members: &[&BlockInfo], now_ns: i64, rules: &
             kind: JobKind::Cold,
             partition: part.clone(),
             inputs,
+            cut: None,
         };
         return Some((job, cold_at.max(newest_publish.saturating_add(rules.settle_ns))));
     }
@@ -401,6 +410,7 @@ fn partition_job(part: &Partition, members: &[&BlockInfo], now_ns: i64, rules: &
             kind: JobKind::Merge,
             partition: part.clone(),
             inputs,
+            cut: None,
         };
         (job, since)
     })

@@ -57,7 +57,7 @@ fn apply(blocks: &mut Vec<BlockInfo>, job: &Job, now_ns: i64) {
         max_time_ns: job.inputs.iter().map(|b| b.max_time_ns).max().expect("test step"),
         rows: job.input_rows(),
         bytes,
-        level: job.kind.output_level(),
+        level: job.kind.output_level(first.level),
         created_at_ns: now_ns,
         state: BlockState::Live,
         ..first.clone()

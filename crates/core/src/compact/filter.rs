@@ -125,6 +125,50 @@ pub fn keep_unexpired(
         .collect())
 }
 
+/// One row of a block's `resources` table and the records that have it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceSummary {
+    /// As [`resource_attributes`] reads them.
+    pub attrs: Vec<(String, String)>,
+    pub rows: u64,
+    /// Record times ([`record_times`]) of its rows; `u64::MAX` / 0 when it
+    /// has none.
+    pub min_time: u64,
+    pub max_time: u64,
+}
+
+/// Each resource of `block` with its rows' count and time range, reading
+/// only the root, `resources` and `resource_attrs` sections (and `series`
+/// for metrics): what retention and offload policies decide on.
+pub fn resource_summaries(block: &crate::block::Block) -> Result<Vec<ResourceSummary>, Error> {
+    let signal = block.meta().signal;
+    let names: &[&'static str] = match signal {
+        Signal::Logs => &[schema::LOGS, schema::RESOURCES, schema::RESOURCE_ATTRS],
+        Signal::Traces => &[schema::SPANS, schema::RESOURCES, schema::RESOURCE_ATTRS],
+        Signal::Metrics => &[schema::POINTS, schema::SERIES, schema::RESOURCES, schema::RESOURCE_ATTRS],
+    };
+    let tables = crate::tables::read_tables(block, Some(names))?;
+    let mut out: Vec<ResourceSummary> = resource_attributes(&tables)?
+        .into_iter()
+        .map(|attrs| ResourceSummary {
+            attrs,
+            rows: 0,
+            min_time: u64::MAX,
+            max_time: 0,
+        })
+        .collect();
+    let times = record_times(signal, tables.get(root_table(signal))?)?;
+    for (&r, &t) in row_resources(&tables)?.iter().zip(&times) {
+        // row_resources checked every index against the resources table.
+        if let Some(s) = out.get_mut(r as usize) {
+            s.rows += 1;
+            s.min_time = s.min_time.min(t);
+            s.max_time = s.max_time.max(t);
+        }
+    }
+    Ok(out)
+}
+
 /// The tables holding only the root rows `keep` flags (one flag per root
 /// row), in their order; child tables follow their owners with `parent`
 /// re-based, resources, scopes and series are left as they are (unused

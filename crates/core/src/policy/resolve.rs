@@ -164,6 +164,20 @@ impl RuleSet {
         set
     }
 
+    /// Every rule of `kind`, each resolution step's best first.
+    pub fn rules(&self, kind: PolicyKind) -> impl Iterator<Item = &Rule> {
+        let s = self.steps(kind);
+        (s.tenant_selector.values().flatten())
+            .chain(&s.global_selector)
+            .chain(s.tenant_default.values().flatten())
+            .chain(&s.global_default)
+    }
+
+    /// Holds no rule of either kind.
+    pub fn is_empty(&self) -> bool {
+        self.rules(PolicyKind::Retention).next().is_none() && self.rules(PolicyKind::Offload).next().is_none()
+    }
+
     fn steps(&self, kind: PolicyKind) -> &Steps {
         match kind {
             PolicyKind::Retention => &self.retention,
