@@ -9,10 +9,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
 use mira_catalog::proto as pb;
 use mira_core::block::path::parse_block_path;
 use mira_core::ids::BlockId;
+use object_store::ObjectStoreExt;
 
 use crate::Ctx;
 use crate::error::Error;

@@ -322,7 +322,12 @@ impl Compactor {
         let retained: std::collections::HashSet<String> =
             retention_jobs.iter().map(|j| j.partition.lease_key()).collect();
         jobs.retain(|j| !retained.contains(&j.partition.lease_key()));
-        jobs.splice(0..0, retention_jobs.into_iter().filter(|j| !view.leased.contains(&j.partition.lease_key())));
+        jobs.splice(
+            0..0,
+            retention_jobs
+                .into_iter()
+                .filter(|j| !view.leased.contains(&j.partition.lease_key())),
+        );
         self.ctx.metrics.lifecycle_errors.inc_by(life.errors.len() as u64);
         for e in &life.errors {
             tracing::warn!(target: "mira::compactor", error = %e, "retention or offload step failed");
@@ -359,8 +364,15 @@ impl Compactor {
         if self.ctx.targets.is_empty() || self.targets_registered.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        match self.ctx.catalog.register_offload_targets(self.ctx.targets.names()).await {
-            Ok(_) => self.targets_registered.store(true, std::sync::atomic::Ordering::Release),
+        match self
+            .ctx
+            .catalog
+            .register_offload_targets(self.ctx.targets.names())
+            .await
+        {
+            Ok(_) => self
+                .targets_registered
+                .store(true, std::sync::atomic::Ordering::Release),
             Err(e) => tracing::warn!(target: "mira::compactor", error = %e, "could not register offload targets"),
         }
     }

@@ -117,7 +117,9 @@ pub(crate) async fn load(ctx: &Arc<Ctx>) -> Result<Policies, Error> {
                 PolicyKind::Retention => retention.push(rule),
                 PolicyKind::Offload => offload.push(rule),
             },
-            Err(e) => out.unreadable.push(format!("{} policy {:?}: {e}", kind.as_str(), p.name)),
+            Err(e) => out
+                .unreadable
+                .push(format!("{} policy {:?}: {e}", kind.as_str(), p.name)),
         }
         if let Ok(status) = serde_json::from_str::<PolicyStatus>(&p.status_json) {
             out.statuses.insert((kind, p.name), status);
@@ -311,10 +313,16 @@ async fn retention_verdict<'a>(
         .iter()
         .map(|r| (rules.resolve(PolicyKind::Retention, tenant, signal, &r.attrs), r))
         .collect();
-    let expired = |rule: Option<&Rule>, r: &ResourceRows| rule.and_then(|x| retain_cutoff(x, now_ns)).is_some_and(|c| r.max_time_ns < c);
+    let expired = |rule: Option<&Rule>, r: &ResourceRows| {
+        rule.and_then(|x| retain_cutoff(x, now_ns))
+            .is_some_and(|c| r.max_time_ns < c)
+    };
     if decided.iter().all(|(rule, r)| expired(*rule, r)) {
         return Ok(Retain::DropWhole(
-            decided.iter().filter_map(|(rule, r)| rule.map(|x| (x, r.rows))).collect(),
+            decided
+                .iter()
+                .filter_map(|(rule, r)| rule.map(|x| (x, r.rows)))
+                .collect(),
         ));
     }
     let wide = b.max_time_ns - b.min_time_ns > WIDE_SPAN_NS;
@@ -509,10 +517,18 @@ async fn drop_blocks(
 
 /// Copies each block to its rule's target and marks the copies.
 async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mut Tally, report: &mut LifecycleReport) {
-    let rate = crate::copy::RateLimit::new(ctx.config.offload.rate_bytes);
-    let rate = &rate;
-    let results: Vec<(usize, Result<pb::OffloadItem, Error>)> = futures::stream::iter(todo.iter().enumerate())
-        .map(|(i, (b, rule))| async move { (i, offload_one(ctx, b, rule, rate).await) })
+    let rate = Arc::new(crate::copy::RateLimit::new(ctx.config.offload.rate_bytes));
+    // Owned per copy, so the copies run as tasks of their own.
+    let copies: Vec<(usize, BlockInfo, String)> = todo
+        .iter()
+        .enumerate()
+        .map(|(i, (b, rule))| (i, (*b).clone(), rule.body.target.clone().unwrap_or_default()))
+        .collect();
+    let results: Vec<(usize, Result<pb::OffloadItem, Error>)> = futures::stream::iter(copies)
+        .map(|(i, b, target)| {
+            let (ctx, rate) = (ctx.clone(), rate.clone());
+            async move { (i, offload_one(&ctx, &b, &target, &rate).await) }
+        })
         .buffer_unordered(ctx.config.offload.concurrency.max(1))
         .collect()
         .await;
@@ -529,24 +545,29 @@ async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mu
     }
     crate::job::fault_point("after_offload_copy");
     for batch in items.chunks(BATCH) {
-        let marked: Vec<&(pb::OffloadItem, &BlockInfo, &Rule)> =
-            match ctx.catalog.mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect()).await {
-                Ok(_) => batch.iter().collect(),
-                Err(ClientError::Rejected(_)) => {
-                    let mut ok = Vec::new();
-                    for entry in batch {
-                        match ctx.catalog.mark_offloaded_v2(vec![entry.0.clone()]).await {
-                            Ok(_) => ok.push(entry),
-                            Err(e) => report.errors.push(format!("mark {} offloaded: {e}", entry.0.id)),
-                        }
+        let marked: Vec<&(pb::OffloadItem, &BlockInfo, &Rule)> = match ctx
+            .catalog
+            .mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect())
+            .await
+        {
+            Ok(_) => batch.iter().collect(),
+            Err(ClientError::Rejected(_)) => {
+                let mut ok = Vec::new();
+                for entry in batch {
+                    match ctx.catalog.mark_offloaded_v2(vec![entry.0.clone()]).await {
+                        Ok(_) => ok.push(entry),
+                        Err(e) => report.errors.push(format!("mark {} offloaded: {e}", entry.0.id)),
                     }
-                    ok
                 }
-                Err(e) => {
-                    report.errors.push(format!("mark {} blocks offloaded: {e}", batch.len()));
-                    Vec::new()
-                }
-            };
+                ok
+            }
+            Err(e) => {
+                report
+                    .errors
+                    .push(format!("mark {} blocks offloaded: {e}", batch.len()));
+                Vec::new()
+            }
+        };
         for (_, b, rule) in marked {
             let s = tally.of(PolicyKind::Offload, rule);
             s.blocks_offloaded += 1;
@@ -564,10 +585,9 @@ async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mu
 async fn offload_one(
     ctx: &Arc<Ctx>,
     b: &BlockInfo,
-    rule: &Rule,
+    name: &str,
     rate: &crate::copy::RateLimit,
 ) -> Result<pb::OffloadItem, Error> {
-    let name = rule.body.target.as_deref().unwrap_or_default();
     let target = ctx.targets.get(name).ok_or_else(|| {
         Error::Internal(format!(
             "offload target {name:?} is not configured on this compactor (--offload-target)"
@@ -577,7 +597,10 @@ async fn offload_one(
     let dst = Path::from(b.object_key.as_str());
     let now = ctx.clock.now_ns();
     // Offloaded before and restored since: the copy is still there.
-    if let Some(copy) = b.offload.as_ref().filter(|c| c.location == location && !c.sha256.is_empty())
+    if let Some(copy) = b
+        .offload
+        .as_ref()
+        .filter(|c| c.location == location && !c.sha256.is_empty())
         && object_size(&target.store, &dst).await? == Some(b.bytes)
     {
         return Ok(pb::OffloadItem {
@@ -611,7 +634,12 @@ async fn write_statuses(ctx: &Arc<Ctx>, policies: &Policies, tally: Tally, now_n
         .retention
         .rules(PolicyKind::Retention)
         .map(|r| (PolicyKind::Retention, r))
-        .chain(policies.offload.rules(PolicyKind::Offload).map(|r| (PolicyKind::Offload, r)));
+        .chain(
+            policies
+                .offload
+                .rules(PolicyKind::Offload)
+                .map(|r| (PolicyKind::Offload, r)),
+        );
     let mut tally = tally.0;
     for (kind, rule) in all {
         let key = (kind, rule.name.clone());

@@ -185,7 +185,11 @@ impl Metrics {
             "Blocks copied to an offload target and marked offloaded",
             m.offloaded_blocks.clone(),
         );
-        r.register("offloaded_bytes", "Bytes of blocks offloaded", m.offloaded_bytes.clone());
+        r.register(
+            "offloaded_bytes",
+            "Bytes of blocks offloaded",
+            m.offloaded_bytes.clone(),
+        );
         r.register(
             "primaries_freed",
             "Primary objects of offloaded blocks deleted after the grace",

@@ -97,6 +97,27 @@ pub struct CompactFlags {
     /// How often the orphan sweep lists the store [default: 24h].
     #[arg(long, env = "MIRA_ORPHAN_SWEEP_INTERVAL")]
     pub orphan_sweep_interval: Option<Duration>,
+    /// An offload target NAME=URL (file:///abs/dir, s3://bucket/prefix,
+    /// ...), the name offload policies use; repeatable.
+    #[arg(long = "offload-target", env = "MIRA_OFFLOAD_TARGETS", value_delimiter = ',')]
+    pub offload_targets: Vec<String>,
+    /// object_store option key=value for the offload targets; repeatable.
+    #[arg(
+        long = "offload-target-option",
+        env = "MIRA_OFFLOAD_TARGET_OPTIONS",
+        value_delimiter = ','
+    )]
+    pub offload_target_options: Vec<String>,
+    /// Blocks younger than this are never offloaded [default: 1h].
+    #[arg(long, env = "MIRA_OFFLOAD_MIN_AGE")]
+    pub offload_min_age: Option<Duration>,
+    /// Blocks copied to targets at once [default: 4].
+    #[arg(long, env = "MIRA_OFFLOAD_CONCURRENCY")]
+    pub offload_concurrency: Option<usize>,
+    /// Most bytes per second copied to targets, e.g. 50MiB (0: no limit)
+    /// [default: 0].
+    #[arg(long, env = "MIRA_OFFLOAD_RATE")]
+    pub offload_rate: Option<ByteSize>,
 }
 
 impl CompactFlags {
@@ -119,7 +140,16 @@ impl CompactFlags {
             deletion_grace,
             orphan_grace,
             orphan_sweep_interval,
+            offload_min_age,
+            offload_concurrency,
+            offload_rate,
         );
+        if !self.offload_targets.is_empty() {
+            s.offload_targets.clone_from(&self.offload_targets);
+        }
+        if !self.offload_target_options.is_empty() {
+            s.offload_target_options.clone_from(&self.offload_target_options);
+        }
         if self.compactor_id.is_some() {
             s.compactor_id.clone_from(&self.compactor_id);
         }

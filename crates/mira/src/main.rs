@@ -10,6 +10,7 @@ mod compactor;
 mod flags;
 mod ingester;
 mod loadgen;
+mod policy;
 mod querier;
 mod serve;
 
@@ -39,6 +40,8 @@ enum Command {
     Querier(querier::QuerierArgs),
     /// Run a compactor: merge small blocks, rewrite settled hours cold, delete replaced blocks after a grace.
     Compactor(compactor::CompactorArgs),
+    /// Set, list or delete retention and offload policies in the catalog.
+    Policy(policy::PolicyArgs),
     /// Send OTLP load (pre-encoded testkit corpus) and report records/s and ack latency.
     Loadgen(loadgen::LoadgenArgs),
     /// Print the records of block files as OTLP/JSON, one line per block.
@@ -104,6 +107,12 @@ fn main() -> anyhow::Result<()> {
         }
         Command::CatalogAdmin(args) => tokio::runtime::Runtime::new()?.block_on(catalog::admin(args))?,
         Command::BlockDump { files } => block_dump::run(&files)?,
+        Command::Policy(args) => {
+            let code = tokio::runtime::Runtime::new()?.block_on(policy::run(args))?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+        }
         Command::Loadgen(args) => tokio::runtime::Runtime::new()?.block_on(loadgen::run(args))?,
         Command::Ingester(args) => {
             init_tracing();

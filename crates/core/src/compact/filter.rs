@@ -145,7 +145,12 @@ pub fn resource_summaries(block: &crate::block::Block) -> Result<Vec<ResourceSum
     let names: &[&'static str] = match signal {
         Signal::Logs => &[schema::LOGS, schema::RESOURCES, schema::RESOURCE_ATTRS],
         Signal::Traces => &[schema::SPANS, schema::RESOURCES, schema::RESOURCE_ATTRS],
-        Signal::Metrics => &[schema::POINTS, schema::SERIES, schema::RESOURCES, schema::RESOURCE_ATTRS],
+        Signal::Metrics => &[
+            schema::POINTS,
+            schema::SERIES,
+            schema::RESOURCES,
+            schema::RESOURCE_ATTRS,
+        ],
     };
     let tables = crate::tables::read_tables(block, Some(names))?;
     let mut out: Vec<ResourceSummary> = resource_attributes(&tables)?
