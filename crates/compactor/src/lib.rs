@@ -462,11 +462,19 @@ impl Compactor {
             total.jobs_ok += r.jobs_ok;
             total.jobs_failed += r.jobs_failed;
             total.purged += r.purged;
+            total.primaries_freed += r.primaries_freed;
+            total.lifecycle.dropped_blocks += r.lifecycle.dropped_blocks;
+            total.lifecycle.rewrites += r.lifecycle.rewrites;
+            total.lifecycle.offloaded_blocks += r.lifecycle.offloaded_blocks;
+            total.lifecycle.offloaded_bytes += r.lifecycle.offloaded_bytes;
+            total.lifecycle.errors.extend(r.lifecycle.errors.iter().cloned());
             if self.ctx.config.dry_run {
                 total.jobs_left = r.jobs_left;
                 break;
             }
-            if r.jobs_ok == 0 && r.purged == 0 {
+            let progress =
+                r.jobs_ok + r.purged + r.primaries_freed + r.lifecycle.dropped_blocks + r.lifecycle.offloaded_blocks;
+            if progress == 0 {
                 if r.leased_elsewhere == 0 && r.jobs_failed == 0 {
                     break;
                 }

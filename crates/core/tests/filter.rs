@@ -471,3 +471,45 @@ proptest! {
         check_mask(&mask_inputs::<PointsBuilder>(&reqs), &bits, cold)?;
     }
 }
+
+/// A cold block (Parquet, typed attribute columns) gives the same
+/// resources, the same row resources and the same keep mask as the hot
+/// block of the same tables: retention decides alike on either tier.
+#[test]
+fn cold_blocks_read_resources_like_hot_ones() {
+    let mut corpus = Corpus::new(21, Cardinality::Low);
+    let mut b = LogsBuilder::default();
+    for _ in 0..3 {
+        b.append(&corpus.logs(200)).expect("append");
+    }
+    let tables = b.finish().expect("finish");
+    let hot = open(write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("hot"));
+    let cold =
+        open(mira_core::cold::write_cold(&tables, BlockId::new(), TenantId::default_tenant(), &[]).expect("cold"));
+    let (h, c) = (
+        read_tables(&hot, None).expect("hot"),
+        read_tables(&cold, None).expect("cold"),
+    );
+    assert_eq!(
+        resource_attributes(&h).expect("hot"),
+        resource_attributes(&c).expect("cold")
+    );
+    assert_eq!(row_resources(&h).expect("hot"), row_resources(&c).expect("cold"));
+    let drop_checkout = |attrs: &[(String, String)]| {
+        attrs
+            .iter()
+            .any(|(k, v)| k == "service.name" && v == "checkout")
+            .then_some(u64::MAX)
+    };
+    let (kh, kc) = (
+        keep_unexpired(&h, drop_checkout).expect("hot"),
+        keep_unexpired(&c, drop_checkout).expect("cold"),
+    );
+    assert_eq!(kh, kc);
+    assert!(kh.iter().any(|k| !k) && kh.iter().any(|k| *k));
+    // And the summaries agree with the rows.
+    for block in [&hot, &cold] {
+        let s = mira_core::compact::filter::resource_summaries(block).expect("summaries");
+        assert_eq!(s.iter().map(|r| r.rows).sum::<u64>(), tables.rows as u64);
+    }
+}

@@ -1,0 +1,299 @@
+//! Retention and offload against a real single-member catalog, with the
+//! manual clock: two tenants' logs over several days under a global
+//! default, a tenant default and a selector rule shorter than it; after
+//! enforcement exactly the rows the resolution keeps are live, and the
+//! dropped blocks' objects are gone after the grace. Offload to a
+//! `file://` target: copies equal the originals, primaries freed after the
+//! grace, and a copy deleted with its block when retention drops it.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use mira_catalog::proto as pb;
+use mira_compactor::copy::sha256_hex;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
+use support::*;
+
+const DAY_S: u64 = 86_400;
+
+async fn set_policy(env: &Env, kind: pb::PolicyKind, name: &str, tenant: &str, body: &str) {
+    env.catalog
+        .set_policy(pb::Policy {
+            kind: kind as i32,
+            name: name.into(),
+            tenant: tenant.into(),
+            body_json: body.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("set policy");
+}
+
+fn service(rl: &ResourceLogs) -> String {
+    rl.resource
+        .as_ref()
+        .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Every live record, flattened, sorted.
+async fn live_sorted(env: &Env) -> Vec<Vec<u8>> {
+    let mut all: Vec<Vec<u8>> = env.live_records().await.into_values().flatten().collect();
+    all.sort();
+    all
+}
+
+/// The records `keep(tenant, service, time)` keeps, flattened, sorted.
+fn expected(env: &Env, keep: impl Fn(&str, &str, u64) -> bool) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for (tenant, _, req) in &env.requests {
+        for rl in &req.resource_logs {
+            let svc = service(rl);
+            for sl in &rl.scope_logs {
+                for r in &sl.log_records {
+                    let t = if r.time_unix_nano != 0 {
+                        r.time_unix_nano
+                    } else {
+                        r.observed_time_unix_nano
+                    };
+                    if keep(tenant, &svc, t) {
+                        // The record alone, flattened as the live side is.
+                        let one = ExportLogsServiceRequest {
+                            resource_logs: vec![ResourceLogs {
+                                scope_logs: vec![ScopeLogs {
+                                    log_records: vec![r.clone()],
+                                    ..sl.clone()
+                                }],
+                                ..rl.clone()
+                            }],
+                        };
+                        out.extend(mira_testkit::flatten::logs(&one));
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_exactly_what_the_rules_resolve_and_deletes_the_rest_after_the_grace() {
+    let mut env = Env::new().await;
+    // Hours ending 2, 30, 54 and 78 hours ago: each block's rows lie wholly
+    // on one side of the 1, 2 and 3 day cutoffs.
+    for tenant in ["acme", "globex"] {
+        for ago in [2, 30, 54, 78] {
+            let hour = env.hour_start(ago);
+            env.publish(tenant, hour, 2, 60, ago * H).await;
+        }
+    }
+    set_policy(
+        &env,
+        pb::PolicyKind::Retention,
+        "default",
+        "",
+        &format!(r#"{{"v":1,"retain_s":{}}}"#, 3 * DAY_S),
+    )
+    .await;
+    set_policy(
+        &env,
+        pb::PolicyKind::Retention,
+        "acme",
+        "acme",
+        &format!(r#"{{"v":1,"retain_s":{}}}"#, 2 * DAY_S),
+    )
+    .await;
+    set_policy(
+        &env,
+        pb::PolicyKind::Retention,
+        "acme-checkout",
+        "acme",
+        &format!(
+            r#"{{"v":1,"retain_s":{},"selector":[{{"key":"service.name","op":"=","value":"checkout"}}]}}"#,
+            DAY_S
+        ),
+    )
+    .await;
+    // Traces only: must not touch logs.
+    set_policy(
+        &env,
+        pb::PolicyKind::Retention,
+        "traces",
+        "",
+        r#"{"v":1,"retain_s":3600,"signals":["traces"]}"#,
+    )
+    .await;
+    let now = env.clock.now_ns() as u64;
+    let day = DAY_S * 1_000_000_000;
+    let want = expected(&env, |tenant, svc, t| {
+        let retain = match (tenant, svc) {
+            ("acme", "checkout") => day,
+            ("acme", _) => 2 * day,
+            _ => 3 * day,
+        };
+        t >= now - retain
+    });
+    let before = live_sorted(&env).await.len();
+    assert!(
+        want.len() < before && !want.is_empty(),
+        "the rules must drop some rows and keep some"
+    );
+    let acme_checkout_1d = expected(&env, |tenant, svc, t| {
+        tenant == "acme" && svc == "checkout" && t < now - day && t >= now - 2 * day
+    });
+    assert!(
+        !acme_checkout_1d.is_empty(),
+        "the corpus must have checkout rows a day old"
+    );
+
+    let c = env.compactor("c1");
+    let report = c.run_until_idle().await.expect("enforce");
+    assert!(report.lifecycle.errors.is_empty(), "{:?}", report.lifecycle.errors);
+    assert!(report.lifecycle.dropped_blocks >= 4, "{report:?}");
+    assert!(
+        report.lifecycle.rewrites >= 1,
+        "the selector rule rewrites acme's day-old blocks: {report:?}"
+    );
+    assert!(
+        live_sorted(&env).await == want,
+        "live rows differ from what the resolution keeps"
+    );
+
+    // Statuses for the operator: what each rule dropped.
+    let policies = env
+        .catalog
+        .list_policies(pb::ListPoliciesRequest::default())
+        .await
+        .expect("list")
+        .policies;
+    let status = |name: &str| -> serde_json::Value {
+        let p = policies.iter().find(|p| p.name == name).expect("policy");
+        serde_json::from_str(&p.status_json).expect("status json")
+    };
+    assert!(status("default")["blocks_dropped"].as_u64().expect("count") >= 2);
+    assert!(status("acme")["blocks_dropped"].as_u64().expect("count") >= 2);
+    assert_eq!(status("traces")["blocks_matched"], 0);
+
+    // After the grace only live objects remain (twice: the rewritten
+    // blocks settle and go cold meanwhile, replacing them once more).
+    for _ in 0..2 {
+        env.manual.advance(Duration::from_secs(11 * 60));
+        c.run_until_idle().await.expect("purge");
+    }
+    let live: HashSet<String> = env
+        .blocks(pb::BlockState::Live)
+        .await
+        .into_iter()
+        .map(|b| b.object_key)
+        .collect();
+    let keys: HashSet<String> = env.object_keys().await.into_iter().collect();
+    assert_eq!(keys, live, "the bucket holds exactly the live objects");
+    assert!(live_sorted(&env).await == want);
+    env.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offload_copies_blocks_frees_primaries_after_the_grace_and_retention_deletes_both() {
+    let mut env = Env::new().await;
+    let target_dir = env.dir.path().join("archive");
+    let target_url = format!("file://{}", target_dir.display());
+    for ago in [30, 54] {
+        let hour = env.hour_start(ago);
+        env.publish("acme", hour, 3, 40, ago * H).await;
+    }
+    let recent = env.hour_start(2);
+    env.publish("acme", recent, 2, 40, 2 * H).await;
+    let all_records = live_sorted(&env).await;
+    let mut config = env.config("c1");
+    config.offload.target_specs = vec![format!("archive={target_url}")];
+    config.offload.min_age_ns = 0;
+    config.offload.concurrency = 2;
+    let process = mira_common::Process::new(env.clock.clone());
+    let c =
+        mira_compactor::Compactor::new(config, &process, env.store.clone(), env.catalog.clone()).expect("compactor");
+    // The catalog refuses a policy naming a target no compactor has
+    // registered; one round registers ours.
+    let body = format!(r#"{{"v":1,"after_s":{},"target":"archive"}}"#, DAY_S);
+    let refused = env
+        .catalog
+        .set_policy(pb::Policy {
+            kind: pb::PolicyKind::Offload as i32,
+            name: "archive-1d".into(),
+            body_json: body.clone(),
+            ..Default::default()
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    c.run_round().await.expect("a round");
+    set_policy(&env, pb::PolicyKind::Offload, "archive-1d", "acme", &body).await;
+    let report = c.run_until_idle().await.expect("offload");
+    assert!(report.lifecycle.errors.is_empty(), "{:?}", report.lifecycle.errors);
+    let offloaded = env.blocks(pb::BlockState::Offloaded).await;
+    assert_eq!(offloaded.len(), 2, "the two old hours, each one cold block");
+    assert!(
+        offloaded
+            .iter()
+            .all(|b| b.level == pb::Level::Cold as i32 && !b.primary_freed)
+    );
+    for b in &offloaded {
+        let path = Path::from(b.object_key.as_str());
+        let primary = env
+            .store
+            .get(&path)
+            .await
+            .expect("primary")
+            .bytes()
+            .await
+            .expect("bytes");
+        let copy = std::fs::read(target_dir.join(&b.object_key)).expect("the copy");
+        assert!(copy == primary.to_vec(), "the copy equals the primary");
+        assert_eq!(b.offload_sha256, sha256_hex(&copy));
+        assert_eq!(b.offload_location, format!("{target_url}/{}", b.object_key));
+    }
+    // Queries see only the recent hour now.
+    let recent_rows: usize = env.live_records().await.values().map(Vec::len).sum();
+    assert_eq!(recent_rows, 80);
+
+    // After the grace the primaries are deleted and recorded so.
+    env.manual.advance(Duration::from_secs(11 * 60));
+    let report = c.run_until_idle().await.expect("free");
+    assert_eq!(report.primaries_freed, 2, "{report:?}");
+    for b in env.blocks(pb::BlockState::Offloaded).await {
+        assert!(b.primary_freed);
+        let gone = env.store.head(&Path::from(b.object_key.as_str())).await;
+        assert!(matches!(gone, Err(object_store::Error::NotFound { .. })), "{gone:?}");
+        assert!(target_dir.join(&b.object_key).exists());
+    }
+    assert!(all_records.len() > recent_rows);
+
+    // Retention of offloaded blocks deletes their copies after the grace.
+    set_policy(
+        &env,
+        pb::PolicyKind::Retention,
+        "short",
+        "acme",
+        &format!(r#"{{"v":1,"retain_s":{}}}"#, DAY_S),
+    )
+    .await;
+    c.run_until_idle().await.expect("drop");
+    assert!(env.blocks(pb::BlockState::Offloaded).await.is_empty());
+    env.manual.advance(Duration::from_secs(11 * 60));
+    c.run_until_idle().await.expect("purge");
+    for b in &offloaded {
+        assert!(!target_dir.join(&b.object_key).exists(), "copy of {} deleted", b.id);
+    }
+    assert_eq!(live_sorted(&env).await.len(), recent_rows);
+    env.node.shutdown().await;
+}
