@@ -29,7 +29,7 @@ pub struct PolicyArgs {
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
     /// Create or replace a policy.
-    Set(SetArgs),
+    Set(Box<SetArgs>),
     /// List policies and what enforcing them did last.
     List(ListArgs),
     /// Delete a policy (deleting one that does not exist succeeds).
@@ -170,7 +170,7 @@ pub fn body_from_flags(a: &SetArgs) -> Result<String, String> {
 pub async fn run(args: PolicyArgs) -> anyhow::Result<i32> {
     let client = catalog_client(&args.catalog);
     match args.command {
-        PolicyCommand::Set(a) => set(&client, a).await,
+        PolicyCommand::Set(a) => set(&client, *a).await,
         PolicyCommand::List(a) => list(&client, a).await,
         PolicyCommand::Delete(a) => {
             client.delete_policy(a.kind.pb(), &a.name).await?;

@@ -48,7 +48,7 @@ fn apply(blocks: &mut Vec<BlockInfo>, job: &Job, now_ns: i64) {
     }
     let first = &job.inputs[0];
     let bytes = match job.kind {
-        JobKind::Merge => job.input_bytes(),
+        JobKind::Merge | JobKind::Retention => job.input_bytes(),
         JobKind::Cold => job.inputs.iter().map(cold_estimate).sum::<u64>().max(1),
     };
     blocks.push(BlockInfo {
