@@ -58,6 +58,19 @@ impl MirrorState {
     /// Live blocks of `tenant`/`signal` whose time range overlaps
     /// `[min_ns, max_ns]` (inclusive), oldest first by min time.
     pub fn live_blocks(&self, tenant: &str, signal: Signal, min_ns: i64, max_ns: i64) -> Vec<pb::Block> {
+        self.blocks_in(pb::BlockState::Live, tenant, signal, min_ns, max_ns)
+    }
+
+    /// Blocks in `state` of `tenant`/`signal` whose time range overlaps
+    /// `[min_ns, max_ns]` (inclusive), oldest first by min time.
+    pub fn blocks_in(
+        &self,
+        state: pb::BlockState,
+        tenant: &str,
+        signal: Signal,
+        min_ns: i64,
+        max_ns: i64,
+    ) -> Vec<pb::Block> {
         let signal = crate::pb_impl::signal::to_pb(signal);
         let mut out: Vec<pb::Block> = self
             .blocks
@@ -65,7 +78,7 @@ impl MirrorState {
             .filter(|b| {
                 b.tenant == tenant
                     && b.signal == signal
-                    && b.state == pb::BlockState::Live as i32
+                    && b.state == state as i32
                     && b.max_time_ns >= min_ns
                     && b.min_time_ns <= max_ns
             })

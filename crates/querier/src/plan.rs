@@ -160,6 +160,11 @@ impl Querier {
                 }
             }
         }
+        let offloaded = state.blocks_in(cpb::BlockState::Offloaded, tenant, signal, min, max);
+        if !offloaded.is_empty() {
+            stats.add_offloaded(offloaded.len() as u64);
+            plan.gaps.note(offloaded_warning(tenant, signal, &offloaded));
+        }
         let all = state.live_blocks(tenant, signal, 0, i64::MAX);
         stats.add_considered(all.len() as u64);
         for b in all {
@@ -306,4 +311,31 @@ mod tests {
         assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(25)));
         assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(20)));
     }
+}
+
+/// What a query over offloaded blocks says: how many, how big, and the
+/// command that brings them back.
+pub(crate) fn offloaded_warning(tenant: &str, signal: Signal, blocks: &[cpb::Block]) -> String {
+    let rfc = |ns: i64| {
+        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64))
+            .to_string()
+    };
+    let from = blocks.iter().map(|b| b.min_time_ns).min().unwrap_or(0);
+    let to = blocks
+        .iter()
+        .map(|b| b.max_time_ns)
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1);
+    let bytes: u64 = blocks.iter().map(|b| b.bytes).sum();
+    format!(
+        "{} blocks offloaded in range ({:.1} MiB, {} to {}) were not read; restore with `mira offload restore --tenant {tenant} --signal {} --from {} --to {}`",
+        blocks.len(),
+        bytes as f64 / (1 << 20) as f64,
+        rfc(from),
+        rfc(to),
+        signal.as_str(),
+        rfc(from),
+        rfc(to),
+    )
 }

@@ -20,6 +20,7 @@ pub struct Stats {
     rows_scanned: AtomicU64,
     recent_blocks: AtomicU64,
     ingesters_asked: AtomicU64,
+    blocks_offloaded: AtomicU64,
 }
 
 impl Default for Stats {
@@ -35,6 +36,7 @@ impl Default for Stats {
             rows_scanned: AtomicU64::new(0),
             recent_blocks: AtomicU64::new(0),
             ingesters_asked: AtomicU64::new(0),
+            blocks_offloaded: AtomicU64::new(0),
         }
     }
 }
@@ -89,6 +91,11 @@ impl Stats {
         add(&self.ingesters_asked, 1);
     }
 
+    /// Blocks in the query's range that are offloaded (not read).
+    pub fn add_offloaded(&self, n: u64) {
+        add(&self.blocks_offloaded, n);
+    }
+
     pub fn snapshot(&self) -> StatsJson {
         let pruned = |r: PruneRule| get(&self.pruned[PruneRule::ALL.iter().position(|x| *x == r).unwrap_or(0)]);
         StatsJson {
@@ -106,6 +113,7 @@ impl Stats {
             rows_scanned: get(&self.rows_scanned),
             recent_blocks: get(&self.recent_blocks),
             ingesters_asked: get(&self.ingesters_asked),
+            blocks_offloaded: get(&self.blocks_offloaded),
             elapsed_us: self.started.elapsed().as_micros() as u64,
         }
     }
@@ -135,5 +143,9 @@ pub struct StatsJson {
     /// Open (unpublished) blocks merged from ingesters.
     pub recent_blocks: u64,
     pub ingesters_asked: u64,
+    /// Blocks in the range that are offloaded to a second store: not read
+    /// (the warnings say how to restore them).
+    #[serde(default)]
+    pub blocks_offloaded: u64,
     pub elapsed_us: u64,
 }

@@ -637,3 +637,39 @@ async fn the_decoded_cache_stays_within_its_bytes_and_answers_the_same() {
     assert_eq!(none.metric("mira_querier_decoded_cache_inserts_total").await, 0.0);
     assert_eq!(none.metric("mira_querier_decoded_cache_bytes").await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offloaded_block_is_not_read_and_the_answer_says_how_to_restore_it() {
+    let stack = Stack::start().await;
+    let (a, b) = (logs_block(1..=3), logs_block(4..=6));
+    stack.publish(&[&a, &b]).await;
+    let q = stack.querier("cache", |_| {}).await;
+    let (status, text) = q.get(&logs_path()).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(bodies(&text), rs(1..=6));
+    stack
+        .client
+        .mark_offloaded_v2(vec![pb::OffloadItem {
+            id: a.1.id.clone(),
+            location: format!("file:///archive/{}", a.1.object_key),
+            sha256: "0".repeat(64),
+            at_ns: t0() as i64,
+        }])
+        .await
+        .expect("mark offloaded");
+    // The querier's copy follows the catalog: once it sees the mark, the
+    // block's rows are gone from answers and the warning names it.
+    let answer = wait_for("the offload mark to reach the querier", PATIENCE, || async {
+        let (status, text) = q.get(&logs_path()).await;
+        (status == 200 && bodies(&text) == rs(4..=6)).then_some(text)
+    })
+    .await;
+    let v: Value = serde_json::from_str(&answer).expect("json");
+    assert_eq!(v["stats"]["blocks_offloaded"], 1, "{answer}");
+    assert_eq!(v["partial"], false);
+    let warning = v["warnings"][0].as_str().expect("a warning");
+    assert!(
+        warning.starts_with("1 blocks offloaded in range") && warning.contains("mira offload restore --tenant"),
+        "{warning}"
+    );
+}
