@@ -73,9 +73,11 @@ async fn delete_copy(ctx: &Arc<Ctx>, location: &str, object_key: &str) -> Result
 
 /// Deletes the primary objects of offloaded blocks past the grace, per
 /// partition under its lease (so no restore of the partition runs
-/// meanwhile), then records it. Returns how many were freed.
-pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize, Error> {
+/// meanwhile), then records it. Returns how many were freed and how many
+/// partitions another holder leased (tried again next round).
+pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<(usize, u64), Error> {
     let mut freed = 0;
+    let mut leased = 0;
     let mut by_partition: std::collections::BTreeMap<Partition, Vec<&BlockInfo>> = Default::default();
     for b in blocks {
         by_partition.entry(Partition::of(b)).or_default().push(b);
@@ -89,7 +91,10 @@ pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Resu
         };
         let lease = match job::acquire(ctx, &partition, &manifest).await {
             Ok(l) => l,
-            Err(Error::Conflict { .. }) => continue,
+            Err(Error::Conflict { .. }) => {
+                leased += 1;
+                continue;
+            }
             Err(e) => return Err(e),
         };
         let result = async {
@@ -115,7 +120,7 @@ pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Resu
         result?;
         freed += members.len();
     }
-    Ok(freed)
+    Ok((freed, leased))
 }
 
 /// What one sweep found.

@@ -310,7 +310,9 @@ impl Compactor {
             report.purged = gc::purge(&self.ctx, &plan.purge).await?;
         }
         if !plan.free_primary.is_empty() {
-            report.primaries_freed = gc::free_primaries(&self.ctx, &plan.free_primary).await?;
+            let (freed, leased) = gc::free_primaries(&self.ctx, &plan.free_primary).await?;
+            report.primaries_freed = freed;
+            report.leased_elsewhere += leased;
             self.ctx.metrics.primaries_freed.inc_by(report.primaries_freed as u64);
         }
         self.register_targets().await;
