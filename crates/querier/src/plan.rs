@@ -295,24 +295,6 @@ impl Waves {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::newest_settled;
-
-    #[test]
-    fn a_newest_first_search_is_settled_only_when_nothing_unread_can_be_newer() {
-        // Too few found: never settled.
-        assert!(!newest_settled([30, 20].into_iter(), 3, None));
-        // Enough, nothing left: settled.
-        assert!(newest_settled([30, 20, 10].into_iter(), 2, None));
-        // The 2nd newest (20) is newer than anything left (15): settled.
-        assert!(newest_settled([10, 30, 20].into_iter(), 2, Some(15)));
-        // Something left could be newer (25), or as new (20): not yet.
-        assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(25)));
-        assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(20)));
-    }
-}
-
 /// What a query over offloaded blocks says: how many, how big, and the
 /// command that brings them back.
 pub(crate) fn offloaded_warning(tenant: &str, signal: Signal, blocks: &[cpb::Block]) -> String {
@@ -338,4 +320,22 @@ pub(crate) fn offloaded_warning(tenant: &str, signal: Signal, blocks: &[cpb::Blo
         rfc(from),
         rfc(to),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_settled;
+
+    #[test]
+    fn a_newest_first_search_is_settled_only_when_nothing_unread_can_be_newer() {
+        // Too few found: never settled.
+        assert!(!newest_settled([30, 20].into_iter(), 3, None));
+        // Enough, nothing left: settled.
+        assert!(newest_settled([30, 20, 10].into_iter(), 2, None));
+        // The 2nd newest (20) is newer than anything left (15): settled.
+        assert!(newest_settled([10, 30, 20].into_iter(), 2, Some(15)));
+        // Something left could be newer (25), or as new (20): not yet.
+        assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(25)));
+        assert!(!newest_settled([10, 30, 20].into_iter(), 2, Some(20)));
+    }
 }
