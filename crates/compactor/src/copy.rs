@@ -46,10 +46,7 @@ pub async fn copy_object(
 ) -> Result<Copied, Error> {
     let (src, src_path) = from;
     let (dst, dst_path) = to;
-    let data: Bytes = with_retries("GET", src_path, || async {
-        src.get(src_path).await?.bytes().await
-    })
-    .await?;
+    let data: Bytes = with_retries("GET", src_path, || async { src.get(src_path).await?.bytes().await }).await?;
     let sha256 = sha256_hex(&data);
     let (bytes, want_sha) = expect;
     if data.len() as u64 != bytes || want_sha.is_some_and(|w| w != sha256) {
