@@ -231,7 +231,8 @@ pub struct BlockEvent {
     pub partition_start_ns: i64,
     pub result: BlockResult,
     pub bytes: u64,
-    /// Whether its object was copied back (false: the primary was present).
+    /// Whether its object was copied back (its bytes were in a `Copied`
+    /// event); false for a block whose primary object was still present.
     pub copied: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -513,11 +514,12 @@ impl Restorer {
                 reason,
             });
         };
-        let fail = |out: &mut PartitionOutcome, b: &pb::Block, reason: String| {
+        // `copied`: its bytes were reported in a `Copied` event already.
+        let fail_copied = |out: &mut PartitionOutcome, b: &pb::Block, copied: bool, reason: String| {
             events(&Event::Block(BlockEvent::of(
                 b,
                 BlockResult::Failed,
-                false,
+                copied,
                 Some(reason.clone()),
             )));
             out.failed.push(Failure {
@@ -525,6 +527,7 @@ impl Restorer {
                 reason,
             });
         };
+        let fail = |out: &mut PartitionOutcome, b: &pb::Block, reason: String| fail_copied(out, b, false, reason);
         if *stop.borrow() {
             out.not_started = n;
             return out;
@@ -595,6 +598,7 @@ impl Restorer {
             Some(reason) => ready.iter().map(|_| Err(reason.clone())).collect(),
             None => self.mark(&key, opts, &ready).await,
         };
+        let any_marked = marked.iter().any(Result::is_ok);
         for ((b, copied), result) in ready.into_iter().zip(marked) {
             match result {
                 Ok(()) => {
@@ -608,11 +612,13 @@ impl Restorer {
                         out.copied -= 1;
                         out.copied_bytes -= b.bytes;
                     }
-                    fail(&mut out, b, format!("not marked restored: {reason}"));
+                    fail_copied(&mut out, b, copied, format!("not marked restored: {reason}"));
                 }
             }
         }
-        crate::fault::point(crate::fault::RESTORE, "after_mark");
+        if any_marked {
+            crate::fault::point(crate::fault::RESTORE, "after_mark");
+        }
         if lost.is_none() {
             self.release(&key, opts).await;
         }

@@ -556,8 +556,10 @@ async fn restore(args: RestoreArgs) -> anyhow::Result<i32> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let signals = {
         let progress = progress.clone();
+        // Installed now, before the restore starts.
+        let first = crate::shutdown_signal();
         tokio::spawn(async move {
-            crate::shutdown_signal().await;
+            first.await;
             let _ = stop.send(true);
             progress
                 .lock()

@@ -319,17 +319,26 @@ async fn usage_errors_exit_2_naming_the_flag() {
     }
 }
 
+/// The ids of the `block` events of `events` with `result`.
+fn block_ids(events: &[Value], result: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "block" && e["result"] == result)
+        .map(|e| e["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
 #[cfg(feature = "fault-hooks")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restore_killed_after_a_put_completes_on_a_rerun_each_block_restored_once() {
+async fn a_restore_killed_after_a_put_or_a_mark_completes_on_a_rerun_each_block_restored_once() {
     let mut env = Env::new().await;
-    let mut blocks = env.offloaded("acme", hour_start(5), 2).await;
-    blocks.extend(env.offloaded("acme", hour_start(4), 2).await);
-
-    // Aborts right after its first PUT, before any mark, leaving its lease
-    // to expire (3 s).
-    let out = env.restore(
-        &[
+    let mut blocks = Vec::new();
+    for hours_ago in [6, 5, 4] {
+        blocks.extend(env.offloaded("acme", hour_start(hours_ago), 2).await);
+    }
+    // One partition at a time, leases that a killed run leaves for 3 s.
+    let run = |fault: Option<&str>| {
+        let args = [
             "--tenant",
             "acme",
             "--concurrency",
@@ -338,22 +347,34 @@ async fn a_restore_killed_after_a_put_completes_on_a_rerun_each_block_restored_o
             "3s",
             "--output",
             "json",
-        ],
-        &[("MIRA_FAULT_RESTORE", "after_put")],
-    );
-    assert!(!out.status.success(), "the fault hook aborts the process");
+        ];
+        match fault {
+            Some(step) => env.restore(&args, &[("MIRA_FAULT_RESTORE", step)]),
+            None => env.restore(&args, &[]),
+        }
+    };
+
+    // Aborted right after its first PUT, before any mark.
+    let out = run(Some("after_put"));
     assert_eq!(out.status.code(), None, "killed by SIGABRT: {}", text(&out.stderr));
     assert_eq!(
         env.blocks(pb::BlockState::Offloaded).await.len(),
-        4,
+        6,
         "nothing marked before the kill"
     );
     let written = blocks.iter().filter(|b| env.primary_bytes(b).is_some()).count();
     assert_eq!(written, 1, "one object was put before the abort");
 
-    // The re-run (waiting out the killed run's lease) completes: every
-    // block restored once, as NDJSON ending in the summary.
-    let out = env.restore(&["--tenant", "acme", "--output", "json"], &[]);
+    // Aborted right after marking the first partition (having waited out
+    // the first run's lease): those blocks are live, the rest offloaded.
+    let out = run(Some("after_mark"));
+    assert_eq!(out.status.code(), None, "killed by SIGABRT: {}", text(&out.stderr));
+    let mut restored = block_ids(&ndjson(&out), "restored");
+    assert_eq!(restored.len(), 2, "the first partition was marked");
+    assert_eq!(env.blocks(pb::BlockState::Offloaded).await.len(), 4);
+
+    // The re-run completes the rest, as NDJSON from the plan to the summary.
+    let out = run(None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let events = ndjson(&out);
     assert_eq!(events.first().map(|e| e["event"].clone()), Some("plan".into()));
@@ -363,13 +384,9 @@ async fn a_restore_killed_after_a_put_completes_on_a_rerun_each_block_restored_o
     assert_eq!(summary["failed"], 0);
     assert_eq!(summary["verified"], 4);
     assert_eq!(summary["interrupted"], false);
-    let mut restored: Vec<&str> = events
-        .iter()
-        .filter(|e| e["event"] == "block" && e["result"] == "restored")
-        .map(|e| e["id"].as_str().expect("id"))
-        .collect();
+    restored.extend(block_ids(&events, "restored"));
     restored.sort_unstable();
-    let mut want: Vec<&str> = blocks.iter().map(|b| b.id.as_str()).collect();
+    let mut want: Vec<String> = blocks.iter().map(|b| b.id.clone()).collect();
     want.sort_unstable();
     assert_eq!(restored, want, "each block restored once");
     let live = env.blocks(pb::BlockState::Live).await;
@@ -383,10 +400,8 @@ async fn a_restore_killed_after_a_put_completes_on_a_rerun_each_block_restored_o
         );
     }
 
-    // A third run finds nothing to do.
-    let out = env.restore(&["--tenant", "acme", "--output", "json"], &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let events = ndjson(&out);
+    // Another run finds nothing to do.
+    let events = ndjson(&run(None));
     let summary = events.last().expect("events");
     assert_eq!(
         (summary["restored"].as_u64(), summary["copied"].as_u64()),
