@@ -1,6 +1,7 @@
 //! How configuration values are written and checked, once for every role:
 //! durations as `30s`, `5m`, `168h` ([`Duration`]), sizes as `64MiB`,
-//! `10GiB` or plain bytes ([`ByteSize`]), a [`ConfigError`] that names the
+//! `10GiB` or plain bytes ([`ByteSize`]), points in time on a command line
+//! as RFC 3339 or relative to now ([`TimeArg`]), a [`ConfigError`] that names the
 //! field, range checks that reject instead of clamping, and the TOML file
 //! reader (unknown keys are errors).
 //!
@@ -217,6 +218,76 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// A point in time given on a command line: RFC 3339 (`2026-11-01T00:00:00Z`,
+/// `2026-11-01T00:00Z`, `2026-11-01T00Z`, `2026-11-01`, an offset such as
+/// `+02:00`; without a zone it is UTC) or relative to now (`-7d`, `-36h`,
+/// `-90m`, `now`). [`TimeArg::resolve`] turns it into Unix nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeArg {
+    /// Unix nanoseconds.
+    At(i64),
+    /// This long before now.
+    Ago(std::time::Duration),
+}
+
+impl TimeArg {
+    /// Unix nanoseconds, relative times counted back from `now_ns`.
+    pub fn resolve(self, now_ns: i64) -> i64 {
+        match self {
+            TimeArg::At(ns) => ns,
+            TimeArg::Ago(d) => now_ns.saturating_sub(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+        }
+    }
+}
+
+impl FromStr for TimeArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let bad = |why: &str| {
+            format!(
+                "{s:?} is not a time ({why}): use RFC 3339 (2026-11-01T00:00:00Z, 2026-11-01) or a time before now (-7d, -36h, now)"
+            )
+        };
+        if t == "now" {
+            return Ok(TimeArg::Ago(std::time::Duration::ZERO));
+        }
+        if let Some(ago) = t.strip_prefix('-') {
+            return humantime::parse_duration(ago)
+                .map(TimeArg::Ago)
+                .map_err(|e| bad(&e.to_string()));
+        }
+        // The zone: Z, or an offset east (+) or west (-) of UTC.
+        let (base, offset_s) = if let Some(b) = t.strip_suffix(['Z', 'z']) {
+            (b, 0i64)
+        } else if t.len() > 16 && t.is_char_boundary(t.len() - 6) && {
+            let z = &t.as_bytes()[t.len() - 6..];
+            (z[0] == b'+' || z[0] == b'-') && z[3] == b':'
+        } {
+            let (b, z) = t.split_at(t.len() - 6);
+            let hh: i64 = z[1..3].parse().map_err(|_| bad("offset"))?;
+            let mm: i64 = z[4..6].parse().map_err(|_| bad("offset"))?;
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            (b, sign * (hh * 3600 + mm * 60))
+        } else {
+            (t, 0)
+        };
+        let full = match base.len() {
+            10 => format!("{base}T00:00:00"),
+            13 => format!("{base}:00:00"),
+            16 => format!("{base}:00"),
+            _ => base.to_owned(),
+        };
+        let at = humantime::parse_rfc3339_weak(&full).map_err(|e| bad(&e.to_string()))?;
+        let ns = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i64::try_from(d.as_nanos()).ok())
+            .ok_or_else(|| bad("out of range"))?;
+        Ok(TimeArg::At(ns - offset_s * 1_000_000_000))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +342,39 @@ mod tests {
                 .to_string(),
             "invalid shards: 300 is outside 1..=256"
         );
+    }
+
+    #[test]
+    fn times_are_rfc3339_or_before_now() {
+        const NOV_1: i64 = 1_761_955_200_000_000_000; // 2025-11-01T00:00:00Z
+        const H: i64 = 3_600_000_000_000;
+        for (s, ns) in [
+            ("2025-11-01T00:00:00Z", NOV_1),
+            ("2025-11-01T00:00:00.5Z", NOV_1 + 500_000_000),
+            ("2025-11-01T01:30Z", NOV_1 + H + H / 2),
+            ("2025-11-01T01Z", NOV_1 + H),
+            ("2025-11-01", NOV_1),
+            ("2025-11-01 00:00:00", NOV_1),
+            ("2025-11-01T02:00:00+02:00", NOV_1),
+            ("2025-10-31T22:00:00-02:00", NOV_1),
+        ] {
+            assert_eq!(s.parse::<TimeArg>(), Ok(TimeArg::At(ns)), "{s}");
+        }
+        let now = NOV_1 + 7 * 24 * H;
+        assert_eq!("-7d".parse::<TimeArg>().map(|t| t.resolve(now)), Ok(NOV_1));
+        assert_eq!("-36h".parse::<TimeArg>().map(|t| t.resolve(now)), Ok(now - 36 * H));
+        assert_eq!("now".parse::<TimeArg>().map(|t| t.resolve(now)), Ok(now));
+        for bad in [
+            "yesterday",
+            "-7 fortnights",
+            "2025-13-01",
+            "2025-11-01T25Z",
+            "1761955200",
+            "",
+        ] {
+            let e = bad.parse::<TimeArg>().expect_err(bad);
+            assert!(e.contains("RFC 3339") && e.contains("-7d"), "{bad}: {e}");
+        }
     }
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]

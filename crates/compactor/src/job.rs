@@ -66,7 +66,7 @@ impl Manifest {
         serde_json::from_str(job).ok()
     }
 
-    fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 }
@@ -85,15 +85,10 @@ pub struct JobReport {
     pub rewrite_s: f64,
 }
 
-/// Aborts the process at `step` when `MIRA_FAULT_COMPACTOR` names it (the
-/// crash tests' kill -9 at an exact point).
+/// Aborts the process at `step` when `MIRA_FAULT_COMPACTOR` names it
+/// ([`crate::fault`]).
 pub(crate) fn fault_point(step: &str) {
-    #[cfg(feature = "fault-hooks")]
-    if std::env::var("MIRA_FAULT_COMPACTOR").is_ok_and(|s| s.split(',').any(|s| s == step)) {
-        tracing::warn!(target: "mira::compactor", step, "fault hook: aborting");
-        std::process::abort();
-    }
-    let _ = step;
+    crate::fault::point(crate::fault::COMPACTOR, step);
 }
 
 fn conflict_or_catalog(what: &'static str, partition: &Partition, e: ClientError) -> Error {

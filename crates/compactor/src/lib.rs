@@ -18,17 +18,29 @@
 //! - [`server`]: `/metrics`, `/ready`, `/live` and
 //!   `/api/mira/v1/compactor/status`.
 //! - [`error`]: why a job failed, and its outcome label.
+//! - [`targets`], [`copy`]: offload targets and the hashed whole-object
+//!   copy between stores.
+//! - [`restore`]: `mira offload restore`: offloaded blocks copied back to
+//!   the primary store under their partition lease, marked live and
+//!   pinned, verified; [`progress`] renders its events.
+//! - [`fault`]: test-only aborts at named steps (`fault-hooks`).
+//! - [`testing`]: helpers for tests (publish a real block, offload blocks
+//!   as the offload lane does).
 
 pub mod copy;
 pub mod error;
+pub mod fault;
 pub mod gc;
 pub mod job;
 pub mod lifecycle;
 pub mod metrics;
 pub mod planner;
+pub mod progress;
+pub mod restore;
 pub mod server;
 pub mod settings;
 pub mod targets;
+pub mod testing;
 pub mod view;
 
 use std::collections::VecDeque;

@@ -197,7 +197,10 @@ impl Settings {
     pub fn build(&self) -> Result<CompactorConfig, ConfigError> {
         self.validate()?;
         let ns = |d: Duration| i64::try_from(d.get().as_nanos()).unwrap_or(i64::MAX);
-        let id = self.compactor_id.clone().unwrap_or_else(host_name);
+        let id = self
+            .compactor_id
+            .clone()
+            .unwrap_or_else(|| host_name().unwrap_or_else(|| "compactor".to_owned()));
         Ok(CompactorConfig {
             holder: format!("{id}/{}", mira_core::ids::BlockId::new()),
             jobs: self.jobs,
@@ -234,13 +237,14 @@ impl Settings {
     }
 }
 
-fn host_name() -> String {
+/// The machine's host name (`HOSTNAME`, else `/etc/hostname`), with no
+/// '/' (it is part of a lease holder), if it has one.
+pub(crate) fn host_name() -> Option<String> {
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().replace('/', "-"))
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "compactor".to_owned())
 }
 
 #[cfg(test)]
