@@ -110,6 +110,7 @@ class Catalog:
     def __init__(self, scratch):
         self.addr = f"127.0.0.1:{free_port()}"
         self.dir = os.path.join(scratch, "catalog")
+        os.makedirs(scratch, exist_ok=True)
         self.proc = subprocess.Popen(
             [MIRA, "catalog", "--listen", self.addr, "--peers", f"0={self.addr}", "--data-dir", self.dir],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(scratch, "catalog.log"), "w"))
