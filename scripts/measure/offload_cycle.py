@@ -21,9 +21,11 @@
   with `--deletion-grace 0s` (the purge); the catalog's command counters
   (mira_catalog_command_duration_seconds_count) before and after each.
 - ingest: `mira loadgen` at 4 connections against `mira serve
-  --no-compactor` alone (INGEST_S seconds, 20), then while `mira compactor
-  --once --offload-rate 50MiB` sweeps 100,000 expired rows and offloads
-  INGEST_OFFLOAD_BYTES (1500MiB) of cold blocks, then alone again.
+  --no-compactor` in five windows of INGEST_S seconds (15), A B A B A:
+  alone (A), and while `mira compactor --once --offload-rate 50MiB` runs
+  (B; SIGSTOP outside them): its first round drops 100,000 expired rows,
+  then it offloads INGEST_OFFLOAD_BYTES (2.5 x INGEST_S x 50 MiB) of cold
+  blocks. Mean B over mean A, each window's cores and copy rate.
 
 Every phase prints its figures with the ratio to its baseline.
 Needs MIRA_BIN (release `mira`) and GEN_BIN (the release example)."""
@@ -31,6 +33,7 @@ Needs MIRA_BIN (release `mira`) and GEN_BIN (the release example)."""
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -340,15 +343,25 @@ def loadgen(serve, secs):
     return rate, out.strip()
 
 
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def phase_ingest(scratch):
-    secs = int(os.environ.get("INGEST_S", "20"))
-    total = env_bytes("INGEST_OFFLOAD_BYTES", "1500MiB")
+    """Windows A B A B A of INGEST_S seconds: A is loadgen alone, B loadgen
+    while the compactor sweeps and offloads (SIGSTOP between its windows,
+    SIGCONT in them), so both kinds of window see the same machine."""
+    secs = int(os.environ.get("INGEST_S", "15"))
+    total = env_bytes("INGEST_OFFLOAD_BYTES", f"{int(2.5 * secs * 50)}MiB")
     n = int(os.environ.get("RETENTION_BLOCKS", "100000"))
     root = os.path.join(scratch, "ingest")
     os.makedirs(os.path.join(root, "serve"))
     serve = Serve("--no-compactor", data_dir=os.path.join(root, "serve"))
     data = os.path.join(serve.dir, "data")
     archive = os.path.join(root, "archive")
+    comp = None
     try:
         g = gen("blocks", "--catalog", serve.catalog, "--store", os.path.join(data, "objects"), "--tenant", "cycle",
                 "--bytes", str(total), "--days-back", "3d")
@@ -358,39 +371,53 @@ def phase_ingest(scratch):
         mira("policy", "set", "cycle-offload", "--catalog", serve.catalog, "--kind", "offload", "--tenant", "cycle",
              "--after", "1d", "--target", "archive")
         mira("policy", "set", "old-7d", "--catalog", serve.catalog, "--retain", "7d", "--tenant-glob", "old*")
-        print(f"# ingest: loadgen 4 connections, batch 8192, {secs} s, OTLP/gRPC into mira serve --no-compactor; "
-              f"the sweep drops {r['blocks']} expired rows and offloads {g['blocks']} blocks, "
-              f"{g['bytes'] / MIB:.0f} MiB at --offload-rate 50MiB")
-        alone1, out1 = loadgen(serve, secs)
+        print(f"# ingest: loadgen 4 connections, batch 8192, OTLP/gRPC into mira serve --no-compactor, windows of "
+              f"{secs} s, A alone and B with `mira compactor --once --offload-rate 50MiB` (stopped outside B); its "
+              f"first round drops {r['blocks']} expired rows, then offloads {g['blocks']} blocks, "
+              f"{g['bytes'] / MIB:.0f} MiB")
         log = open(os.path.join(root, "compactor.log"), "w")
         listen = f"127.0.0.1:{free_port()}"
         args = compactor_args(serve.catalog, data, archive, "--once", "--offload-rate", "50MiB",
                               "--min-block-age", "1h")
         args[args.index("--compactor-listen") + 1] = listen
-        t = time.perf_counter()
-        comp = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
-        wait_until("compactor up", lambda: urllib.request.urlopen(f"http://{listen}/ready", timeout=1).status == 200,
-                   timeout=120)
-        with_rate, out2 = loadgen(serve, secs)
-        text = metrics(listen)
-        running = comp.poll() is None
-        moved = metric(text, "mira_compactor_offloaded_bytes_total")
-        dropped = metric(text, "mira_compactor_retention_dropped_blocks_total")
+        rows = []
+        for i, kind in enumerate("ABABA"):
+            if kind == "B":
+                if comp is None:
+                    comp = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+                else:
+                    comp.send_signal(signal.SIGCONT)
+            arch0, serve0 = sum(files_under(archive).values()), cpu_s(serve.proc.pid)
+            comp0 = cpu_s(comp.pid) if comp and comp.poll() is None else 0.0
+            t = time.perf_counter()
+            rate, out = loadgen(serve, secs)
+            wall = time.perf_counter() - t
+            running = comp is not None and comp.poll() is None
+            comp_cpu = (cpu_s(comp.pid) - comp0) / wall if kind == "B" and running else 0.0
+            if kind == "B" and running:
+                comp.send_signal(signal.SIGSTOP)
+            copied = (sum(files_under(archive).values()) - arch0) / MIB / wall
+            rows.append((kind, rate, (cpu_s(serve.proc.pid) - serve0) / wall, comp_cpu, copied,
+                         running or kind == "A", out))
+        comp.send_signal(signal.SIGCONT)
         summary = json.loads(comp.communicate(timeout=3600)[0].strip().splitlines()[-1])
-        comp_s = time.perf_counter() - t
-        alone2, out3 = loadgen(serve, secs)
-        base = (alone1 + alone2) / 2
-        print(f"{'run':<44} {'records/s':>12} {'x alone':>8}")
-        print(f"{'alone, before':<44} {alone1:>12,.0f} {alone1 / base:>8.3f}")
-        print(f"{'with the retention sweep and offload':<44} {with_rate:>12,.0f} {with_rate / base:>8.3f}")
-        print(f"{'alone, after':<44} {alone2:>12,.0f} {alone2 / base:>8.3f}")
-        print(f"#   at the end of the loaded window the compactor was {'still running' if running else 'DONE'}: "
-              f"{moved / MIB:.0f} MiB offloaded, {dropped:.0f} blocks dropped; whole run {comp_s:.1f} s, "
-              f"{summary['lifecycle']['offloaded_blocks']} blocks offloaded, "
-              f"{summary['lifecycle']['dropped_blocks']} dropped")
-        for o in (out1, out2, out3):
-            print(f"#   loadgen: {o.splitlines()[-1]}")
+        base = statistics.mean(x[1] for x in rows if x[0] == "A")
+        loaded = statistics.mean(x[1] for x in rows if x[0] == "B")
+        print(f"{'window':<8} {'records/s':>12} {'x mean A':>9} {'serve cores':>12} {'compactor cores':>16} "
+              f"{'copied MiB/s':>13}")
+        for kind, rate, sc, cc, copied, ok, _ in rows:
+            note = "" if ok else "  (the compactor had finished)"
+            print(f"{kind:<8} {rate:>12,.0f} {rate / base:>9.3f} {sc:>12.2f} {cc:>16.2f} {copied:>13.1f}{note}")
+        print(f"mean B / mean A: {loaded / base:.3f} (target >= 0.9)")
+        print(f"#   the compactor: {summary['lifecycle']['dropped_blocks']} blocks dropped, "
+              f"{summary['lifecycle']['offloaded_blocks']} offloaded; errors {summary['lifecycle']['errors'][:3]}")
+        for kind, *_rest, out in rows:
+            print(f"#   {kind} loadgen: {out.splitlines()[-1]}")
     finally:
+        if comp is not None and comp.poll() is None:
+            comp.send_signal(signal.SIGCONT)
+            comp.kill()
+            comp.wait()
         serve.kill()
         shutil.rmtree(root, ignore_errors=True)
 
