@@ -56,7 +56,9 @@ impl Flags {
         let mut m = HashMap::new();
         let mut it = args.iter();
         while let Some(k) = it.next() {
-            let name = k.strip_prefix("--").ok_or_else(|| format!("expected --flag, got {k:?}"))?;
+            let name = k
+                .strip_prefix("--")
+                .ok_or_else(|| format!("expected --flag, got {k:?}"))?;
             let v = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
             m.insert(name.to_owned(), v.clone());
         }
@@ -127,7 +129,11 @@ struct Made {
 }
 
 /// Real cold blocks, built on `--threads` workers and published in batches.
-fn blocks(flags: &Flags, catalog: &Arc<CatalogClient>, rt: &tokio::runtime::Runtime) -> Result<(usize, u64, (i64, i64))> {
+fn blocks(
+    flags: &Flags,
+    catalog: &Arc<CatalogClient>,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(usize, u64, (i64, i64))> {
     let store: PathBuf = flags.get("store", None)?;
     let tenant = TenantId::new(&flags.get::<String>("tenant", Some("cycle"))?).map_err(|e| e.to_string())?;
     let target: u64 = flags.get::<ByteSize>("bytes", None)?.bytes();
@@ -241,7 +247,10 @@ async fn rows(flags: &Flags, catalog: &Arc<CatalogClient>) -> Result<(usize, u64
     let prefix: String = flags.get("tenant-prefix", Some("t"))?;
     let claimed: u64 = flags.get::<ByteSize>("bytes", Some("48MiB"))?.bytes();
     let first = first_hour(flags.get("days-back", Some("30d"))?);
-    let offloaded_to: Option<String> = flags.get::<String>("offloaded-to", Some("")).ok().filter(|s| !s.is_empty());
+    let offloaded_to: Option<String> = flags
+        .get::<String>("offloaded-to", Some(""))
+        .ok()
+        .filter(|s| !s.is_empty());
     let signals = [Signal::Logs, Signal::Traces, Signal::Metrics];
     let tenant_ids: Vec<TenantId> = (0..tenants)
         .map(|t| TenantId::new(&format!("{prefix}{t}")))
