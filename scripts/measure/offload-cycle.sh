@@ -10,8 +10,10 @@
 # (no OTLP ingest). Not part of CI.
 # Usage: scripts/measure/offload-cycle.sh
 # Environment: MIRA_PHASES (cycle,list,retention,ingest), CYCLE_BYTES
-# (3300MiB), INGEST_OFFLOAD_BYTES (2.5 x INGEST_S x 50MiB), LIST_BLOCKS (10000),
-# RETENTION_BLOCKS (100000), INGEST_S (15), RESTORE_RATE (0: no limit),
+# (3300MiB), INGEST_S (10), INGEST_WINDOWS (ABABABABA: A loadgen alone, B with
+# the compactor), INGEST_OFFLOAD_BYTES ((B windows + 0.5) x INGEST_S x 50MiB),
+# LIST_BLOCKS (10000),
+# RETENTION_BLOCKS (100000), RESTORE_RATE (0: no limit),
 # MIRA_SCRATCH (a directory on the volume to measure; default $TMPDIR),
 # MIRA_REF_DIR (where the reference copy goes; default /dev/shm), and
 # MIRA_BIN / GEN_BIN to skip the release builds. Needs ~2x CYCLE_BYTES

@@ -21,11 +21,13 @@
   with `--deletion-grace 0s` (the purge); the catalog's command counters
   (mira_catalog_command_duration_seconds_count) before and after each.
 - ingest: `mira loadgen` at 4 connections against `mira serve
-  --no-compactor` in five windows of INGEST_S seconds (15), A B A B A:
+  --no-compactor` in windows of INGEST_S seconds (10), INGEST_WINDOWS
+  (ABABABABA):
   alone (A), and while `mira compactor --once --offload-rate 50MiB` runs
   (B; SIGSTOP outside them): its first round drops 100,000 expired rows,
-  then it offloads INGEST_OFFLOAD_BYTES (2.5 x INGEST_S x 50 MiB) of cold
-  blocks. Mean B over mean A, each window's cores and copy rate.
+  then it offloads INGEST_OFFLOAD_BYTES ((B windows + 0.5) x INGEST_S x 50 MiB) of cold
+  blocks. Mean B over mean A, each B over the A windows beside it, each
+  window's cores, copy rate and catalog commands.
 
 Every phase prints its figures with the ratio to its baseline.
 Needs MIRA_BIN (release `mira`) and GEN_BIN (the release example)."""
@@ -85,14 +87,15 @@ def metrics(addr):
         return r.read().decode()
 
 
-def commands(addr):
-    """The catalog's write commands so far, by command (all outcomes)."""
+def commands(addr, what="count"):
+    """The catalog's write commands so far (or, with "sum", the seconds
+    they took), by command (all outcomes)."""
     out = {}
     for line in metrics(addr).splitlines():
-        if line.startswith("mira_catalog_command_duration_seconds_count{"):
+        if line.startswith(f"mira_catalog_command_duration_seconds_{what}{{"):
             labels, value = line.rsplit(" ", 1)
             cmd = labels.split('command="', 1)[1].split('"', 1)[0]
-            out[cmd] = out.get(cmd, 0) + int(float(value))
+            out[cmd] = out.get(cmd, 0) + float(value)
     return out
 
 
@@ -353,8 +356,9 @@ def phase_ingest(scratch):
     """Windows A B A B A of INGEST_S seconds: A is loadgen alone, B loadgen
     while the compactor sweeps and offloads (SIGSTOP between its windows,
     SIGCONT in them), so both kinds of window see the same machine."""
-    secs = int(os.environ.get("INGEST_S", "15"))
-    total = env_bytes("INGEST_OFFLOAD_BYTES", f"{int(2.5 * secs * 50)}MiB")
+    secs = int(os.environ.get("INGEST_S", "10"))
+    windows = os.environ.get("INGEST_WINDOWS", "ABABABABA")
+    total = env_bytes("INGEST_OFFLOAD_BYTES", f"{int((windows.count('B') + 0.5) * secs * 50)}MiB")
     n = int(os.environ.get("RETENTION_BLOCKS", "100000"))
     root = os.path.join(scratch, "ingest")
     os.makedirs(os.path.join(root, "serve"))
@@ -381,7 +385,7 @@ def phase_ingest(scratch):
                               "--min-block-age", "1h")
         args[args.index("--compactor-listen") + 1] = listen
         rows = []
-        for i, kind in enumerate("ABABA"):
+        for i, kind in enumerate(windows):
             if kind == "B":
                 if comp is None:
                     comp = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -389,30 +393,42 @@ def phase_ingest(scratch):
                     comp.send_signal(signal.SIGCONT)
             arch0, serve0 = sum(files_under(archive).values()), cpu_s(serve.proc.pid)
             comp0 = cpu_s(comp.pid) if comp and comp.poll() is None else 0.0
+            cmd0, cmd_s0 = commands(serve.query), commands(serve.query, "sum")
             t = time.perf_counter()
             rate, out = loadgen(serve, secs)
             wall = time.perf_counter() - t
+            cmds = delta(cmd0, commands(serve.query))
+            cmd_s = sum(delta(cmd_s0, commands(serve.query, "sum")).values())
             running = comp is not None and comp.poll() is None
             comp_cpu = (cpu_s(comp.pid) - comp0) / wall if kind == "B" and running else 0.0
             if kind == "B" and running:
                 comp.send_signal(signal.SIGSTOP)
             copied = (sum(files_under(archive).values()) - arch0) / MIB / wall
             rows.append((kind, rate, (cpu_s(serve.proc.pid) - serve0) / wall, comp_cpu, copied,
-                         running or kind == "A", out))
+                         running or kind == "A", out, cmds, cmd_s))
         comp.send_signal(signal.SIGCONT)
         summary = json.loads(comp.communicate(timeout=3600)[0].strip().splitlines()[-1])
         base = statistics.mean(x[1] for x in rows if x[0] == "A")
         loaded = statistics.mean(x[1] for x in rows if x[0] == "B")
-        print(f"{'window':<8} {'records/s':>12} {'x mean A':>9} {'serve cores':>12} {'compactor cores':>16} "
-              f"{'copied MiB/s':>13}")
-        for kind, rate, sc, cc, copied, ok, _ in rows:
+        print(f"{'window':<8} {'records/s':>12} {'x mean A':>9} {'x its As':>9} {'serve cores':>12} "
+              f"{'compactor cores':>16} {'copied MiB/s':>13} {'catalog cmds':>13} {'catalog cmd s':>14}")
+        ratios = []
+        for i, (kind, rate, sc, cc, copied, ok, _, cmds, cmd_s) in enumerate(rows):
+            # A B window against the A windows on either side of it.
+            near = [rows[j][1] for j in (i - 1, i + 1) if 0 <= j < len(rows) and rows[j][0] == "A"]
+            local = rate / statistics.mean(near) if kind == "B" and near else 1.0
+            if kind == "B":
+                ratios.append(local)
             note = "" if ok else "  (the compactor had finished)"
-            print(f"{kind:<8} {rate:>12,.0f} {rate / base:>9.3f} {sc:>12.2f} {cc:>16.2f} {copied:>13.1f}{note}")
-        print(f"mean B / mean A: {loaded / base:.3f} (target >= 0.9)")
+            print(f"{kind:<8} {rate:>12,.0f} {rate / base:>9.3f} {local:>9.3f} {sc:>12.2f} {cc:>16.2f} "
+                  f"{copied:>13.1f} {int(sum(cmds.values())):>13} {cmd_s:>14.2f}{note}")
+            print(f"#          catalog commands {json.dumps({k: int(v) for k, v in cmds.items()})}")
+        print(f"mean B / mean A: {loaded / base:.3f}; B against its neighbours: first (the sweep) {ratios[0]:.3f}, "
+              f"the rest {', '.join(f'{x:.3f}' for x in ratios[1:])} (target >= 0.9)")
         print(f"#   the compactor: {summary['lifecycle']['dropped_blocks']} blocks dropped, "
               f"{summary['lifecycle']['offloaded_blocks']} offloaded; errors {summary['lifecycle']['errors'][:3]}")
-        for kind, *_rest, out in rows:
-            print(f"#   {kind} loadgen: {out.splitlines()[-1]}")
+        for kind, *_rest in rows:
+            print(f"#   {kind} loadgen: {_rest[5].splitlines()[-1]}")
     finally:
         if comp is not None and comp.poll() is None:
             comp.send_signal(signal.SIGCONT)
