@@ -360,18 +360,24 @@ async fn run_leased(
     let pool = ctx.pool.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let inputs = Arc::clone(&fetched);
-    let (cut, tenant) = (job.cut.clone(), first.tenant.as_str().to_owned());
+    let (cut, split, tenant) = (job.cut.clone(), job.split.clone(), first.tenant.as_str().to_owned());
     pool.spawn(move || {
         let started = Instant::now();
-        let result = merge(kind, level, &inputs, out_id, cut.as_deref(), &tenant);
+        let result = merge(
+            kind,
+            level,
+            &inputs,
+            out_id,
+            (cut.as_deref(), split.as_deref()),
+            &tenant,
+        );
         let _ = tx.send((result, started.elapsed()));
     });
     let (merged, took) = rx
         .await
         .map_err(|_| Error::Internal("the rewrite pool dropped a job".to_owned()))?;
-    let (merged, dropped_rows) = match merged {
-        Ok((Some(b), dropped)) => (b, dropped),
-        Ok((None, dropped)) => {
+    let (outputs, dropped_rows) = match merged {
+        Ok(m) if m.outputs.is_empty() => {
             // Every row is past its rule: the block goes whole.
             ctx.catalog
                 .tombstone_v2(
@@ -385,57 +391,82 @@ async fn run_leased(
                 inputs: job.inputs.len(),
                 input_bytes,
                 rows: job.input_rows(),
-                dropped_rows: dropped,
+                dropped_rows: m.dropped_rows,
                 ..JobReport::default()
             });
         }
+        Ok(m) => (m.outputs, m.dropped_rows),
         Err(e) => return Err(blame_input(ctx, job, &fetched, e).await),
     };
     ctx.metrics
         .rewrite_cpu_seconds
         .get_or_create(&crate::metrics::Metrics::kind(kind.as_str()))
         .inc_by(took.as_secs_f64());
-    let out = Block::from_bytes(merged.clone(), Arc::new(VerifyCache::new(64))).map_err(|e| Error::Merge {
-        partition: partition.to_string(),
-        source: e.into(),
-    })?;
-    let meta = out.meta().clone();
+    // Outputs beyond the first (a cold rewrite split by policy class) are
+    // named in the manifest before anything is written.
+    let mut written = Vec::with_capacity(outputs.len());
+    for (id, bytes) in outputs {
+        let out = Block::from_bytes(bytes.clone(), Arc::new(VerifyCache::new(64))).map_err(|e| Error::Merge {
+            partition: partition.to_string(),
+            source: e.into(),
+        })?;
+        let meta = out.meta().clone();
+        let key = if id == out_id {
+            out_key.clone()
+        } else {
+            let key = block_path(&first.tenant, first.signal, meta.min_time, id);
+            manifest.outputs.push(Output {
+                id: id.to_string(),
+                key: key.to_string(),
+            });
+            key
+        };
+        written.push((id, key, bytes, meta));
+    }
+    if written.len() > 1 {
+        renew(ctx, lease, partition, manifest).await?;
+    }
     let rows_in = job.input_rows();
-    let same_start = kind == JobKind::Retention || i64::try_from(meta.min_time).ok() == Some(min_time);
-    if meta.rows + dropped_rows != rows_in || !same_start {
-        // Never commit a block that does not hold exactly its inputs (less
+    let rows_out: u64 = written.iter().map(|(_, _, _, m)| m.rows).sum();
+    let out_min = written.iter().map(|(_, _, _, m)| m.min_time).min();
+    let same_start = kind == JobKind::Retention || out_min.and_then(|t| i64::try_from(t).ok()) == Some(min_time);
+    if rows_out + dropped_rows != rows_in || !same_start {
+        // Never commit blocks that do not hold exactly their inputs (less
         // what retention dropped).
         return Err(Error::Internal(format!(
-            "merged block {out_id} holds {} rows from {} ({dropped_rows} dropped), expected {rows_in} from {min_time}",
-            meta.rows, meta.min_time
+            "merged blocks of {partition} hold {rows_out} rows from {out_min:?} ({dropped_rows} dropped), expected {rows_in} from {min_time}"
         )));
     }
-    let path = Path::from(out_key.as_ref());
-    put(ctx, &path, &merged).await?;
+    for (_, key, bytes, _) in &written {
+        put(ctx, &Path::from(key.as_ref()), bytes).await?;
+    }
     fault_point("after_put");
 
-    let record = pb::Block {
-        id: out_id.to_string(),
-        tenant: first.tenant.as_str().to_owned(),
-        signal: mira_catalog::pb_impl::signal::to_pb(first.signal),
-        partition_start_ns: first.partition_start_ns,
-        min_time_ns: i64::try_from(meta.min_time).unwrap_or(min_time),
-        max_time_ns: i64::try_from(meta.max_time).unwrap_or(i64::MAX),
-        rows: meta.rows,
-        bytes: merged.len() as u64,
-        level: match level {
-            Level::Hot => pb::Level::Hot,
-            Level::Cold => pb::Level::Cold,
-        } as i32,
-        object_key: out_key.to_string(),
-        created_at_ns: ctx.clock.now_ns(),
-        state: pb::BlockState::Live as i32,
-        ..Default::default()
-    };
+    let records: Vec<pb::Block> = written
+        .iter()
+        .map(|(id, key, bytes, meta)| pb::Block {
+            id: id.to_string(),
+            tenant: first.tenant.as_str().to_owned(),
+            signal: mira_catalog::pb_impl::signal::to_pb(first.signal),
+            partition_start_ns: first.partition_start_ns,
+            min_time_ns: i64::try_from(meta.min_time).unwrap_or(min_time),
+            max_time_ns: i64::try_from(meta.max_time).unwrap_or(i64::MAX),
+            rows: meta.rows,
+            bytes: bytes.len() as u64,
+            level: match level {
+                Level::Hot => pb::Level::Hot,
+                Level::Cold => pb::Level::Cold,
+            } as i32,
+            object_key: key.to_string(),
+            created_at_ns: ctx.clock.now_ns(),
+            state: pb::BlockState::Live as i32,
+            ..Default::default()
+        })
+        .collect();
     // Confirms the lease with a full time to live before the commit.
     renew(ctx, lease, partition, manifest).await?;
     let replace = pb::ReplaceV2 {
-        add: vec![record],
+        add: records,
         tombstone: job.inputs.iter().map(|b| b.id.to_string()).collect(),
         now_ns: ctx.clock.now_ns(),
         lease_key: lease.key.clone(),
@@ -450,20 +481,25 @@ async fn run_leased(
     commit(ctx, partition, replace).await?;
     fault_point("after_replace");
 
+    let output_bytes: u64 = written.iter().map(|(_, _, b, _)| b.len() as u64).sum();
     let label = crate::metrics::Metrics::kind(kind.as_str());
     let m = &ctx.metrics;
     m.input_bytes.get_or_create(&label).inc_by(input_bytes);
-    m.output_bytes.get_or_create(&label).inc_by(merged.len() as u64);
+    m.output_bytes.get_or_create(&label).inc_by(output_bytes);
     m.input_blocks.get_or_create(&label).inc_by(job.inputs.len() as u64);
-    m.output_blocks.get_or_create(&label).inc();
+    m.output_blocks.get_or_create(&label).inc_by(written.len() as u64);
     m.rows.get_or_create(&label).inc_by(rows_in);
     Ok(JobReport {
         inputs: job.inputs.len(),
         input_bytes,
-        output_bytes: merged.len() as u64,
+        output_bytes,
         rows: rows_in,
         dropped_rows,
-        output_id: out_id.to_string(),
+        output_id: written
+            .iter()
+            .map(|(id, ..)| id.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         rewrite_s: took.as_secs_f64(),
     })
 }
@@ -520,23 +556,61 @@ async fn fetch_inputs(ctx: &Arc<Ctx>, job: &Job) -> Result<Vec<Block>, Error> {
         .await
 }
 
-/// The job's output (`None`: a retention rewrite kept no row) and the rows
-/// it dropped.
+/// What a job's merge wrote: its blocks (none: a retention rewrite kept
+/// no row) and the rows it dropped.
+struct Merged {
+    outputs: Vec<(BlockId, Bytes)>,
+    dropped_rows: u64,
+}
+
+/// Merges the inputs: a retention rewrite through its cut; a cold rewrite
+/// with a class split into one block per policy class (the first keeps
+/// `id`); anything else into one block.
 fn merge(
     kind: JobKind,
     level: Level,
     inputs: &[Block],
     id: BlockId,
-    cut: Option<&crate::lifecycle::RetentionCut>,
+    (cut, split): (
+        Option<&crate::lifecycle::RetentionCut>,
+        Option<&crate::lifecycle::ClassSplit>,
+    ),
     tenant: &str,
-) -> Result<(Option<Bytes>, u64), mira_core::Error> {
-    match (kind, cut) {
-        (JobKind::Retention, Some(cut)) => {
+) -> Result<Merged, mira_core::Error> {
+    match (kind, cut, split) {
+        (JobKind::Retention, Some(cut), _) => {
             let out =
                 mira_core::compact::merge_blocks_filtered(inputs, id, level, &|_, tables| cut.keep(tenant, tables))?;
-            Ok((out.bytes, out.dropped_rows))
+            Ok(Merged {
+                outputs: out.bytes.map(|b| (id, b)).into_iter().collect(),
+                dropped_rows: out.dropped_rows,
+            })
         }
-        _ => Ok((Some(mira_core::compact::merge_blocks_at(inputs, id, level)?), 0)),
+        (JobKind::Cold, _, Some(split)) => {
+            let classes = split.classes(tenant, inputs)?;
+            if classes.len() < 2 {
+                return Ok(Merged {
+                    outputs: vec![(id, mira_core::compact::merge_blocks_at(inputs, id, level)?)],
+                    dropped_rows: 0,
+                });
+            }
+            let mut outputs = Vec::with_capacity(classes.len().min(crate::lifecycle::MAX_CLASSES));
+            for (k, class) in classes.iter().take(crate::lifecycle::MAX_CLASSES).enumerate() {
+                let out_id = if k == 0 { id } else { BlockId::new() };
+                let out = mira_core::compact::merge_blocks_filtered(inputs, out_id, level, &|_, tables| {
+                    split.rows_of(tenant, tables, class, &classes)
+                })?;
+                outputs.extend(out.bytes.map(|b| (out_id, b)));
+            }
+            Ok(Merged {
+                outputs,
+                dropped_rows: 0,
+            })
+        }
+        _ => Ok(Merged {
+            outputs: vec![(id, mira_core::compact::merge_blocks_at(inputs, id, level)?)],
+            dropped_rows: 0,
+        }),
     }
 }
 

@@ -331,6 +331,11 @@ impl Compactor {
         let mut jobs = plan.jobs;
         let policies = lifecycle::load(&self.ctx).await?;
         let (life, retention_jobs) = lifecycle::run(&self.ctx, &view.blocks, &policies).await;
+        for j in jobs.iter_mut().filter(|j| j.kind == JobKind::Cold) {
+            if let Some(first) = j.inputs.first() {
+                j.split = lifecycle::split_for(&policies, first.tenant.as_str(), first.signal);
+            }
+        }
         // One job per partition a round: a rewrite planned by size waits
         // for the retention rewrite of its partition.
         let retained: std::collections::HashSet<String> =

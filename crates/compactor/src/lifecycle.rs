@@ -55,7 +55,7 @@ const RESOURCE_CACHE_BLOCKS: usize = 100_000;
 #[derive(Debug, Default)]
 pub struct Policies {
     pub retention: Arc<RuleSet>,
-    pub offload: RuleSet,
+    pub offload: Arc<RuleSet>,
     /// Each policy's last reported status, by (kind, name).
     statuses: HashMap<(PolicyKind, String), PolicyStatus>,
     /// Policy bodies the catalog holds that this build cannot read.
@@ -126,7 +126,7 @@ pub(crate) async fn load(ctx: &Arc<Ctx>) -> Result<Policies, Error> {
         }
     }
     out.retention = Arc::new(RuleSet::new(retention));
-    out.offload = RuleSet::new(offload);
+    out.offload = Arc::new(RuleSet::new(offload));
     Ok(out)
 }
 
@@ -237,6 +237,102 @@ impl RetentionCut {
                 .map(|c| u64::try_from(c).unwrap_or(0))
         })
     }
+}
+
+/// Most blocks one cold rewrite splits a partition into; resources of
+/// further classes share the last one.
+pub const MAX_CLASSES: usize = 4;
+
+/// A resource's policy class: the retention and the offload rule that
+/// decide for it (by name; `None`: kept forever / never offloaded).
+pub type Class = (Option<String>, Option<String>);
+
+/// A cold rewrite's split by policy class (design §8.4): when selector
+/// rules apply to a tenant and signal, the rewrite writes one block per
+/// class, so retention and offload later take whole blocks instead of
+/// rewriting rows.
+#[derive(Debug)]
+pub struct ClassSplit {
+    pub retention: Arc<RuleSet>,
+    pub offload: Arc<RuleSet>,
+}
+
+impl PartialEq for ClassSplit {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.retention, &other.retention) && Arc::ptr_eq(&self.offload, &other.offload)
+    }
+}
+
+impl Eq for ClassSplit {}
+
+impl ClassSplit {
+    fn class_of(&self, tenant: &str, signal: mira_core::Signal, attrs: &[(String, String)]) -> Class {
+        (
+            self.retention
+                .resolve(PolicyKind::Retention, tenant, signal, attrs)
+                .map(|r| r.name.clone()),
+            self.offload
+                .resolve(PolicyKind::Offload, tenant, signal, attrs)
+                .map(|r| r.name.clone()),
+        )
+    }
+
+    /// The classes of the inputs' resources that hold rows, in the order
+    /// first met; the job writes one block for each of the first
+    /// [`MAX_CLASSES`] (the last of them also takes every later class).
+    pub fn classes(&self, tenant: &str, inputs: &[Block]) -> Result<Vec<Class>, mira_core::Error> {
+        let mut out: Vec<Class> = Vec::new();
+        for b in inputs {
+            for r in mira_core::compact::filter::resource_summaries(b)? {
+                let class = self.class_of(tenant, b.meta().signal, &r.attrs);
+                if r.rows > 0 && !out.contains(&class) {
+                    out.push(class);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Which root rows of `tables` go to the block of `class` (`classes`
+    /// as [`ClassSplit::classes`] found them).
+    pub fn rows_of(
+        &self,
+        tenant: &str,
+        tables: &mira_core::convert::TableSet,
+        class: &Class,
+        classes: &[Class],
+    ) -> Result<Vec<bool>, mira_core::Error> {
+        let bucket = |c: &Class| {
+            classes
+                .iter()
+                .position(|x| x == c)
+                .map_or(MAX_CLASSES - 1, |i| i.min(MAX_CLASSES - 1))
+        };
+        let want = bucket(class);
+        let per_resource: Vec<bool> = mira_core::compact::filter::resource_attributes(tables)?
+            .iter()
+            .map(|a| bucket(&self.class_of(tenant, tables.signal, a)) == want)
+            .collect();
+        Ok(mira_core::compact::filter::row_resources(tables)?
+            .iter()
+            .map(|&r| per_resource.get(r as usize).copied().unwrap_or(false))
+            .collect())
+    }
+}
+
+/// The class split for cold rewrites of `tenant`'s `signal`, when selector
+/// rules make classes differ between its resources.
+pub(crate) fn split_for(policies: &Policies, tenant: &str, signal: mira_core::Signal) -> Option<Arc<ClassSplit>> {
+    let selectors = policies
+        .retention
+        .needs_resources(PolicyKind::Retention, tenant, signal)
+        || policies.offload.needs_resources(PolicyKind::Offload, tenant, signal);
+    selectors.then(|| {
+        Arc::new(ClassSplit {
+            retention: policies.retention.clone(),
+            offload: policies.offload.clone(),
+        })
+    })
 }
 
 /// What one lifecycle pass decided and did.
@@ -429,6 +525,7 @@ pub(crate) async fn run(ctx: &Arc<Ctx>, blocks: &[BlockInfo], policies: &Policie
                         partition: Partition::of(b),
                         inputs: vec![b.clone()],
                         cut: Some(Arc::new(cut)),
+                        split: None,
                     });
                 }
                 continue;

@@ -166,6 +166,8 @@ pub struct Job {
     pub inputs: Vec<BlockInfo>,
     /// A retention rewrite's rules.
     pub cut: Option<std::sync::Arc<crate::lifecycle::RetentionCut>>,
+    /// A cold rewrite's split of rows by policy class.
+    pub split: Option<std::sync::Arc<crate::lifecycle::ClassSplit>>,
 }
 
 impl Job {
@@ -401,6 +403,7 @@ fn partition_job(part: &Partition, members: &[&BlockInfo], now_ns: i64, rules: &
             partition: part.clone(),
             inputs,
             cut: None,
+            split: None,
         };
         return Some((job, cold_at.max(newest_publish.saturating_add(rules.settle_ns))));
     }
@@ -411,6 +414,7 @@ fn partition_job(part: &Partition, members: &[&BlockInfo], now_ns: i64, rules: &
             partition: part.clone(),
             inputs,
             cut: None,
+            split: None,
         };
         (job, since)
     })

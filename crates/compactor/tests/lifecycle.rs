@@ -297,3 +297,71 @@ async fn offload_copies_blocks_frees_primaries_after_the_grace_and_retention_del
     assert_eq!(live_sorted(&env).await.len(), recent_rows);
     env.node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_rewrite_splits_rows_by_policy_class_so_retention_drops_whole_blocks() {
+    let mut env = Env::new().await;
+    let hour = env.hour_start(30);
+    env.publish("acme", hour, 3, 60, 30 * H).await;
+    let checkout = |days: u64| {
+        format!(
+            r#"{{"v":1,"retain_s":{},"selector":[{{"key":"service.name","op":"=","value":"checkout"}}]}}"#,
+            days * DAY_S
+        )
+    };
+    set_policy(
+        &env,
+        pb::PolicyKind::Retention,
+        "acme",
+        "acme",
+        &format!(r#"{{"v":1,"retain_s":{}}}"#, 4 * DAY_S),
+    )
+    .await;
+    set_policy(&env, pb::PolicyKind::Retention, "acme-checkout", "acme", &checkout(3)).await;
+    let everything = live_sorted(&env).await;
+    let c = env.compactor("c1");
+    let report = c.run_until_idle().await.expect("cold rewrite");
+    assert!(report.lifecycle.errors.is_empty(), "{:?}", report.lifecycle.errors);
+    assert!(live_sorted(&env).await == everything, "the split keeps every row once");
+    let live = env.blocks(pb::BlockState::Live).await;
+    assert_eq!(live.len(), 2, "one cold block per class: {live:?}");
+    assert!(live.iter().all(|b| b.level == pb::Level::Cold as i32));
+    // Each block holds one class: checkout's resources, or the others.
+    let mut checkout_blocks = 0;
+    for b in &live {
+        let bytes = env
+            .store
+            .get(&Path::from(b.object_key.as_str()))
+            .await
+            .expect("object")
+            .bytes()
+            .await
+            .expect("bytes");
+        let block =
+            mira_core::block::Block::from_bytes(bytes, std::sync::Arc::new(mira_core::block::VerifyCache::new(4)))
+                .expect("block");
+        let services: HashSet<String> = mira_core::compact::filter::resource_summaries(&block)
+            .expect("resources")
+            .into_iter()
+            .filter(|r| r.rows > 0)
+            .filter_map(|r| r.attrs.into_iter().find(|(k, _)| k == "service.name").map(|(_, v)| v))
+            .collect();
+        if services.contains("checkout") {
+            assert_eq!(services.len(), 1, "{services:?}");
+            checkout_blocks += 1;
+        }
+    }
+    assert_eq!(checkout_blocks, 1);
+    // The checkout rule shortened: its block goes whole, nothing is rewritten.
+    set_policy(&env, pb::PolicyKind::Retention, "acme-checkout", "acme", &checkout(1)).await;
+    let report = c.run_until_idle().await.expect("retention");
+    assert_eq!(
+        (report.lifecycle.dropped_blocks, report.lifecycle.rewrites),
+        (1, 0),
+        "{report:?}"
+    );
+    let now = env.clock.now_ns() as u64;
+    let want = expected(&env, |_, svc, t| svc != "checkout" || t >= now - DAY_S * 1_000_000_000);
+    assert!(live_sorted(&env).await == want);
+    env.node.shutdown().await;
+}
