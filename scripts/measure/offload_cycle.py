@@ -95,7 +95,7 @@ def commands(addr, what="count"):
         if line.startswith(f"mira_catalog_command_duration_seconds_{what}{{"):
             labels, value = line.rsplit(" ", 1)
             cmd = labels.split('command="', 1)[1].split('"', 1)[0]
-            out[cmd] = out.get(cmd, 0) + float(value)
+            out[cmd] = out.get(cmd, 0) + (float(value) if what == "sum" else int(float(value)))
     return out
 
 
