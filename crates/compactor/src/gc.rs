@@ -12,7 +12,6 @@ use futures::TryStreamExt;
 use mira_catalog::proto as pb;
 use mira_core::block::path::parse_block_path;
 use mira_core::ids::BlockId;
-use object_store::ObjectStoreExt;
 
 use crate::Ctx;
 use crate::error::Error;
@@ -55,20 +54,7 @@ pub(crate) async fn purge(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize,
 /// Deletes a block's offload copy; one already gone counts as deleted.
 async fn delete_copy(ctx: &Arc<Ctx>, location: &str, object_key: &str) -> Result<(), Error> {
     let (store, path) = ctx.targets.resolve(location, object_key)?;
-    match store.delete(&path).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => {
-            ctx.metrics
-                .deleted_objects
-                .get_or_create(&crate::metrics::Metrics::kind("offload_copy"))
-                .inc();
-            Ok(())
-        }
-        Err(source) => Err(Error::Store {
-            op: "DELETE",
-            key: location.to_owned(),
-            source,
-        }),
-    }
+    job::delete_in(ctx, &*store, &path, "offload_copy").await
 }
 
 /// Deletes the primary objects of offloaded blocks past the grace, per

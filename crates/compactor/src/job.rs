@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Ctx;
 use crate::error::Error;
-use crate::planner::{Job, JobKind, Partition};
+use crate::planner::{BlockInfo, Job, JobKind, Partition};
 
 /// The manifest a lease carries while a job runs: what it may have written.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,10 +241,21 @@ pub(crate) async fn abandon_output(ctx: &Arc<Ctx>, id: &str, key: &str, origin: 
     Ok(true)
 }
 
-/// Deletes an object; one that is already gone counts as deleted.
+/// Deletes an object of the primary store; one that is already gone
+/// counts as deleted.
 pub(crate) async fn delete_object(ctx: &Arc<Ctx>, key: &str, why: &str) -> Result<(), Error> {
-    let path = Path::from(key);
-    match ctx.store.delete(&path).await {
+    delete_in(ctx, &*ctx.store, &Path::from(key), why).await
+}
+
+/// Deletes `path` from `store` (the primary or an offload target),
+/// counted by `why`; one that is already gone counts as deleted.
+pub(crate) async fn delete_in(
+    ctx: &Arc<Ctx>,
+    store: &dyn object_store::ObjectStore,
+    path: &Path,
+    why: &str,
+) -> Result<(), Error> {
+    match store.delete(path).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {
             ctx.metrics
                 .deleted_objects
@@ -254,7 +265,7 @@ pub(crate) async fn delete_object(ctx: &Arc<Ctx>, key: &str, why: &str) -> Resul
         }
         Err(source) => Err(Error::Store {
             op: "DELETE",
-            key: key.to_owned(),
+            key: path.to_string(),
             source,
         }),
     }
@@ -528,25 +539,12 @@ async fn fetch_inputs(ctx: &Arc<Ctx>, job: &Job) -> Result<Vec<Block>, Error> {
         .map(|b| {
             let ctx = ctx.clone();
             async move {
-                let path = Path::from(b.object_key.as_str());
-                let data = get(&ctx, &path).await?;
-                let corrupt = |reason: String| Error::CorruptInput {
-                    id: b.id.to_string(),
-                    reason,
-                };
-                let block =
-                    Block::from_bytes(data, Arc::new(VerifyCache::new(64))).map_err(|e| corrupt(e.to_string()))?;
-                let m = block.meta();
-                if m.block_id != b.id || m.tenant != b.tenant || m.signal != b.signal || m.rows != b.rows {
-                    return Err(corrupt(format!(
-                        "the object holds block {} of {}/{} with {} rows, not the catalog's",
-                        m.block_id, m.tenant, m.signal, m.rows
-                    )));
-                }
+                let block = fetch_block(&ctx, &b).await?;
                 for s in block.manifest().sections.clone() {
-                    block
-                        .section_bytes(&s.name)
-                        .map_err(|e| corrupt(format!("section {}: {e}", s.name)))?;
+                    block.section_bytes(&s.name).map_err(|e| Error::CorruptInput {
+                        id: b.id.to_string(),
+                        reason: format!("section {}: {e}", s.name),
+                    })?;
                 }
                 Ok(block)
             }
@@ -554,6 +552,30 @@ async fn fetch_inputs(ctx: &Arc<Ctx>, job: &Job) -> Result<Vec<Block>, Error> {
         .buffered(8)
         .try_collect()
         .await
+}
+
+/// Reads a block's object whole (from the primary store, or from its
+/// offload copy once the primary was freed) and checks it is the block the
+/// catalog lists: id, tenant, signal and rows.
+pub(crate) async fn fetch_block(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Block, Error> {
+    let (store, path) = match (&b.offload, b.primary_present()) {
+        (Some(copy), false) => ctx.targets.resolve(&copy.location, &b.object_key)?,
+        _ => (ctx.store.clone(), Path::from(b.object_key.as_str())),
+    };
+    let data = with_retries("GET", &path, || async { store.get(&path).await?.bytes().await }).await?;
+    let corrupt = |reason: String| Error::CorruptInput {
+        id: b.id.to_string(),
+        reason,
+    };
+    let block = Block::from_bytes(data, Arc::new(VerifyCache::new(64))).map_err(|e| corrupt(e.to_string()))?;
+    let m = block.meta();
+    if m.block_id != b.id || m.tenant != b.tenant || m.signal != b.signal || m.rows != b.rows {
+        return Err(corrupt(format!(
+            "the object holds block {} of {}/{} with {} rows, not the catalog's",
+            m.block_id, m.tenant, m.signal, m.rows
+        )));
+    }
+    Ok(block)
 }
 
 /// What a job's merge wrote: its blocks (none: a retention rewrite kept
@@ -668,10 +690,6 @@ where
             }
         }
     }
-}
-
-async fn get(ctx: &Arc<Ctx>, path: &Path) -> Result<Bytes, Error> {
-    with_retries("GET", path, || async { ctx.store.get(path).await?.bytes().await }).await
 }
 
 async fn put(ctx: &Arc<Ctx>, path: &Path, bytes: &Bytes) -> Result<(), Error> {

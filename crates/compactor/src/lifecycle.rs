@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use mira_catalog::ClientError;
 use mira_catalog::proto as pb;
-use mira_core::block::{Block, Level, VerifyCache};
+use mira_core::block::{Block, Level};
 use mira_core::policy::{PolicyKind, Rule, RuleSet};
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
@@ -157,36 +157,11 @@ impl ResourceCache {
     }
 }
 
-/// Reads a block object whole (from the primary, or its offload copy when
-/// the primary was freed) and checks it is the block the catalog lists.
-pub(crate) async fn fetch_block(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Block, Error> {
-    let (store, path) = match (&b.offload, b.primary_present()) {
-        (Some(copy), false) => ctx.targets.resolve(&copy.location, &b.object_key)?,
-        _ => (ctx.store.clone(), Path::from(b.object_key.as_str())),
-    };
-    let data = crate::job::with_retries("GET", &path, || async {
-        use object_store::ObjectStoreExt;
-        store.get(&path).await?.bytes().await
-    })
-    .await?;
-    let block = Block::from_bytes(data, Arc::new(VerifyCache::new(16))).map_err(|e| Error::CorruptInput {
-        id: b.id.to_string(),
-        reason: e.to_string(),
-    })?;
-    if block.meta().block_id != b.id {
-        return Err(Error::CorruptInput {
-            id: b.id.to_string(),
-            reason: format!("the object holds block {}", block.meta().block_id),
-        });
-    }
-    Ok(block)
-}
-
 async fn resources(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<Arc<Vec<ResourceRows>>, Error> {
     if let Some(v) = ctx.resources.get(&b.id) {
         return Ok(v);
     }
-    let block = fetch_block(ctx, b).await?;
+    let block = crate::job::fetch_block(ctx, b).await?;
     let id = b.id;
     let summaries = tokio::task::spawn_blocking(move || mira_core::compact::filter::resource_summaries(&block))
         .await

@@ -6,14 +6,15 @@
 //! primary objects are byte for byte the originals, the catalog says live
 //! and pinned, and what must not be written was not.
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use mira_catalog::proto as pb;
-use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, NodeConfig};
-use mira_common::Process;
+use mira_catalog::{CatalogClient, CatalogNode};
 use mira_common::clock::Clock;
 use mira_compactor::copy::RateLimit;
 use mira_compactor::restore::{BlockResult, Event, Options, PartitionResult, Restorer, Selection, Summary};
@@ -45,15 +46,7 @@ struct Env {
 impl Env {
     async fn new() -> Env {
         let dir = tempfile::tempdir().expect("test step");
-        let addr = mira_testkit::net::free_addr();
-        let node = CatalogNode::start(
-            NodeConfig::single(addr, dir.path().join("catalog")),
-            &Process::default(),
-        )
-        .await
-        .expect("test step");
-        node.wait_for_leader(Duration::from_secs(20)).await.expect("test step");
-        let catalog = Arc::new(CatalogClient::new(vec![addr.to_string()], ClientConfig::default()));
+        let (node, catalog) = support::single_catalog(dir.path()).await;
         let root = format!("file://{}", dir.path().display());
         let primary = mira_core::store::from_url(&format!("{root}/primary"), &[])
             .expect("test step")

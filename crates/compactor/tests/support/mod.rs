@@ -31,6 +31,17 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 pub const H: i64 = 3_600_000_000_000;
 pub const MIN: i64 = 60_000_000_000;
 
+/// A single-member catalog with its data under `dir`, led, and a client.
+pub async fn single_catalog(dir: &std::path::Path) -> (CatalogNode, Arc<CatalogClient>) {
+    let addr = mira_testkit::net::free_addr();
+    let node = CatalogNode::start(NodeConfig::single(addr, dir.join("catalog")), &Process::default())
+        .await
+        .expect("test step");
+    node.wait_for_leader(Duration::from_secs(20)).await.expect("test step");
+    let catalog = Arc::new(CatalogClient::new(vec![addr.to_string()], ClientConfig::default()));
+    (node, catalog)
+}
+
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub node: CatalogNode,
@@ -48,15 +59,7 @@ pub struct Env {
 impl Env {
     pub async fn new() -> Env {
         let dir = tempfile::tempdir().expect("test step");
-        let addr = mira_testkit::net::free_addr();
-        let node = CatalogNode::start(
-            NodeConfig::single(addr, dir.path().join("catalog")),
-            &Process::default(),
-        )
-        .await
-        .expect("test step");
-        node.wait_for_leader(Duration::from_secs(20)).await.expect("test step");
-        let catalog = Arc::new(CatalogClient::new(vec![addr.to_string()], ClientConfig::default()));
+        let (node, catalog) = single_catalog(dir.path()).await;
         let (clock, manual) = Clock::manual(SystemTime::now());
         Env {
             dir,
