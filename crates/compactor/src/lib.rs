@@ -34,6 +34,7 @@ pub mod gc;
 pub mod job;
 pub mod lifecycle;
 pub mod metrics;
+pub mod pace;
 pub mod planner;
 pub mod progress;
 pub mod restore;
@@ -72,6 +73,9 @@ pub struct CompactorConfig {
     pub orphan_sweep_interval: Duration,
     pub rules: Rules,
     pub offload: OffloadConfig,
+    /// Most of the catalog's time retention, offload and purge commands
+    /// take, in percent ([`pace`]).
+    pub catalog_share_percent: u32,
     /// Run until no work is due, then stop.
     pub once: bool,
     /// Plan only; write nothing.
@@ -103,6 +107,8 @@ pub struct Ctx {
     pub(crate) resources: lifecycle::ResourceCache,
     /// When each policy's status was last written.
     pub(crate) status_written: Mutex<std::collections::HashMap<(mira_core::policy::PolicyKind, String), Instant>>,
+    /// Spaces retention, offload and purge commands ([`pace`]).
+    pub(crate) pacer: pace::CatalogPacer,
     pool: Arc<rayon::ThreadPool>,
     /// Memory budget in MiB permits.
     memory: Semaphore,
@@ -220,6 +226,7 @@ impl Compactor {
         let metrics = Arc::new(process.telemetry.register("compactor", Metrics::new));
         let memory_mib = u32::try_from(config.memory_limit >> 20).unwrap_or(u32::MAX).max(1);
         let targets = targets::Targets::open(&config.offload.target_specs, &config.offload.target_options)?;
+        let pacer = pace::CatalogPacer::new(config.catalog_share_percent);
         let ctx = Arc::new(Ctx {
             status: Mutex::new(Status {
                 holder: config.holder.clone(),
@@ -233,6 +240,7 @@ impl Compactor {
             targets,
             resources: lifecycle::ResourceCache::default(),
             status_written: Mutex::default(),
+            pacer,
             pool: Arc::new(pool),
             memory: Semaphore::new(memory_mib as usize),
             memory_mib,

@@ -558,8 +558,11 @@ async fn drop_blocks(
     for batch in blocks.chunks(BATCH) {
         let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
         match ctx
-            .catalog
-            .tombstone_v2(ids.clone(), now_ns, pb::TombstoneReason::Retention)
+            .pacer
+            .run(
+                ctx.catalog
+                    .tombstone_v2(ids.clone(), now_ns, pb::TombstoneReason::Retention),
+            )
             .await
         {
             Ok(_) => {}
@@ -618,8 +621,11 @@ async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mu
     crate::job::fault_point("after_offload_copy");
     for batch in items.chunks(BATCH) {
         let marked: Vec<&(pb::OffloadItem, &BlockInfo, &Rule)> = match ctx
-            .catalog
-            .mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect())
+            .pacer
+            .run(
+                ctx.catalog
+                    .mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect()),
+            )
             .await
         {
             Ok(_) => batch.iter().collect(),

@@ -118,6 +118,10 @@ pub struct CompactFlags {
     /// [default: 0].
     #[arg(long, env = "MIRA_OFFLOAD_RATE")]
     pub offload_rate: Option<ByteSize>,
+    /// Most of the catalog's time retention, offload and purge commands
+    /// take, in percent (1 to 100) [default: 10].
+    #[arg(long, env = "MIRA_CATALOG_SHARE_PERCENT")]
+    pub catalog_share_percent: Option<u32>,
 }
 
 impl CompactFlags {
@@ -143,6 +147,7 @@ impl CompactFlags {
             offload_min_age,
             offload_concurrency,
             offload_rate,
+            catalog_share_percent,
         );
         if !self.offload_targets.is_empty() {
             s.offload_targets.clone_from(&self.offload_targets);
