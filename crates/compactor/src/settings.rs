@@ -78,6 +78,10 @@ pub struct Settings {
     /// freed-primary marks and purges may take, in percent (1 to 100):
     /// after a command that took `d` the next waits `d × (100 − p) / p`.
     pub catalog_share_percent: u32,
+    /// The CPU priority (nice, 0 to 19) `mira compactor` runs at, so its
+    /// merges and copies yield the CPU to ingest on a shared machine;
+    /// `mira serve`, where every role shares one process, leaves it alone.
+    pub nice: i32,
 }
 
 impl Default for Settings {
@@ -109,6 +113,7 @@ impl Default for Settings {
             offload_concurrency: 4,
             offload_rate: ByteSize::kib(0),
             catalog_share_percent: 10,
+            nice: 10,
         }
     }
 }
@@ -170,6 +175,9 @@ impl Settings {
         positive("compactor.offload_concurrency", self.offload_concurrency)?;
         if !(1..=100).contains(&self.catalog_share_percent) {
             return Err(ConfigError::new("compactor.catalog_share_percent", "1 to 100"));
+        }
+        if !(0..=19).contains(&self.nice) {
+            return Err(ConfigError::new("compactor.nice", "0 to 19"));
         }
         let options = self.target_options()?;
         let mut names = std::collections::BTreeSet::new();
@@ -276,7 +284,7 @@ mod tests {
     #[test]
     fn bad_values_name_their_field() {
         type Edit = fn(&mut Settings);
-        let cases: [(&str, Edit); 10] = [
+        let cases: [(&str, Edit); 12] = [
             ("compactor.catalog", |s| s.catalog = " , ".into()),
             ("compactor.compactor_id", |s| s.compactor_id = Some("a/b".into())),
             ("compactor.jobs", |s| s.jobs = 0),
@@ -287,6 +295,8 @@ mod tests {
             ("compactor.memory_limit", |s| s.memory_limit = ByteSize::mib(100)),
             ("compactor.catalog_share_percent", |s| s.catalog_share_percent = 0),
             ("compactor.catalog_share_percent", |s| s.catalog_share_percent = 101),
+            ("compactor.nice", |s| s.nice = -1),
+            ("compactor.nice", |s| s.nice = 20),
         ];
         for (field, edit) in cases {
             let mut s = Settings::default();

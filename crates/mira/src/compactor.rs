@@ -32,6 +32,10 @@ pub struct CompactorArgs {
     /// Print the plan as a table and exit; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// CPU priority (nice, 0 to 19) of the process, so merges and copies
+    /// yield the CPU to ingest on a shared machine [default: 10].
+    #[arg(long, env = "MIRA_COMPACTOR_NICE")]
+    pub nice: Option<i32>,
     #[command(flatten)]
     pub config: ConfigFlags,
 }
@@ -179,7 +183,7 @@ impl CompactorArgs {
         let file = self.config.load()?;
         let (mut store, mut s) = (file.store, file.compactor);
         self.store.apply(&mut store)?;
-        set_given!(self, s, catalog);
+        set_given!(self, s, catalog, nice);
         self.compact.apply(&mut s);
         store.validate()?;
         s.validate()?;
@@ -250,6 +254,27 @@ fn print_plan(plan: &Plan) {
     );
 }
 
+/// Sets every thread of the process (and so every thread they start) to
+/// nice `nice`: on Linux a nice value belongs to a thread, and new threads
+/// inherit their creator's.
+fn lower_priority(nice: i32) -> anyhow::Result<()> {
+    if nice == 0 {
+        return Ok(());
+    }
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let Some(tid) = task?.file_name().to_str().and_then(|t| t.parse::<libc::id_t>().ok()) else {
+            continue;
+        };
+        // SAFETY: setpriority takes plain integers and touches no memory of ours.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+            let e = std::io::Error::last_os_error();
+            anyhow::bail!("setting nice {nice} on thread {tid}: {e}");
+        }
+    }
+    tracing::info!(target: "mira::compactor", nice, "running at a lower CPU priority");
+    Ok(())
+}
+
 pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
     let (store_settings, settings) = args.settings()?;
     if args.config.check_config {
@@ -261,6 +286,7 @@ pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
         .print();
         return Ok(());
     }
+    lower_priority(settings.nice)?;
     let process = crate::process()?;
     let (_, store) = store_settings.open()?;
     let mut config = settings.build()?;

@@ -162,6 +162,8 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         (&["compactor", "--merge-factor", "1"][..], "compactor.merge_factor"),
         (&["compactor", "--partition-lease-ttl", "1s"][..], "compactor.lease_ttl"),
         (&["compactor", "--memory-limit", "64MiB"][..], "compactor.memory_limit"),
+        (&["compactor", "--nice", "20"][..], "compactor.nice"),
+        (&["compactor", "--catalog-share-percent", "0"][..], "compactor.catalog_share_percent"),
         (&["serve", "--compactor-jobs", "0"][..], "compactor.jobs"),
         (&["querier", "--query-timeout", "0s"][..], "querier.query_timeout"),
         (
@@ -328,4 +330,59 @@ fn the_example_file_in_the_docs_is_valid_for_every_role() {
     }
     let out = ok(&["ingester", "--check-config", "--config", f], &[]);
     assert_eq!(value(&out, "ingester", "wal"), "fsync");
+}
+
+/// The nice value of every thread of `pid`, `None` once it has exited.
+fn thread_nices(pid: u32) -> Option<Vec<i64>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+        // Field 19 is the nice value; the command name (field 2) may hold spaces.
+        let rest = stat.rsplit_once(')')?.1;
+        out.push(rest.split_whitespace().nth(16)?.parse().ok()?);
+    }
+    Some(out)
+}
+
+#[test]
+fn the_compactor_process_runs_at_its_nice_value() {
+    for (flags, want) in [(&[][..], 10), (&["--nice", "3"][..], 3)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = vec![
+            "compactor",
+            // Nothing answers here: the compactor keeps retrying, running.
+            "--catalog",
+            "127.0.0.1:9",
+            "--compactor-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ];
+        args.push(dir.path().to_str().expect("path"));
+        args.extend_from_slice(flags);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mira"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn mira compactor");
+        // Wait (bounded) for every thread, the runtime's included, to be
+        // at the wanted value.
+        let mut last = None;
+        for _ in 0..600 {
+            last = thread_nices(child.id());
+            if last.as_ref().is_some_and(|n| n.len() > 1 && n.iter().all(|&v| v == want)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let exited = child.try_wait().expect("try_wait");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(exited.is_none(), "{flags:?}: the compactor exited: {exited:?}");
+        let nices = last.expect("threads");
+        assert!(
+            nices.len() > 1 && nices.iter().all(|&v| v == want),
+            "{flags:?}: thread nice values {nices:?}, want {want}"
+        );
+    }
 }
