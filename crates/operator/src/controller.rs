@@ -38,11 +38,11 @@ use mira_common::retry::Backoff;
 use mira_core::policy::PolicyStatus;
 use serde_json::json;
 
+use crate::Error;
 use crate::conditions::{self, OFFLOAD_TARGET_READY, READY, Want, reason, set_condition};
 use crate::crd::{API_VERSION, FINALIZER, KIND, MiraRetentionPolicy, MiraRetentionPolicyStatus};
 use crate::metrics::{Metrics, ObjectLabels, ResultLabel};
 use crate::policy::{self, catalog_name, owner_of};
-use crate::Error;
 
 /// The field manager of the status (server-side apply) and the events'
 /// reporting controller.
@@ -334,9 +334,8 @@ async fn apply(obj: &MiraRetentionPolicy, api: &Api<MiraRetentionPolicy>, ctx: &
         Err(e) => return ctx.catalog_failed(obj, api, &before, status, e).await,
     };
     ctx.set_catalog_up(true);
-    let existing = |kind: pb::PolicyKind| {
-        (listing.policies.iter()).find(|p| p.kind == kind as i32 && p.name == desired.name)
-    };
+    let existing =
+        |kind: pb::PolicyKind| (listing.policies.iter()).find(|p| p.kind == kind as i32 && p.name == desired.name);
     let differs = |have: Option<&pb::Policy>, want: &pb::Policy| {
         have.is_none_or(|p| p.tenant != want.tenant || p.body_json != want.body_json)
     };

@@ -110,9 +110,12 @@ impl TestCatalog {
 
     pub async fn restart(&mut self) {
         let addr = self.addr.parse().expect("addr");
-        let node = CatalogNode::start(NodeConfig::single(addr, self.dir.path().join("catalog")), &Process::default())
-            .await
-            .expect("start the catalog");
+        let node = CatalogNode::start(
+            NodeConfig::single(addr, self.dir.path().join("catalog")),
+            &Process::default(),
+        )
+        .await
+        .expect("start the catalog");
         node.wait_for_leader(Duration::from_secs(20)).await.expect("a leader");
         self.node = Some(node);
     }
@@ -204,7 +207,11 @@ impl std::fmt::Debug for ApiServerVerifier {
 impl ApiServerVerifier {
     /// The next request, and the way to answer it.
     pub async fn next(&mut self) -> (Seen, tower_test::mock::SendResponse<Response<Body>>) {
-        let (req, send) = self.0.next_request().await.expect("the operator made no further request");
+        let (req, send) = self
+            .0
+            .next_request()
+            .await
+            .expect("the operator made no further request");
         let (parts, body) = req.into_parts();
         let bytes = body.collect_bytes().await.expect("request body");
         let body = if bytes.is_empty() {
@@ -269,7 +276,10 @@ impl ApiServerVerifier {
                 obj.name_any()
             )
         );
-        assert_eq!(seen.query, pairs(&[("fieldManager", "mira-operator"), ("force", "true")]));
+        assert_eq!(
+            seen.query,
+            pairs(&[("fieldManager", "mira-operator"), ("force", "true")])
+        );
         assert_eq!(seen.content_type, "application/apply-patch+yaml");
         assert_eq!(seen.body["apiVersion"], "mira.dev/v1alpha1");
         assert_eq!(seen.body["kind"], "MiraRetentionPolicy");
@@ -296,7 +306,11 @@ impl ApiServerVerifier {
         assert_eq!(seen.body["regarding"]["namespace"], "default");
         let mut response = Response::builder().status(201);
         response = response.header("content-type", "application/json");
-        send.send_response(response.body(Body::from(seen.body.to_string().into_bytes())).expect("response"));
+        send.send_response(
+            response
+                .body(Body::from(seen.body.to_string().into_bytes()))
+                .expect("response"),
+        );
         seen.body
     }
 

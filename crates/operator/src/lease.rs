@@ -216,7 +216,9 @@ impl LeaderElector {
                     }
                 };
                 lease.spec = Some(spec);
-                self.api.replace(&self.config.name, &PostParams::default(), &lease).await
+                self.api
+                    .replace(&self.config.name, &PostParams::default(), &lease)
+                    .await
             }
         };
         match written {
@@ -280,7 +282,9 @@ impl LeaderElector {
             }
             // `last_renew` moves only on success, so `deadline` still
             // counts from the last good renewal.
-            let renewed_in_time = self.last_renew.is_some_and(|t| t + self.config.renew_deadline > Instant::now());
+            let renewed_in_time = self
+                .last_renew
+                .is_some_and(|t| t + self.config.renew_deadline > Instant::now());
             if !renewed_in_time && Instant::now() >= deadline {
                 tracing::error!(target: "mira::operator", lease = self.config.name, "could not renew the lease within the renew deadline");
                 return Held::Lost;
@@ -303,7 +307,11 @@ impl LeaderElector {
             renew_time: Some(micro_time(&self.clock)),
             ..spec
         });
-        match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => {
                 self.last_renew = None;
                 Ok(())

@@ -55,11 +55,7 @@ impl Metrics {
         };
         telemetry.register("operator", |r| {
             r.register("reconcile", "Reconciles by result", m.reconcile.clone());
-            r.register(
-                "reconcile_errors",
-                "Failed reconciles by reason",
-                m.errors.clone(),
-            );
+            r.register("reconcile_errors", "Failed reconciles by reason", m.errors.clone());
             r.register_with_unit(
                 "reconcile_duration",
                 "Time one reconcile took",
@@ -76,7 +72,11 @@ impl Metrics {
                 "MiraRetentionPolicy objects this operator manages",
                 m.policies.clone(),
             );
-            r.register("leader", "1 while this replica holds the leader lease", m.leader.clone());
+            r.register(
+                "leader",
+                "1 while this replica holds the leader lease",
+                m.leader.clone(),
+            );
             r.register("catalog_up", "1 while the catalog answers", m.catalog_up.clone());
         });
         m

@@ -105,10 +105,7 @@ pub fn parse_duration(field: &str, text: &str) -> Result<u64, InvalidSpec> {
         }
         rest = &tail[unit_len..];
     }
-    let d = text
-        .parse::<mira_common::config::Duration>()
-        .map_err(|_| bad())?
-        .get();
+    let d = text.parse::<mira_common::config::Duration>().map_err(|_| bad())?.get();
     if d.subsec_nanos() != 0 {
         return Err(invalid(field, format!("{shown} is not a whole number of seconds")));
     }

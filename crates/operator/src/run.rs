@@ -183,7 +183,9 @@ async fn control(ctx: Arc<Context>, api: Api<MiraRetentionPolicy>, namespace: Op
                 if let Err(e) = sweep_orphans(&ctx.catalog, namespace.as_deref(), exists).await {
                     tracing::warn!(target: "mira::operator", error = %e, "orphan sweep");
                 }
-                ctx.metrics.policies.set(i64::try_from(store.state().len()).unwrap_or(i64::MAX));
+                ctx.metrics
+                    .policies
+                    .set(i64::try_from(store.state().len()).unwrap_or(i64::MAX));
                 tokio::time::sleep(SWEEP_INTERVAL).await;
             }
         })

@@ -60,7 +60,8 @@ impl Default for Settings {
 fn dns_subdomain(field: &str, s: &str) -> Result<(), ConfigError> {
     let ok = !s.is_empty()
         && s.len() <= 253
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
     if ok {

@@ -83,7 +83,10 @@ fn the_schema_is_structural_with_conditions_as_a_map() {
         .filter_map(Value::as_str)
         .collect();
     assert_eq!(required, ["retain", "tenant"]);
-    assert_eq!(s["properties"]["retain"]["pattern"], mira_operator::crd::DURATION_PATTERN);
+    assert_eq!(
+        s["properties"]["retain"]["pattern"],
+        mira_operator::crd::DURATION_PATTERN
+    );
     assert_eq!(s["properties"]["tenant"]["pattern"], mira_operator::crd::TENANT_PATTERN);
     assert_eq!(
         s["properties"]["offload"]["properties"]["target"]["pattern"],
@@ -94,10 +97,20 @@ fn the_schema_is_structural_with_conditions_as_a_map() {
         s["properties"]["signals"]["items"]["enum"],
         serde_json::json!(["logs", "traces", "metrics"])
     );
-    let ops = &s["properties"]["resourceSelector"]["properties"]["matchExpressions"]["items"]["properties"]["operator"]["enum"];
+    let ops = &s["properties"]["resourceSelector"]["properties"]["matchExpressions"]["items"]["properties"]["operator"]
+        ["enum"];
     assert_eq!(
         ops,
-        &serde_json::json!(["In", "NotIn", "Exists", "DoesNotExist", "Equals", "NotEquals", "Matches", "NotMatches"])
+        &serde_json::json!([
+            "In",
+            "NotIn",
+            "Exists",
+            "DoesNotExist",
+            "Equals",
+            "NotEquals",
+            "Matches",
+            "NotMatches"
+        ])
     );
 
     let conditions = &schema["properties"]["status"]["properties"]["conditions"];
@@ -107,8 +120,7 @@ fn the_schema_is_structural_with_conditions_as_a_map() {
     assert!(cond_required.contains(&Value::from("type")), "{cond_required:?}");
     for count in ["blocksDropped", "bytesDropped", "blocksOffloaded", "bytesOffloaded"] {
         assert_eq!(
-            schema["properties"]["status"]["properties"][count]["format"],
-            "int64",
+            schema["properties"]["status"]["properties"][count]["format"], "int64",
             "{count}"
         );
     }
@@ -119,7 +131,17 @@ fn the_schema_is_structural_with_conditions_as_a_map() {
         .collect();
     assert_eq!(
         columns,
-        ["Tenant", "Signals", "Retain", "Offload-After", "Ready", "Reason", "Dropped", "Offloaded", "Age"]
+        [
+            "Tenant",
+            "Signals",
+            "Retain",
+            "Offload-After",
+            "Ready",
+            "Reason",
+            "Dropped",
+            "Offloaded",
+            "Age"
+        ]
     );
     assert_eq!(version["selectableFields"][0]["jsonPath"], ".spec.tenant");
 }

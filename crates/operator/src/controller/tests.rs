@@ -72,7 +72,10 @@ async fn an_object_without_the_finalizer_gets_it_and_nothing_else() {
     .await
     .expect("reconcile");
     assert_eq!(action, Action::await_change());
-    assert!(catalog.policies().await.policies.is_empty(), "nothing written before the finalizer");
+    assert!(
+        catalog.policies().await.policies.is_empty(),
+        "nothing written before the finalizer"
+    );
 }
 
 #[tokio::test]
@@ -82,7 +85,10 @@ async fn a_new_policy_is_set_in_the_catalog_and_reported_ready_then_a_rerun_is_s
     let (result, status) = apply_once(&catalog, &obj, &[("Normal", "Applied", "SetPolicy")]).await;
     assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
 
-    let p = catalog.policy(pb::PolicyKind::Retention, NAME).await.expect("the policy");
+    let p = catalog
+        .policy(pb::PolicyKind::Retention, NAME)
+        .await
+        .expect("the policy");
     assert_eq!(p.tenant, "acme");
     assert_eq!(
         p.body_json,
@@ -121,7 +127,11 @@ async fn a_selector_change_rewrites_the_body_and_offload_comes_and_goes() {
     let (_, status) = apply_once(&catalog, &first, &[("Normal", "Applied", "SetPolicy")]).await;
 
     // Generation 2: a selector and offload.
-    let mut second = first.clone().generation(2).with_offload("7d", "archive").with_status(status);
+    let mut second = first
+        .clone()
+        .generation(2)
+        .with_offload("7d", "archive")
+        .with_status(status);
     second.spec.resource_selector = Some(AttributeSelector {
         match_attributes: [("service.name".to_owned(), "checkout".to_owned())].into(),
         match_expressions: vec![AttributeExpression {
@@ -133,8 +143,12 @@ async fn a_selector_change_rewrites_the_body_and_offload_comes_and_goes() {
     let (result, status) = apply_once(&catalog, &second, &[]).await;
     result.expect("reconcile");
     let selector = r#""selector":[{"key":"service.name","op":"=","value":"checkout"},{"key":"deployment.environment","op":"!~","value":"prod-.*"}]"#;
-    let source = r#""source":{"kind":"MiraRetentionPolicy","namespace":"default","name":"test","uid":"uid-1","generation":2}"#;
-    let retention = catalog.policy(pb::PolicyKind::Retention, NAME).await.expect("retention");
+    let source =
+        r#""source":{"kind":"MiraRetentionPolicy","namespace":"default","name":"test","uid":"uid-1","generation":2}"#;
+    let retention = catalog
+        .policy(pb::PolicyKind::Retention, NAME)
+        .await
+        .expect("retention");
     assert_eq!(
         retention.body_json,
         format!(r#"{{"v":1,{selector},"retain_s":2592000,{source}}}"#)
@@ -146,7 +160,10 @@ async fn a_selector_change_rewrites_the_body_and_offload_comes_and_goes() {
     );
     assert_eq!(status.observed_generation, Some(2));
     let target = find(&status.conditions, OFFLOAD_TARGET_READY).expect("OffloadTargetReady");
-    assert_eq!((target.status.as_str(), target.reason.as_str()), ("True", reason::TARGET_REGISTERED));
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_str()),
+        ("True", reason::TARGET_REGISTERED)
+    );
     assert_eq!(ready(&status).0, "True");
 
     // Generation 3: offload removed.
@@ -154,7 +171,10 @@ async fn a_selector_change_rewrites_the_body_and_offload_comes_and_goes() {
     third.spec.offload = None;
     let (result, status) = apply_once(&catalog, &third, &[]).await;
     result.expect("reconcile");
-    assert!(catalog.policy(pb::PolicyKind::Offload, NAME).await.is_none(), "offload policy deleted");
+    assert!(
+        catalog.policy(pb::PolicyKind::Offload, NAME).await.is_none(),
+        "offload policy deleted"
+    );
     assert!(catalog.policy(pb::PolicyKind::Retention, NAME).await.is_some());
     assert!(find(&status.conditions, OFFLOAD_TARGET_READY).is_none());
     assert_eq!(status.observed_generation, Some(3));
@@ -169,7 +189,10 @@ async fn an_unregistered_offload_target_is_reported_and_only_retention_is_set() 
     assert!(catalog.policy(pb::PolicyKind::Retention, NAME).await.is_some());
     assert!(catalog.policy(pb::PolicyKind::Offload, NAME).await.is_none());
     let target = find(&status.conditions, OFFLOAD_TARGET_READY).expect("OffloadTargetReady");
-    assert_eq!((target.status.as_str(), target.reason.as_str()), ("False", reason::TARGET_NOT_REGISTERED));
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_str()),
+        ("False", reason::TARGET_NOT_REGISTERED)
+    );
     assert!(target.message.contains("\"cold\""), "{}", target.message);
     assert_eq!(ready(&status).1, reason::OFFLOAD_TARGET_NOT_READY);
     assert_eq!(status.observed_generation, None, "not all of the spec is applied");
@@ -219,7 +242,10 @@ async fn catalog_down_then_back_reports_unavailable_backs_off_and_recovers() {
         observed_generation: Some(1),
         ..MiraRetentionPolicyStatus::default()
     };
-    let obj = MiraRetentionPolicy::test().finalized().generation(2).with_status(applied);
+    let obj = MiraRetentionPolicy::test()
+        .finalized()
+        .generation(2)
+        .with_status(applied);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let o = obj.clone();
     let arc = Arc::new(obj.clone());
@@ -254,7 +280,11 @@ async fn catalog_down_then_back_reports_unavailable_backs_off_and_recovers() {
             let mut ceiling = Duration::from_secs(10);
             for _ in 0..8 {
                 let d = ctx.next_backoff(&key);
-                assert!(d >= ceiling / 2 && d <= ceiling, "{d:?} outside [{:?}, {ceiling:?}]", ceiling / 2);
+                assert!(
+                    d >= ceiling / 2 && d <= ceiling,
+                    "{d:?} outside [{:?}, {ceiling:?}]",
+                    ceiling / 2
+                );
                 ceiling = (ceiling * 2).min(BACKOFF_MAX);
             }
             assert_eq!(ceiling, BACKOFF_MAX);

@@ -39,12 +39,20 @@ fn decide_covers_every_case() {
         ),
         (Some(other.clone()), Duration::from_secs(15), Decision::Acquire),
         // The record's own duration counts, not ours.
-        (Some(spec("b", 60)), Duration::from_secs(30), Decision::Follow { holder: "b".into() }),
+        (
+            Some(spec("b", 60)),
+            Duration::from_secs(30),
+            Decision::Follow { holder: "b".into() },
+        ),
         // A zero or missing duration falls back to ours.
         (Some(spec("b", 0)), Duration::from_secs(16), Decision::Acquire),
     ];
     for (s, elapsed, want) in cases {
-        assert_eq!(decide(s.as_ref(), "a", t0, t0 + elapsed, d), want, "{s:?} after {elapsed:?}");
+        assert_eq!(
+            decide(s.as_ref(), "a", t0, t0 + elapsed, d),
+            want,
+            "{s:?} after {elapsed:?}"
+        );
     }
 }
 
@@ -108,9 +116,7 @@ fn client(server: &Arc<Mutex<Server>>, who: &'static str) -> Client {
                     None => status(404, "NotFound"),
                 },
                 http::Method::POST if s.lease.is_some() => status(409, "AlreadyExists"),
-                http::Method::PUT
-                    if body["metadata"]["resourceVersion"].as_str() != Some(&s.version.to_string()) =>
-                {
+                http::Method::PUT if body["metadata"]["resourceVersion"].as_str() != Some(&s.version.to_string()) => {
                     status(409, "Conflict")
                 }
                 http::Method::POST | http::Method::PUT => {
@@ -240,9 +246,15 @@ async fn two_operators_hand_over_when_the_leader_cannot_renew_and_when_it_releas
     assert_eq!(held, Held::Lost);
     let (b_led_at, mut b) = b_task.await.expect("b");
     assert!(a_stopped_at > failing_since);
-    assert!(a_stopped_at - failing_since <= Duration::from_secs(10), "a stops within the renew deadline");
+    assert!(
+        a_stopped_at - failing_since <= Duration::from_secs(10),
+        "a stops within the renew deadline"
+    );
     assert!(b_led_at > a_stopped_at, "b leads only after a stopped");
-    assert!(b_led_at - failing_since >= Duration::from_secs(13), "b waits out the lease");
+    assert!(
+        b_led_at - failing_since >= Duration::from_secs(13),
+        "b waits out the lease"
+    );
     assert!(a_led_at < failing_since);
     assert_eq!(holder(&server).as_deref(), Some("b"));
 
@@ -260,6 +272,9 @@ async fn two_operators_hand_over_when_the_leader_cannot_renew_and_when_it_releas
     b.release().await.expect("release");
     assert_eq!(holder(&server), None);
     let a_again = a_task.await.expect("a");
-    assert!(a_again - released_at <= Duration::from_secs(2), "a takes a released lease at its next retry");
+    assert!(
+        a_again - released_at <= Duration::from_secs(2),
+        "a takes a released lease at its next retry"
+    );
     assert_eq!(holder(&server).as_deref(), Some("a"));
 }
