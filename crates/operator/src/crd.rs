@@ -45,6 +45,9 @@ pub const MAX_TEXT: usize = mira_core::policy::MAX_TEXT_BYTES;
 
 /// Retention (and optionally offload) of one tenant's (or every tenant's)
 /// data, for some signals and some resources.
+// kube's `printcolumn(...)` repeats keys by design; clippy reads them as
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "mira.dev",

@@ -3,19 +3,19 @@
 //! offload policies and reports what the catalog and the compactors did
 //! back into each object's status.
 //!
-//! - [`crd`]: the custom resource's types and the CRD generated from them
+//! - [`crd`] — the custom resource's types and the CRD generated from them
 //!   (`mira crd`);
-//! - [`policy`]: the pure mapping from an object to catalog policies, with
+//! - [`policy`] — the pure mapping from an object to catalog policies, with
 //!   the catalog's own validation and errors naming the object's field;
-//! - [`conditions`]: `metav1.Condition` bookkeeping;
-//! - [`controller`]: reconcile (finalizer, catalog writes, server-side
+//! - [`conditions`] — `metav1.Condition` bookkeeping;
+//! - [`controller`] — reconcile (finalizer, catalog writes, server-side
 //!   apply of status, events on transitions), the error policy with
 //!   per-object backoff, the catalog probe and the orphan sweep;
-//! - [`lease`]: leader election over a `coordination.k8s.io/v1` Lease with
+//! - [`lease`] — leader election over a `coordination.k8s.io/v1` Lease with
 //!   client-go's timings;
-//! - [`metrics`]: `mira_operator_*`;
-//! - [`settings`]: the `[operator]` table and its validation;
-//! - [`run`]: `mira operator` (probes, CRD check, election, controller).
+//! - [`metrics`] — `mira_operator_*`;
+//! - [`settings`] — the `[operator]` table and its validation;
+//! - [`run`] — `mira operator` (probes, CRD check, election, controller).
 //!
 //! It talks to the catalog through `mira-catalog`'s client only, and to
 //! no other role.
