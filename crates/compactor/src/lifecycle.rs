@@ -36,7 +36,7 @@ use mira_catalog::proto as pb;
 use mira_core::block::{Block, Level};
 use mira_core::policy::{PolicyKind, Rule, RuleSet};
 use object_store::path::Path;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::Ctx;
 use crate::copy::{copy_object, object_size};
@@ -68,27 +68,9 @@ impl Policies {
     }
 }
 
-/// What enforcing one policy did, as `SetPolicyStatus` stores it (JSON).
-/// Counts of blocks dropped and offloaded add up over the policy's life;
-/// `blocks_matched` is the blocks it decides for at the last run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PolicyStatus {
-    /// The `source.generation` of the body the run enforced, if any.
-    pub generation: Option<u64>,
-    pub last_run_ns: i64,
-    pub blocks_matched: u64,
-    pub blocks_dropped: u64,
-    pub rows_dropped: u64,
-    pub bytes_dropped: u64,
-    pub blocks_offloaded: u64,
-    pub bytes_offloaded: u64,
-    /// `dry_run` policies: what the last run would have dropped.
-    pub would_drop_blocks: u64,
-    pub would_drop_rows: u64,
-    /// The last run's errors (at most 5).
-    pub errors: Vec<String>,
-}
+/// What enforcing one policy did (shared with the operator, which reads
+/// it back into its custom resources' status).
+pub use mira_core::policy::PolicyStatus;
 
 /// Reads the catalog's policies.
 pub(crate) async fn load(ctx: &Arc<Ctx>) -> Result<Policies, Error> {

@@ -33,7 +33,7 @@ pub(crate) use set_given;
 #[derive(Debug, Args)]
 pub struct ConfigFlags {
     /// A TOML file of settings (tables [store], [catalog], [ingester],
-    /// [querier], [compactor], [serve]); variables and flags override it.
+    /// [querier], [compactor], [serve], [operator]); variables and flags override it.
     #[arg(long, env = "MIRA_CONFIG")]
     pub config: Option<PathBuf>,
     /// Parse and validate everything, print the effective configuration as
@@ -82,6 +82,7 @@ pub struct FileConfig {
     pub querier: mira_querier::settings::Settings,
     pub compactor: mira_compactor::settings::Settings,
     pub serve: ServeSettings,
+    pub operator: mira_operator::Settings,
 }
 
 /// What a command prints for `--check-config`: the tables it uses.
@@ -99,6 +100,8 @@ pub struct Effective<'a> {
     pub compactor: Option<&'a mira_compactor::settings::Settings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serve: Option<&'a ServeSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator: Option<&'a mira_operator::Settings>,
 }
 
 impl Effective<'_> {

@@ -1,6 +1,7 @@
 //! The `mira` binary: one subcommand per role. `mira serve` runs every role
 //! in one process; `mira catalog`, `mira ingester`, `mira querier` and
-//! `mira compactor` run one role each, `mira catalog-admin` manages a running catalog,
+//! `mira compactor` and `mira operator` run one role each, `mira crd` prints the
+//! operator's CRD, `mira catalog-admin` manages a running catalog,
 //! `mira offload list|restore` lists and restores offloaded blocks, and
 //! `mira version` prints what this build is and the block format it reads
 //! and writes.
@@ -12,6 +13,7 @@ mod flags;
 mod ingester;
 mod loadgen;
 mod offload;
+mod operator;
 mod policy;
 mod querier;
 mod serve;
@@ -42,6 +44,10 @@ enum Command {
     Querier(querier::QuerierArgs),
     /// Run a compactor: merge small blocks, rewrite settled hours cold, delete replaced blocks after a grace.
     Compactor(compactor::CompactorArgs),
+    /// Run the Kubernetes operator: MiraRetentionPolicy objects to catalog policies, with status.
+    Operator(operator::OperatorArgs),
+    /// Print the MiraRetentionPolicy CustomResourceDefinition (YAML).
+    Crd,
     /// Set, list or delete retention and offload policies in the catalog.
     Policy(policy::PolicyArgs),
     /// List offloaded blocks, or restore them to the primary store (exit 0 done, 1 some failed, 2 usage, 130 interrupted).
@@ -152,6 +158,11 @@ fn main() -> anyhow::Result<()> {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(compactor::run(args))?;
         }
+        Command::Operator(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(operator::run(args))?;
+        }
+        Command::Crd => operator::print_crd()?,
         Command::Serve(args) => {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(serve::run(*args))?;

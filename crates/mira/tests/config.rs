@@ -385,4 +385,61 @@ fn the_compactor_process_runs_at_its_nice_value() {
             "{flags:?}: thread nice values {nices:?}, want {want}"
         );
     }
+
+#[test]
+fn the_operator_takes_the_flags_the_chart_passes_and_names_bad_ones() {
+    let out = ok(&["operator", "--check-config"], &[]);
+    assert_eq!(value(&out, "operator", "listen"), "0.0.0.0:8080");
+    assert_eq!(value(&out, "operator", "leader_elect"), "true");
+    assert_eq!(value(&out, "operator", "lease_name"), "mira-operator");
+    assert_eq!(value(&out, "operator", "requeue_s"), "300");
+    assert_eq!(value(&out, "operator", "catalog_timeout_ms"), "5000");
+    let out = ok(
+        &[
+            "operator",
+            "--check-config",
+            "--catalog",
+            "c-0:7400,c-1:7400",
+            "--listen",
+            "127.0.0.1:9090",
+            "--namespace",
+            "team-a",
+            "--leader-elect",
+            "false",
+            "--requeue-s",
+            "60",
+            "--catalog-timeout-ms",
+            "800",
+            "--kubeconfig",
+            "/tmp/kubeconfig",
+        ],
+        &[("POD_NAMESPACE", "mira"), ("POD_NAME", "mira-operator-7d9")],
+    );
+    assert_eq!(value(&out, "operator", "catalog"), "c-0:7400,c-1:7400");
+    assert_eq!(value(&out, "operator", "namespace"), "team-a");
+    assert_eq!(value(&out, "operator", "leader_elect"), "false");
+    assert_eq!(value(&out, "operator", "lease_namespace"), "mira");
+    assert_eq!(value(&out, "operator", "identity"), "mira-operator-7d9");
+    assert_eq!(value(&out, "operator", "requeue_s"), "60");
+    assert_eq!(value(&out, "operator", "kubeconfig"), "/tmp/kubeconfig");
+    for (args, field) in [
+        (&["operator", "--requeue-s", "0"][..], "operator.requeue_s"),
+        (
+            &["operator", "--catalog-timeout-ms", "5"][..],
+            "operator.catalog_timeout_ms",
+        ),
+        (&["operator", "--namespace", "Team_A"][..], "operator.namespace"),
+        (&["operator", "--catalog", ","][..], "operator.catalog"),
+    ] {
+        let err = refused(&[args, &["--check-config"]].concat(), &[]);
+        assert!(err.contains(field), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn mira_crd_prints_the_committed_crd() {
+    let out = ok(&["crd"], &[]);
+    let committed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/mira/crds/miraretentionpolicies.mira.dev.yaml");
+    assert_eq!(out, std::fs::read_to_string(committed).expect("the committed CRD"));
 }
