@@ -385,6 +385,7 @@ fn the_compactor_process_runs_at_its_nice_value() {
             "{flags:?}: thread nice values {nices:?}, want {want}"
         );
     }
+}
 
 #[test]
 fn the_operator_takes_the_flags_the_chart_passes_and_names_bad_ones() {
