@@ -171,7 +171,11 @@ fn read_member_file(dir: &std::path::Path, node_id: NodeId) -> Result<Option<Str
         Err(e) => return Err(storage(e)),
     };
     let mut words = text.split_whitespace();
-    match (words.next().and_then(|w| w.parse::<NodeId>().ok()), words.next(), words.next()) {
+    match (
+        words.next().and_then(|w| w.parse::<NodeId>().ok()),
+        words.next(),
+        words.next(),
+    ) {
         (Some(id), Some(inc), None) if id == node_id && !inc.is_empty() && inc.len() <= 64 => Ok(Some(inc.to_owned())),
         (Some(id), Some(_), None) => Err(bad(
             "catalog.node_id",

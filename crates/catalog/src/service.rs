@@ -357,9 +357,13 @@ impl pb::catalog_server::Catalog for CatalogService {
         // directory under the same id, as a StatefulSet brings back): its
         // old registration goes. Every registered id outside the new
         // membership, so a retried set-members finishes what one cut short.
-        let gone: Vec<NodeId> = self
-            .catalog
-            .read(|s, _| s.members().keys().copied().filter(|id| !wanted.contains_key(id)).collect());
+        let gone: Vec<NodeId> = self.catalog.read(|s, _| {
+            s.members()
+                .keys()
+                .copied()
+                .filter(|id| !wanted.contains_key(id))
+                .collect()
+        });
         for node_id in gone {
             let res = self.raft.client_write(Command::ForgetMember { node_id }).await;
             match res {

@@ -65,10 +65,20 @@ async fn live_blocks(c: &Procs, i: usize) -> Option<usize> {
 fn admin(c: &Procs, members: &[usize]) -> String {
     let list: Vec<String> = members.iter().map(|&i| format!("{}={}", c[i].id, c[i].addr)).collect();
     let out = Command::new(bin())
-        .args(["catalog-admin", "--catalog", &c.catalog_addrs().join(","), "set-members", &list.join(",")])
+        .args([
+            "catalog-admin",
+            "--catalog",
+            &c.catalog_addrs().join(","),
+            "set-members",
+            &list.join(","),
+        ])
         .output()
         .expect("catalog-admin");
-    assert!(out.status.success(), "set-members: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "set-members: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -90,7 +100,10 @@ async fn a_member_that_lost_its_data_directory_refuses_to_start_and_rejoins_afte
     assert!(logs.contains("catalog member 1 refuses to start"), "{logs}");
     assert!(logs.contains("lost its data"), "{logs}");
     let (_, old) = before.iter().find(|(id, _)| *id == 1).expect("member 1 was registered");
-    assert!(logs.contains(old.as_str()), "the message names the registered incarnation");
+    assert!(
+        logs.contains(old.as_str()),
+        "the message names the registered incarnation"
+    );
     // It did not write itself a new identity, and the cluster serves on.
     assert!(!c[1].dir.join("catalog").join("member").exists());
     publish(&c, 2).await;
@@ -102,11 +115,16 @@ async fn a_member_that_lost_its_data_directory_refuses_to_start_and_rejoins_afte
     c.start(1);
     admin(&c, &[0, 1, 2]);
     let after = registered(&c, &[0, 1, 2]).await;
-    let (_, new) = after.iter().find(|(id, _)| *id == 1).expect("member 1 registered again");
+    let (_, new) = after
+        .iter()
+        .find(|(id, _)| *id == 1)
+        .expect("member 1 registered again");
     assert_ne!(new, old, "a new data directory is a new incarnation");
-    wait_for("the rejoined member to hold the blocks", Duration::from_secs(60), || async {
-        (live_blocks(&c, 1).await == Some(2)).then_some(())
-    })
+    wait_for(
+        "the rejoined member to hold the blocks",
+        Duration::from_secs(60),
+        || async { (live_blocks(&c, 1).await == Some(2)).then_some(()) },
+    )
     .await;
     let s = c.status(1).await.expect("status");
     assert!(s.members.iter().any(|m| m.id == 1 && m.voter));
@@ -146,9 +164,11 @@ async fn a_wiped_member_0_never_bootstraps_a_second_cluster() {
     let status = child_exit(&mut child, "the wiped member 0");
     assert!(!status.success());
     assert!(c.logs().contains("catalog member 0 refuses to start"));
-    wait_for("the survivors to serve the published block", Duration::from_secs(60), || async {
-        (live_blocks(&c, 1).await == Some(1)).then_some(())
-    })
+    wait_for(
+        "the survivors to serve the published block",
+        Duration::from_secs(60),
+        || async { (live_blocks(&c, 1).await == Some(1)).then_some(()) },
+    )
     .await;
     let s: pb::StatusReply = c.status(2).await.expect("status");
     assert_eq!(s.members.len(), 3, "still the one cluster of three");
@@ -160,7 +180,10 @@ async fn a_fresh_cluster_starts_whatever_order_its_members_come_up_in() {
     // lowest id sees enough peers, then every member registers once.
     let mut c = Procs::new();
     for _ in 0..3 {
-        c.add(procs::Role::Catalog, &["--heartbeat", "50ms", "--election-timeout", "300ms"]);
+        c.add(
+            procs::Role::Catalog,
+            &["--heartbeat", "50ms", "--election-timeout", "300ms"],
+        );
     }
     c.start(2);
     c.start(1);
