@@ -404,6 +404,18 @@ pub enum Command {
     RegisterOffloadTargets {
         names: Vec<String>,
     },
+    /// Records the incarnation of a member's data directory (see
+    /// `node::check_data_dir`); refused when another incarnation holds
+    /// the id, unless `replace`.
+    RegisterMember {
+        node_id: u64,
+        incarnation: String,
+        replace: bool,
+    },
+    /// Drops a member's registration (its id left the membership).
+    ForgetMember {
+        node_id: u64,
+    },
 }
 
 /// One block marked offloaded by [`Command::MarkOffloadedV2`].
@@ -466,6 +478,8 @@ impl Command {
             Command::TombstoneV2 { .. } => "tombstone",
             Command::SetPolicyStatus { .. } => "set_policy_status",
             Command::RegisterOffloadTargets { .. } => "register_offload_targets",
+            Command::RegisterMember { .. } => "register_member",
+            Command::ForgetMember { .. } => "forget_member",
         }
     }
 
@@ -618,6 +632,11 @@ impl Command {
                 }
                 names.iter().try_for_each(|n| check_name("names", n))
             }
+            Command::RegisterMember { incarnation, .. } => {
+                check_name("incarnation", incarnation)?;
+                nonempty("incarnation", incarnation.len())
+            }
+            Command::ForgetMember { .. } => Ok(()),
             Command::Tombstone { ids, now_ns } => {
                 check_count("ids", ids.len())?;
                 nonempty("ids", ids.len())?;

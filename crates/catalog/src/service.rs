@@ -279,6 +279,7 @@ impl pb::catalog_server::Catalog for CatalogService {
 
     async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
         let m = self.raft.metrics().borrow().clone();
+        let registered = self.catalog.read(|s, _| s.members().clone());
         let members = m
             .membership_config
             .membership()
@@ -287,6 +288,7 @@ impl pb::catalog_server::Catalog for CatalogService {
                 id: *id,
                 address: node.addr.clone(),
                 voter: m.membership_config.membership().voter_ids().any(|v| v == *id),
+                incarnation: registered.get(id).cloned().unwrap_or_default(),
             })
             .collect();
         let leader_address = m
@@ -351,6 +353,24 @@ impl pb::catalog_server::Catalog for CatalogService {
             .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
             .await
             .map_err(RequestError::from)?;
+        // An id that left may be used again by a new member (an empty data
+        // directory under the same id, as a StatefulSet brings back): its
+        // old registration goes. Every registered id outside the new
+        // membership, so a retried set-members finishes what one cut short.
+        let gone: Vec<NodeId> = self.catalog.read(|s, _| {
+            s.members()
+                .keys()
+                .copied()
+                .filter(|id| !wanted.contains_key(id))
+                .collect()
+        });
+        for node_id in gone {
+            let res = self.raft.client_write(Command::ForgetMember { node_id }).await;
+            match res {
+                Ok(r) => r.data.map_err(Status::from)?,
+                Err(e) => return Err(RequestError::from(e).into()),
+            };
+        }
         let members = resp
             .membership
             .as_ref()
@@ -360,6 +380,7 @@ impl pb::catalog_server::Catalog for CatalogService {
                         id: *id,
                         address: n.addr.clone(),
                         voter: m.voter_ids().any(|v| v == *id),
+                        incarnation: String::new(),
                     })
                     .collect()
             })
@@ -494,6 +515,10 @@ async fn watch_loop(
 pub struct RaftService {
     pub(crate) raft: Raft,
     pub(crate) cluster_id: String,
+    /// Closed while a member on an empty data directory checks with its
+    /// peers that it did not lose one (`node::check_data_dir`): it must not
+    /// vote or take entries before then.
+    pub(crate) gate: Arc<crate::node::RaftGate>,
 }
 
 impl std::fmt::Debug for RaftService {
@@ -505,12 +530,16 @@ impl std::fmt::Debug for RaftService {
 }
 
 impl RaftService {
-    fn check(&self, req: &pb::RaftRequest) -> Result<(), RequestError> {
+    fn check(&self, req: &pb::RaftRequest) -> Result<(), Status> {
+        if let Some(why) = self.gate.closed() {
+            return Err(Status::unavailable(why));
+        }
         if req.cluster_id != self.cluster_id {
             return Err(RequestError::ForeignCluster {
                 ours: self.cluster_id.clone(),
                 theirs: req.cluster_id.chars().take(128).collect(),
-            });
+            }
+            .into());
         }
         Ok(())
     }

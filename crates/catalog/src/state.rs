@@ -87,6 +87,9 @@ pub struct State {
     policy_status: BTreeMap<(PolicyKind, String), String>,
     /// Offload targets compactors registered.
     offload_targets: BTreeSet<String>,
+    /// Catalog members' registered data-directory incarnations
+    /// ([`Command::RegisterMember`]).
+    members: BTreeMap<u64, String>,
 }
 
 /// Blocks staged for one publish, not yet listed.
@@ -362,6 +365,27 @@ impl State {
             }
             Command::RegisterOffloadTargets { names } => {
                 self.offload_targets.extend(names.iter().cloned());
+                Ok(Applied::default())
+            }
+            Command::RegisterMember {
+                node_id,
+                incarnation,
+                replace,
+            } => {
+                if let Some(held) = self.members.get(node_id)
+                    && held != incarnation
+                    && !replace
+                {
+                    return Err(CommandError::conflict(format!(
+                        "catalog member {node_id} is registered with data directory incarnation {held:?}, not {incarnation:?}: \
+                         this member's data directory is not the one that joined the cluster"
+                    )));
+                }
+                self.members.insert(*node_id, incarnation.clone());
+                Ok(Applied::default())
+            }
+            Command::ForgetMember { node_id } => {
+                self.members.remove(node_id);
                 Ok(Applied::default())
             }
             Command::MarkNoCompact { ids, reason } => self.mark_no_compact(ids, Some(reason)),
@@ -1339,6 +1363,7 @@ impl State {
                     .collect(),
                 offload_targets: self.offload_targets.iter().cloned().collect(),
             },
+            members: self.members.iter().map(|(k, v)| (*k, v.clone())).collect(),
         }
     }
 
@@ -1381,7 +1406,13 @@ impl State {
             .map(|(k, n, v)| ((k, n), v))
             .collect();
         s.offload_targets = image.ext.offload_targets.into_iter().collect();
+        s.members = image.members.into_iter().collect();
         s
+    }
+
+    /// Registered catalog members: id → data-directory incarnation.
+    pub fn members(&self) -> &BTreeMap<u64, String> {
+        &self.members
     }
 }
 

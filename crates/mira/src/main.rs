@@ -1,10 +1,11 @@
 //! The `mira` binary: one subcommand per role. `mira serve` runs every role
-//! in one process; `mira catalog`, `mira ingester`, `mira querier` and
-//! `mira compactor` and `mira operator` run one role each, `mira crd` prints the
-//! operator's CRD, `mira catalog-admin` manages a running catalog,
-//! `mira offload list|restore` lists and restores offloaded blocks, and
-//! `mira version` prints what this build is and the block format it reads
-//! and writes.
+//! in one process; `mira catalog`, `mira ingester`, `mira querier`,
+//! `mira compactor` and `mira operator` run one role each, `mira crd` prints
+//! the operator's CRD, `mira catalog-admin` manages a running catalog,
+//! `mira offload list|restore` lists and restores offloaded blocks,
+//! `mira smoke` writes marked logs, spans and points and reads them back
+//! (the Helm chart's `helm test`), and `mira version` prints what this
+//! build is and the block format it reads and writes.
 
 mod block_dump;
 mod catalog;
@@ -17,6 +18,7 @@ mod operator;
 mod policy;
 mod querier;
 mod serve;
+mod smoke;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +56,8 @@ enum Command {
     Offload(offload::OffloadArgs),
     /// Send OTLP load (pre-encoded testkit corpus) and report records/s and ack latency.
     Loadgen(loadgen::LoadgenArgs),
+    /// Send one marked OTLP export of each signal and read it back through the Loki, Tempo and Prometheus APIs (exit 0 found, 1 not found in time, 2 usage).
+    Smoke(smoke::SmokeArgs),
     /// Print the records of block files as OTLP/JSON, one line per block.
     BlockDump {
         /// `.mira` block files.
@@ -141,6 +145,13 @@ fn main() -> anyhow::Result<()> {
             // Warnings only: the progress display is the output.
             init_tracing_with("warn");
             let code = tokio::runtime::Runtime::new()?.block_on(offload::run(args))?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+        }
+        Command::Smoke(args) => {
+            init_tracing_with("warn");
+            let code = tokio::runtime::Runtime::new()?.block_on(smoke::run(args))?;
             if code != 0 {
                 std::process::exit(code);
             }

@@ -189,6 +189,12 @@ impl TryFrom<&pb::WriteRequest> for Command {
                 status_json: st.status_json.clone(),
             },
             Some(C::RegisterOffloadTargets(r)) => Command::RegisterOffloadTargets { names: r.names.clone() },
+            Some(C::RegisterMember(r)) => Command::RegisterMember {
+                node_id: r.node_id,
+                incarnation: r.incarnation.clone(),
+                replace: r.replace,
+            },
+            Some(C::ForgetMember(f)) => Command::ForgetMember { node_id: f.node_id },
         };
         cmd.validate()?;
         Ok(cmd)

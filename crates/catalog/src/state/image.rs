@@ -35,6 +35,10 @@ pub struct StateImage {
     /// there): see [`StateImageExt`].
     #[serde(skip)]
     pub ext: StateImageExt,
+    /// Serialized after `ext` (images written before it end there):
+    /// registered catalog members, id → data-directory incarnation.
+    #[serde(skip)]
+    pub members: Vec<(u64, String)>,
 }
 
 /// What version 2 images gained after their first release, serialized
@@ -121,6 +125,7 @@ pub mod v1 {
             staged: ext.staged,
             no_compact: Vec::new(),
             ext: super::StateImageExt::default(),
+            members: Vec::new(),
         }
     }
 }

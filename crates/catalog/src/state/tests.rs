@@ -1588,3 +1588,43 @@ fn offload_copies_statuses_and_targets_survive_an_image_and_older_images_read() 
     assert_eq!(back.ext, StateImageExt::default());
     assert_eq!(back.blocks, image.blocks);
 }
+
+#[test]
+fn member_registrations_conflict_replace_forget_and_survive_an_image() {
+    let mut s = State::new();
+    let reg = |id: u64, inc: &str, replace: bool| Command::RegisterMember {
+        node_id: id,
+        incarnation: inc.into(),
+        replace,
+    };
+    s.apply(&reg(1, "a", false)).expect("register");
+    s.apply(&reg(1, "a", false))
+        .expect("the same incarnation again is a no-op");
+    let e = s
+        .apply(&reg(1, "b", false))
+        .expect_err("another incarnation under the id");
+    assert!(
+        e.to_string()
+            .contains("registered with data directory incarnation \"a\""),
+        "{e}"
+    );
+    assert_eq!(s.members().get(&1).map(String::as_str), Some("a"));
+    s.apply(&reg(1, "b", true)).expect("replace");
+    s.apply(&reg(2, "c", false)).expect("register 2");
+    let back = State::from_image(
+        crate::state_machine::decode_image(&crate::state_machine::encode_image(&s.to_image()).expect("enc"))
+            .expect("dec"),
+    );
+    assert_eq!(back.members(), s.members());
+    s.apply(&Command::ForgetMember { node_id: 1 }).expect("forget");
+    s.apply(&Command::ForgetMember { node_id: 1 })
+        .expect("forgetting again is a no-op");
+    s.apply(&reg(1, "d", false)).expect("a forgotten id registers anew");
+    assert!(
+        reg(1, "", false)
+            .validate()
+            .expect_err("empty")
+            .to_string()
+            .contains("incarnation")
+    );
+}
