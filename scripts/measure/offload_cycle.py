@@ -23,8 +23,9 @@
 - ingest: `mira loadgen` at 4 connections against `mira serve
   --no-compactor` in windows of INGEST_S seconds (10), alternating alone
   (A) and while a `mira compactor --once` runs (B; SIGSTOP outside them),
-  until the compactor finishes (at most INGEST_MAX_B, 20, B windows), in
-  two stages: the retention sweep of RETENTION_BLOCKS expired rows, then
+  until the compactor finishes (at most INGEST_MAX_B, 20, B windows), after
+  one warm-up window, in two stages, each in a fresh serve: the retention
+  sweep of INGEST_RETENTION_BLOCKS (30,000) expired rows, and
   an offload at --offload-rate 50MiB of INGEST_OFFLOAD_BYTES (3.5 x
   INGEST_S x 50 MiB) of cold blocks to a target in INGEST_TARGET_DIR
   (/dev/shm: a second store, not the ingester's disk). COMPACTOR_FLAGS adds flags to both
@@ -426,63 +427,68 @@ def print_windows(title, rows):
 
 
 def phase_ingest(scratch):
-    """Two stages, each windows A B A B ... A of INGEST_S seconds (A:
-    loadgen alone; B: loadgen while a `mira compactor --once` runs, SIGSTOP
-    outside B, so both kinds of window see the same machine) until that
-    compactor finishes: first the retention sweep of RETENTION_BLOCKS
-    expired rows, then an offload at --offload-rate 50MiB of
-    INGEST_OFFLOAD_BYTES of cold blocks."""
+    """Two stages, each in a fresh `mira serve --no-compactor` (so the
+    scratch volume holds one stage's ingest at a time) and each windows A B
+    A B ... A of INGEST_S seconds after one warm-up window (A: loadgen
+    alone; B: loadgen while a `mira compactor --once` runs, SIGSTOP outside
+    B, so both kinds of window see the same machine) until that compactor
+    finishes: the retention sweep of INGEST_RETENTION_BLOCKS expired rows,
+    and an offload at --offload-rate 50MiB of INGEST_OFFLOAD_BYTES of cold
+    blocks."""
     secs = int(os.environ.get("INGEST_S", "10"))
     max_b = int(os.environ.get("INGEST_MAX_B", "20"))
     total = env_bytes("INGEST_OFFLOAD_BYTES", f"{int(3.5 * secs * 50)}MiB")
-    n = int(os.environ.get("RETENTION_BLOCKS", "100000"))
-    if "sweep" not in os.environ.get("INGEST_STAGES", "sweep,offload"):
-        n = 1
-    root = os.path.join(scratch, "ingest")
-    os.makedirs(os.path.join(root, "serve"))
-    serve = Serve("--no-compactor", data_dir=os.path.join(root, "serve"))
-    data = os.path.join(serve.dir, "data")
-    # The target stands for a second store (a bucket elsewhere): by default
-    # a directory in /dev/shm, so the copy does not write to the disk the
-    # ingester's WAL and blocks go to, which a remote target never does.
-    archive_root = tempfile.mkdtemp(prefix="mira-ingest-archive-", dir=os.environ.get("INGEST_TARGET_DIR", "/dev/shm"))
-    archive = os.path.join(archive_root, "archive")
-    try:
-        g = gen("blocks", "--catalog", serve.catalog, "--store", os.path.join(data, "objects"), "--tenant", "cycle",
-                "--bytes", str(total), "--days-back", "3d")
-        r = gen("rows", "--catalog", serve.catalog, "--blocks", str(n), "--tenants", "10", "--tenant-prefix", "old",
-                "--days-back", "8d")
-        compact_once(serve.catalog, data, archive)  # registers the target
-        mira("policy", "set", "old-7d", "--catalog", serve.catalog, "--retain", "7d", "--tenant-glob", "old*")
-        log = open(os.path.join(root, "compactor.log"), "w")
-        extra = os.environ.get("COMPACTOR_FLAGS", "").split()
+    n = int(os.environ.get("INGEST_RETENTION_BLOCKS", "30000"))
+    extra = os.environ.get("COMPACTOR_FLAGS", "").split()
+    print(f"# ingest: loadgen 4 connections, batch 8192, OTLP/gRPC into mira serve --no-compactor, windows of "
+          f"{secs} s after a warm-up window, A alone and B with `mira compactor --once` (stopped outside B)"
+          f"{' ' + ' '.join(extra) if extra else ''}"
+          f"{' under ' + os.environ['COMP_PREFIX'] if os.environ.get('COMP_PREFIX') else ''}")
+    for stage in os.environ.get("INGEST_STAGES", "sweep,offload").split(","):
+        root = os.path.join(scratch, "ingest")
+        os.makedirs(os.path.join(root, "serve"))
+        serve = Serve("--no-compactor", data_dir=os.path.join(root, "serve"))
+        data = os.path.join(serve.dir, "data")
+        # The target stands for a second store (a bucket elsewhere): by
+        # default a directory in /dev/shm, so the copy does not write to the
+        # disk the ingester's WAL and blocks go to, which a remote target
+        # never does.
+        archive_root = tempfile.mkdtemp(prefix="mira-ingest-archive-",
+                                        dir=os.environ.get("INGEST_TARGET_DIR", "/dev/shm"))
+        archive = os.path.join(archive_root, "archive")
+        try:
+            def args(*flags):
+                a = compactor_args(serve.catalog, data, archive, "--once", "--min-block-age", "1h", *flags, *extra)
+                a[a.index("--compactor-listen") + 1] = f"127.0.0.1:{free_port()}"
+                return a
 
-        def args(*flags):
-            a = compactor_args(serve.catalog, data, archive, "--once", "--min-block-age", "1h", *flags, *extra)
-            a[a.index("--compactor-listen") + 1] = f"127.0.0.1:{free_port()}"
-            return a
-
-        print(f"# ingest: loadgen 4 connections, batch 8192, OTLP/gRPC into mira serve --no-compactor, windows of "
-              f"{secs} s, A alone and B with `mira compactor --once` (stopped outside B){' ' + ' '.join(extra) if extra else ''}"
-              f"{' under ' + os.environ['COMP_PREFIX'] if os.environ.get('COMP_PREFIX') else ''}")
-        stages = os.environ.get("INGEST_STAGES", "sweep,offload").split(",")
-        if "sweep" in stages:
-            rows, summary = ingest_windows(serve, args(), log, secs, archive, max_b)
-            print_windows(f"retention sweep of {r['blocks']} expired blocks", rows)
-            print(f"#   the compactor: {summary['lifecycle']['dropped_blocks']} blocks dropped; "
-                  f"errors {summary['lifecycle']['errors'][:3]}")
-        if "offload" in stages:
-            mira("policy", "set", "cycle-offload", "--catalog", serve.catalog, "--kind", "offload", "--tenant",
-                 "cycle", "--after", "1d", "--target", "archive")
-            rows, summary = ingest_windows(serve, args("--offload-rate", "50MiB"), log, secs, archive, max_b)
-            print_windows(f"offload of {g['blocks']} blocks, {g['bytes'] / MIB:.0f} MiB at --offload-rate 50MiB",
-                          rows)
-            print(f"#   the compactor: {summary['lifecycle']['offloaded_blocks']} blocks offloaded; "
-                  f"errors {summary['lifecycle']['errors'][:3]}")
-    finally:
-        serve.kill()
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(archive_root, ignore_errors=True)
+            log = open(os.path.join(root, "compactor.log"), "w")
+            if stage == "sweep":
+                r = gen("rows", "--catalog", serve.catalog, "--blocks", str(n), "--tenants", "10",
+                        "--tenant-prefix", "old", "--days-back", "8d")
+                compact_once(serve.catalog, data, archive)  # registers the target
+                mira("policy", "set", "old-7d", "--catalog", serve.catalog, "--retain", "7d", "--tenant-glob", "old*")
+                title, flags = f"retention sweep of {r['blocks']} expired blocks", ()
+            else:
+                g = gen("blocks", "--catalog", serve.catalog, "--store", os.path.join(data, "objects"), "--tenant",
+                        "cycle", "--bytes", str(total), "--days-back", "3d")
+                compact_once(serve.catalog, data, archive)  # registers the target
+                mira("policy", "set", "cycle-offload", "--catalog", serve.catalog, "--kind", "offload", "--tenant",
+                     "cycle", "--after", "1d", "--target", "archive")
+                title = f"offload of {g['blocks']} blocks, {g['bytes'] / MIB:.0f} MiB at --offload-rate 50MiB"
+                flags = ("--offload-rate", "50MiB")
+            warm, _ = loadgen(serve, secs)
+            print(f"# {stage}: warm-up window {warm:,.0f} records/s (not counted)")
+            rows, summary = ingest_windows(serve, args(*flags), log, secs, archive, max_b)
+            print_windows(title, rows)
+            life = summary["lifecycle"]
+            print(f"#   the compactor: {life['dropped_blocks']} blocks dropped, {life['offloaded_blocks']} offloaded; "
+                  f"errors {life['errors'][:3]}")
+            sys.stdout.flush()
+        finally:
+            serve.kill()
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(archive_root, ignore_errors=True)
 
 
 def main():
