@@ -404,7 +404,28 @@ pub enum Command {
     RegisterOffloadTargets {
         names: Vec<String>,
     },
+    /// [`Command::RegisterOffloadTargets`] with the compactor's
+    /// reachability check of each name (appended: the log holds postcard,
+    /// so the earlier variant keeps its shape).
+    RegisterOffloadTargetsV2 {
+        names: Vec<String>,
+        checks: Vec<TargetCheck>,
+    },
 }
+
+/// A compactor's reachability check of one offload target (never its URL
+/// or credentials).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetCheck {
+    pub name: String,
+    pub reachable: bool,
+    pub checked_at_ns: i64,
+    /// Why it is unreachable (at most [`MAX_TARGET_ERROR_BYTES`]).
+    pub error: String,
+}
+
+/// Longest [`TargetCheck::error`].
+pub const MAX_TARGET_ERROR_BYTES: usize = 256;
 
 /// One block marked offloaded by [`Command::MarkOffloadedV2`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -465,7 +486,9 @@ impl Command {
             Command::MarkRestoredV2 { .. } => "mark_restored",
             Command::TombstoneV2 { .. } => "tombstone",
             Command::SetPolicyStatus { .. } => "set_policy_status",
-            Command::RegisterOffloadTargets { .. } => "register_offload_targets",
+            Command::RegisterOffloadTargets { .. } | Command::RegisterOffloadTargetsV2 { .. } => {
+                "register_offload_targets"
+            }
         }
     }
 
@@ -617,6 +640,25 @@ impl Command {
                     ));
                 }
                 names.iter().try_for_each(|n| check_name("names", n))
+            }
+            Command::RegisterOffloadTargetsV2 { names, checks } => {
+                Command::RegisterOffloadTargets { names: names.clone() }.validate()?;
+                for c in checks {
+                    if !names.contains(&c.name) {
+                        return Err(CommandError::invalid(
+                            "checks",
+                            format!("a check of {:?}, which is not among the names", c.name),
+                        ));
+                    }
+                    check_time("checks.checked_at_ns", c.checked_at_ns)?;
+                    if c.error.len() > MAX_TARGET_ERROR_BYTES {
+                        return Err(CommandError::invalid(
+                            "checks.error",
+                            format!("{} bytes, at most {MAX_TARGET_ERROR_BYTES}", c.error.len()),
+                        ));
+                    }
+                }
+                Ok(())
             }
             Command::Tombstone { ids, now_ns } => {
                 check_count("ids", ids.len())?;

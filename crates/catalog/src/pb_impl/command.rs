@@ -188,7 +188,24 @@ impl TryFrom<&pb::WriteRequest> for Command {
                 name: st.name.clone(),
                 status_json: st.status_json.clone(),
             },
-            Some(C::RegisterOffloadTargets(r)) => Command::RegisterOffloadTargets { names: r.names.clone() },
+            // Without checks (a compactor from before them): the first
+            // variant, which every catalog member can read from the log.
+            Some(C::RegisterOffloadTargets(r)) if r.checks.is_empty() => {
+                Command::RegisterOffloadTargets { names: r.names.clone() }
+            }
+            Some(C::RegisterOffloadTargets(r)) => Command::RegisterOffloadTargetsV2 {
+                names: r.names.clone(),
+                checks: r
+                    .checks
+                    .iter()
+                    .map(|c| crate::model::TargetCheck {
+                        name: c.name.clone(),
+                        reachable: c.reachable,
+                        checked_at_ns: c.checked_at_ns,
+                        error: c.error.clone(),
+                    })
+                    .collect(),
+            },
         };
         cmd.validate()?;
         Ok(cmd)
