@@ -248,6 +248,55 @@ mod tests {
     }
 
     #[test]
+    fn target_registrations_without_checks_stay_the_first_variant() {
+        use pb::write_request::Command as C;
+        let names = vec!["a".to_owned()];
+        assert_eq!(
+            command(C::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names: names.clone(),
+                checks: vec![],
+            }))
+            .expect("names only"),
+            Command::RegisterOffloadTargets { names: names.clone() }
+        );
+        let check = pb::OffloadTargetCheck {
+            name: "a".into(),
+            reachable: false,
+            checked_at_ns: 5,
+            error: "refused".into(),
+        };
+        assert_eq!(
+            command(C::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names: names.clone(),
+                checks: vec![check.clone()],
+            }))
+            .expect("with checks"),
+            Command::RegisterOffloadTargetsV2 {
+                names: names.clone(),
+                checks: vec![crate::model::TargetCheck {
+                    name: "a".into(),
+                    reachable: false,
+                    checked_at_ns: 5,
+                    error: "refused".into(),
+                }],
+            }
+        );
+        // A compactor's request as a catalog from before the checks reads
+        // it: the names (prost skips the unknown field).
+        let bytes = prost::Message::encode_to_vec(&pb::RegisterOffloadTargets {
+            names: names.clone(),
+            checks: vec![check],
+        });
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct Before {
+            #[prost(string, repeated, tag = "1")]
+            names: Vec<String>,
+        }
+        let old: Before = prost::Message::decode(bytes.as_slice()).expect("decode");
+        assert_eq!(old.names, names);
+    }
+
+    #[test]
     fn replace_v2_maps_field_by_field() {
         use pb::write_request::Command as C;
         let (out, input) = (record(1, 5), record(2, 6));
