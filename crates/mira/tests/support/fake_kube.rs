@@ -430,7 +430,8 @@ fn watch(shared: Arc<Shared>, ns: Option<String>, uri: &Uri) -> Response {
                 let lines: String = {
                     let inner = shared.lock();
                     let mut out = String::new();
-                    for (rv, kind, obj) in inner.changes.iter().filter(|(rv, ..)| *rv > since) {
+                    let from = since;
+                    for (rv, kind, obj) in inner.changes.iter().filter(|(rv, ..)| *rv > from) {
                         since = *rv;
                         if in_namespace(obj, ns.as_deref()) {
                             out.push_str(&json!({"type": kind, "object": obj}).to_string());
