@@ -229,6 +229,18 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
         .collect();
     assert_eq!(reasons, ["Applied", "Deleted"], "events on transitions only");
 
+    // The operator watched (a long-poll after its list) and renewed the
+    // Lease it created.
+    let requests = kube.requests();
+    assert!(
+        requests.iter().any(|r| r.starts_with("GET /apis/mira.dev/v1alpha1/miraretentionpolicies?") && r.contains("watch=true")),
+        "{requests:?}"
+    );
+    assert!(
+        requests.iter().any(|r| r.starts_with("POST /apis/coordination.k8s.io/v1/namespaces/default/leases")),
+        "{requests:?}"
+    );
+
     // A graceful stop releases the Lease.
     let mut child = operator.0.take().expect("running");
     terminate(&child);

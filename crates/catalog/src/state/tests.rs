@@ -1652,8 +1652,8 @@ fn target_checks_are_kept_per_name_and_images_with_the_first_extension_only_read
     // A catalog from before the checks reads a new image's first
     // extension and ignores what follows it (postcard::from_bytes leaves
     // trailing bytes).
-    let (_, rest): (StateImage, &[u8]) =
-        postcard::take_from_bytes(&zstd::decode_all(&bytes[8..]).expect("zstd")).expect("image");
+    let raw = zstd::decode_all(&bytes[8..]).expect("zstd");
+    let (_, rest): (StateImage, &[u8]) = postcard::take_from_bytes(&raw).expect("image");
     let ext: StateImageExt = postcard::from_bytes(rest).expect("the first extension");
     assert_eq!(ext, image.ext);
 }
