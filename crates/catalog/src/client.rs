@@ -342,10 +342,16 @@ impl CatalogClient {
 
     /// Registers offload targets with a reachability check of each (the
     /// names are the checks').
-    pub async fn register_offload_target_checks(&self, checks: Vec<pb::OffloadTargetCheck>) -> Result<u64, ClientError> {
+    pub async fn register_offload_target_checks(
+        &self,
+        checks: Vec<pb::OffloadTargetCheck>,
+    ) -> Result<u64, ClientError> {
         let names = checks.iter().map(|c| c.name.clone()).collect();
         Ok(self
-            .write(Command::RegisterOffloadTargets(pb::RegisterOffloadTargets { names, checks }))
+            .write(Command::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names,
+                checks,
+            }))
             .await?
             .version)
     }

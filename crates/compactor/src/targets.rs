@@ -65,7 +65,10 @@ pub fn short_error(e: &str) -> String {
             out.push(' ');
         }
         let word = word.split_once('?').map_or(word, |(w, _)| w);
-        match word.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
+        match word
+            .split_once("://")
+            .and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1)))
+        {
             Some((scheme, host)) => {
                 out.push_str(scheme);
                 out.push_str("://");
@@ -240,10 +243,17 @@ mod tests {
             }
         );
         let gone = &checks[1];
-        assert_eq!((gone.name.as_str(), gone.reachable, gone.checked_at_ns), ("gone", false, 42));
+        assert_eq!(
+            (gone.name.as_str(), gone.reachable, gone.checked_at_ns),
+            ("gone", false, 42)
+        );
         assert!(!gone.error.is_empty());
         assert!(gone.error.len() <= MAX_CHECK_ERROR, "{}", gone.error);
-        assert!(!gone.error.contains("do-not-leak") && !gone.error.contains("AKIDEXAMPLE"), "{}", gone.error);
+        assert!(
+            !gone.error.contains("do-not-leak") && !gone.error.contains("AKIDEXAMPLE"),
+            "{}",
+            gone.error
+        );
     }
 
     #[test]

@@ -104,7 +104,11 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
     let kube = FakeKube::start().await;
     let kubeconfig = root.join("kubeconfig");
     std::fs::write(&kubeconfig, kube.kubeconfig()).expect("kubeconfig");
-    kube.apply(NS, NAME, json!({"tenant": "default", "signals": ["logs"], "retain": "1d"}));
+    kube.apply(
+        NS,
+        NAME,
+        json!({"tenant": "default", "signals": ["logs"], "retain": "1d"}),
+    );
 
     let http_addr = p[serve].http.clone();
     let answer = http::post(
@@ -185,7 +189,9 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
     assert_eq!(obj["status"]["catalogPolicy"], POLICY, "{obj}");
     assert_eq!(obj["status"]["observedGeneration"], 1, "{obj}");
     assert!(obj["status"]["blocksDropped"].is_null(), "nothing enforced yet: {obj}");
-    let lease = kube.lease("default", "mira-operator").expect("the operator took the Lease");
+    let lease = kube
+        .lease("default", "mira-operator")
+        .expect("the operator took the Lease");
     assert_eq!(lease["spec"]["holderIdentity"], "op-e2e", "{lease}");
 
     // Three days later (to serve) the records are past `retain`.
@@ -217,7 +223,10 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
 
     // Delete: the policy goes, then the finalizer, then the object.
     kube.delete(NS, NAME);
-    wait_for("the object to be gone", LIMIT, || async { kube.object(NS, NAME).is_none().then_some(()) }).await;
+    wait_for("the object to be gone", LIMIT, || async {
+        kube.object(NS, NAME).is_none().then_some(())
+    })
+    .await;
     assert!(
         !policy_names(&member).iter().any(|n| n == POLICY),
         "the catalog policy is deleted before the finalizer"
@@ -233,11 +242,15 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
     // Lease it created.
     let requests = kube.requests();
     assert!(
-        requests.iter().any(|r| r.starts_with("GET /apis/mira.dev/v1alpha1/miraretentionpolicies?") && r.contains("watch=true")),
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /apis/mira.dev/v1alpha1/miraretentionpolicies?") && r.contains("watch=true")),
         "{requests:?}"
     );
     assert!(
-        requests.iter().any(|r| r.starts_with("POST /apis/coordination.k8s.io/v1/namespaces/default/leases")),
+        requests
+            .iter()
+            .any(|r| r.starts_with("POST /apis/coordination.k8s.io/v1/namespaces/default/leases")),
         "{requests:?}"
     );
 

@@ -1636,7 +1636,10 @@ fn target_checks_are_kept_per_name_and_images_with_the_first_extension_only_read
     let bytes = crate::state_machine::encode_image(&image).expect("encode");
     let back = crate::state_machine::decode_image(&bytes).expect("decode");
     assert_eq!(back, image);
-    assert_eq!(State::from_image(back).offload_target_checks(), s.offload_target_checks());
+    assert_eq!(
+        State::from_image(back).offload_target_checks(),
+        s.offload_target_checks()
+    );
     // A version 2 image written with the first extension only (before the
     // checks): read, with no checks and every name.
     let mut raw = postcard::to_stdvec(&image).expect("postcard");

@@ -244,13 +244,23 @@ fn parse(path: &str) -> Option<(String, Option<String>, Vec<String>)> {
     let gv = format!("{}/{}", segs[1], segs[2]);
     let rest = &segs[3..];
     if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
-        Some((gv, Some(rest[1].to_owned()), rest[2..].iter().map(|s| (*s).to_owned()).collect()))
+        Some((
+            gv,
+            Some(rest[1].to_owned()),
+            rest[2..].iter().map(|s| (*s).to_owned()).collect(),
+        ))
     } else {
         Some((gv, None, rest.iter().map(|s| (*s).to_owned()).collect()))
     }
 }
 
-async fn handle(State(shared): State<Arc<Shared>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     shared.lock().requests.push(format!("{method} {uri}"));
     let Some((gv, ns, rest)) = parse(uri.path()) else {
         return status_error(StatusCode::NOT_FOUND, "NotFound", &format!("no route {}", uri.path()));
@@ -281,7 +291,11 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, uri: Uri, hea
             let key = (ns.unwrap_or_default(), (*name).to_owned());
             let mut inner = shared.lock();
             let Some(obj) = inner.objects.get(&key).cloned() else {
-                return status_error(StatusCode::NOT_FOUND, "NotFound", &format!("{PLURAL} {name:?} not found"));
+                return status_error(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{PLURAL} {name:?} not found"),
+                );
             };
             match method {
                 Method::GET => ok_json(StatusCode::OK, &obj),
@@ -315,7 +329,11 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, uri: Uri, hea
         }
         (GROUP_VERSION, [PLURAL, name, "status"]) if method == Method::PATCH => {
             if !content_type.starts_with("application/apply-patch+yaml") {
-                return status_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", &content_type);
+                return status_error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    &content_type,
+                );
             }
             if query_param(&uri, "fieldManager").is_none() {
                 return status_error(StatusCode::BAD_REQUEST, "BadRequest", "apply needs a fieldManager");
@@ -323,7 +341,11 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, uri: Uri, hea
             let key = (ns.unwrap_or_default(), (*name).to_owned());
             let mut inner = shared.lock();
             let Some(mut obj) = inner.objects.get(&key).cloned() else {
-                return status_error(StatusCode::NOT_FOUND, "NotFound", &format!("{PLURAL} {name:?} not found"));
+                return status_error(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{PLURAL} {name:?} not found"),
+                );
             };
             obj["status"] = body["status"].clone();
             let stored = store(&shared, &mut inner, obj);

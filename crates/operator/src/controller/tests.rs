@@ -195,8 +195,7 @@ async fn a_registered_target_a_compactor_cannot_reach_is_reported_with_the_error
         .await
         .expect("register");
     let obj = MiraRetentionPolicy::test().finalized().with_offload("7d", "archive");
-    let (result, status) =
-        apply_once(&catalog, &obj, &[("Warning", "OffloadTargetUnreachable", "SetPolicy")]).await;
+    let (result, status) = apply_once(&catalog, &obj, &[("Warning", "OffloadTargetUnreachable", "SetPolicy")]).await;
     assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
     // Registered: the offload policy is set, so offload resumes once the
     // target answers.
@@ -229,7 +228,11 @@ async fn a_registered_target_a_compactor_cannot_reach_is_reported_with_the_error
         (target.status.as_str(), target.reason.as_str()),
         ("True", reason::TARGET_REGISTERED)
     );
-    assert!(target.message.contains("reachable at 2025-12-01T00:00:00Z"), "{}", target.message);
+    assert!(
+        target.message.contains("reachable at 2025-12-01T00:00:00Z"),
+        "{}",
+        target.message
+    );
     assert_eq!(ready(&status).0, "True");
 }
 
