@@ -32,6 +32,8 @@ use serde_json::{Value, json};
 const NS: &str = "team-a";
 const NAME: &str = "logs-1d";
 const POLICY: &str = "k8s/team-a/logs-1d";
+/// An object offloading to a target no compactor can reach.
+const ARCHIVE: &str = "archive-30d";
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// The operator process; killed when dropped.
@@ -46,14 +48,19 @@ impl Drop for Operator {
     }
 }
 
-/// `mira policy list --output json`: the policies' names.
-fn policy_names(catalog: &str) -> Vec<String> {
+/// `mira policy list --output json`.
+fn policy_list(catalog: &str) -> Value {
     let out = Command::new(procs::bin())
         .args(["policy", "list", "--catalog", catalog, "--output", "json"])
         .output()
         .expect("mira policy list");
     assert!(out.status.success(), "{out:?}");
-    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// `mira policy list --output json`: the policies' names.
+fn policy_names(catalog: &str) -> Vec<String> {
+    let v = policy_list(catalog);
     v["policies"]
         .as_array()
         .expect("policies")
@@ -77,9 +84,24 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
     let clock = root.join("clock");
     std::fs::write(&clock, "0s").expect("clock");
     let clock_env = clock.to_str().expect("path").to_owned();
+    // An offload target nothing answers for (a free port): registered by
+    // the embedded compactor with a failed reachability check.
+    let endpoint = format!("aws_endpoint=http://127.0.0.1:{}", free_port());
     let serve = p.add(
         Role::Serve,
         &[
+            "--offload-target",
+            "archive=s3://archive-bucket/mira",
+            "--offload-target-option",
+            &endpoint,
+            "--offload-target-option",
+            "aws_allow_http=true",
+            "--offload-target-option",
+            "aws_access_key_id=AKIDEXAMPLE",
+            "--offload-target-option",
+            "aws_secret_access_key=do-not-leak",
+            "--offload-target-option",
+            "aws_region=us-east-1",
             "--shards",
             "1",
             "--seal-age",
@@ -108,6 +130,12 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
         NS,
         NAME,
         json!({"tenant": "default", "signals": ["logs"], "retain": "1d"}),
+    );
+    // Another tenant's (no data), offloading to the unreachable target.
+    kube.apply(
+        NS,
+        ARCHIVE,
+        json!({"tenant": "other", "retain": "30d", "offload": {"after": "7d", "target": "archive"}}),
     );
 
     let http_addr = p[serve].http.clone();
@@ -194,6 +222,34 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
         .expect("the operator took the Lease");
     assert_eq!(lease["spec"]["holderIdentity"], "op-e2e", "{lease}");
 
+    // The compactor's check of the target, as `mira policy list` shows it;
+    // once it is in the catalog the object with offload says why.
+    let check = wait_for("the target's check in the catalog", LIMIT, || async {
+        policy_list(&member)["offload_target_checks"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == "archive")
+            .cloned()
+    })
+    .await;
+    assert_eq!(check["reachable"], false, "{check}");
+    let error = check["error"].as_str().expect("an error").to_owned();
+    assert!(!error.is_empty() && !error.contains("do-not-leak"), "{check}");
+    kube.annotate(NS, ARCHIVE, "e2e/nudge", "1");
+    let obj = wait_for("OffloadTargetReady=False, TargetUnreachable", LIMIT, || async {
+        let obj = kube.object(NS, ARCHIVE)?;
+        (condition(&obj, "OffloadTargetReady")?["reason"] == "TargetUnreachable").then_some(obj)
+    })
+    .await;
+    let target = condition(&obj, "OffloadTargetReady").expect("OffloadTargetReady");
+    assert_eq!(target["status"], "False", "{obj}");
+    assert!(target["message"].as_str().is_some_and(|m| m.contains(&error)), "{obj}");
+    assert_eq!(
+        condition(&obj, "Ready").expect("Ready")["reason"],
+        "OffloadTargetNotReady",
+        "{obj}"
+    );
+
     // Three days later (to serve) the records are past `retain`.
     std::fs::write(&clock, "3d").expect("move the clock");
     wait_for("the compactor to tombstone every block", LIMIT, || async {
@@ -231,12 +287,22 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
         !policy_names(&member).iter().any(|n| n == POLICY),
         "the catalog policy is deleted before the finalizer"
     );
-    let reasons: Vec<String> = kube
-        .events()
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(reasons, ["Applied", "Deleted"], "events on transitions only");
+    let reasons = |name: &str| -> Vec<String> {
+        kube.events()
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name)
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(reasons(NAME), ["Applied", "Deleted"], "events on transitions only");
+    // OffloadTargetNotFound first when the operator got there before the
+    // compactor's registration.
+    let archive = reasons(ARCHIVE);
+    assert_eq!(
+        archive.last().map(String::as_str),
+        Some("OffloadTargetUnreachable"),
+        "{archive:?}"
+    );
 
     // The operator watched (a long-poll after its list) and renewed the
     // Lease it created.
