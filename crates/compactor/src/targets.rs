@@ -5,6 +5,9 @@
 //! configured target whose URL it starts with (longest first), else through
 //! a store built from the location itself with the same options and the
 //! environment's credentials (a target since removed from the flags).
+//! [`Targets::check`] lists each target's prefix ([`probe`]) for the
+//! reachability check the compactor registers in the catalog with the
+//! names ([`short_error`] keeps URL secrets out of it).
 
 use std::sync::Arc;
 use std::time::Duration;
