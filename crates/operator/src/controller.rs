@@ -18,6 +18,11 @@
 //!   the catalog coming back and has every object reconciled at once.
 //! - [`sweep_orphans`] deletes `k8s/…` catalog policies whose object is
 //!   gone (a finalizer removed by hand, an operator that was down).
+//! - `OffloadTargetReady` comes from the catalog's registry: not
+//!   registered → `TargetNotRegistered` (no offload policy is set);
+//!   registered but its last compactor check failed → `TargetUnreachable`
+//!   with the check's time and error (the offload policy stays set);
+//!   else `TargetRegistered`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
