@@ -416,7 +416,28 @@ pub enum Command {
     ForgetMember {
         node_id: u64,
     },
+    /// [`Command::RegisterOffloadTargets`] with the compactor's
+    /// reachability check of each name (appended: the log holds postcard,
+    /// so the earlier variant keeps its shape).
+    RegisterOffloadTargetsV2 {
+        names: Vec<String>,
+        checks: Vec<TargetCheck>,
+    },
 }
+
+/// A compactor's reachability check of one offload target (never its URL
+/// or credentials).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetCheck {
+    pub name: String,
+    pub reachable: bool,
+    pub checked_at_ns: i64,
+    /// Why it is unreachable (at most [`MAX_TARGET_ERROR_BYTES`]).
+    pub error: String,
+}
+
+/// Longest [`TargetCheck::error`].
+pub const MAX_TARGET_ERROR_BYTES: usize = 256;
 
 /// One block marked offloaded by [`Command::MarkOffloadedV2`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -480,6 +501,10 @@ impl Command {
             Command::RegisterOffloadTargets { .. } => "register_offload_targets",
             Command::RegisterMember { .. } => "register_member",
             Command::ForgetMember { .. } => "forget_member",
+    },
+            Command::RegisterOffloadTargets { .. } | Command::RegisterOffloadTargetsV2 { .. } => {
+                "register_offload_targets"
+            }
         }
     }
 
@@ -637,6 +662,26 @@ impl Command {
                 nonempty("incarnation", incarnation.len())
             }
             Command::ForgetMember { .. } => Ok(()),
+    },
+            Command::RegisterOffloadTargetsV2 { names, checks } => {
+                Command::RegisterOffloadTargets { names: names.clone() }.validate()?;
+                for c in checks {
+                    if !names.contains(&c.name) {
+                        return Err(CommandError::invalid(
+                            "checks",
+                            format!("a check of {:?}, which is not among the names", c.name),
+                        ));
+                    }
+                    check_time("checks.checked_at_ns", c.checked_at_ns)?;
+                    if c.error.len() > MAX_TARGET_ERROR_BYTES {
+                        return Err(CommandError::invalid(
+                            "checks.error",
+                            format!("{} bytes, at most {MAX_TARGET_ERROR_BYTES}", c.error.len()),
+                        ));
+                    }
+                }
+                Ok(())
+            }
             Command::Tombstone { ids, now_ns } => {
                 check_count("ids", ids.len())?;
                 nonempty("ids", ids.len())?;

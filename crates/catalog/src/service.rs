@@ -233,7 +233,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         let req = request.into_inner();
         let kind = policy::kind_filter_from_pb(req.kind)?;
         self.consistent(req.linearizable).await?;
-        let (policies, offload_targets, version) = self.catalog.read(|s, v| {
+        let (policies, offload_targets, offload_target_checks, version) = self.catalog.read(|s, v| {
             let policies = s
                 .policies(kind)
                 .iter()
@@ -242,12 +242,21 @@ impl pb::catalog_server::Catalog for CatalogService {
                     ..pb::Policy::from(p)
                 })
                 .collect();
-            (policies, s.offload_targets(), v)
+            let checks = (s.offload_target_checks().into_iter())
+                .map(|c| pb::OffloadTargetCheck {
+                    name: c.name,
+                    reachable: c.reachable,
+                    checked_at_ns: c.checked_at_ns,
+                    error: c.error,
+                })
+                .collect();
+            (policies, s.offload_targets(), checks, v)
         });
         Ok(Response::new(pb::ListPoliciesReply {
             policies,
             version,
             offload_targets,
+            offload_target_checks,
         }))
     }
 

@@ -11,11 +11,11 @@ use std::ops::Bound;
 use mira_core::ids::{BlockId, Signal, TenantId};
 use serde::{Deserialize, Serialize};
 
-pub use self::image::{NoCompactMark, OffloadMark, StateImage, StateImageExt};
+pub use self::image::{NoCompactMark, OffloadMark, StateImage, StateImageExt, StateImageExt2};
 use crate::error::CommandError;
 use crate::model::{
     BlockRecord, BlockState, Command, IngesterLease, Lease, OffloadCopy, Policy, PolicyKind, ReplaceReason, StateKind,
-    Watermark, check_one_partition,
+    TargetCheck, Watermark, check_one_partition,
 };
 
 /// One observable change, as delivered by watch
@@ -90,6 +90,9 @@ pub struct State {
     /// Catalog members' registered data-directory incarnations
     /// ([`Command::RegisterMember`]).
     members: BTreeMap<u64, String>,
+    /// The last reachability check registered of each target that has one
+    /// ([`Command::RegisterOffloadTargetsV2`]).
+    offload_target_checks: BTreeMap<String, TargetCheck>,
 }
 
 /// Blocks staged for one publish, not yet listed.
@@ -386,6 +389,13 @@ impl State {
             }
             Command::ForgetMember { node_id } => {
                 self.members.remove(node_id);
+                Ok(Applied::default())
+            }
+            Command::RegisterOffloadTargetsV2 { names, checks } => {
+                self.offload_targets.extend(names.iter().cloned());
+                for c in checks {
+                    self.offload_target_checks.insert(c.name.clone(), c.clone());
+                }
                 Ok(Applied::default())
             }
             Command::MarkNoCompact { ids, reason } => self.mark_no_compact(ids, Some(reason)),
@@ -1312,6 +1322,11 @@ impl State {
         self.offload_targets.iter().cloned().collect()
     }
 
+    /// The last reachability check of each target that has one, by name.
+    pub fn offload_target_checks(&self) -> Vec<TargetCheck> {
+        self.offload_target_checks.values().cloned().collect()
+    }
+
     pub fn policies(&self, kind: Option<PolicyKind>) -> Vec<Policy> {
         self.policies
             .values()
@@ -1364,6 +1379,9 @@ impl State {
                 offload_targets: self.offload_targets.iter().cloned().collect(),
             },
             members: self.members.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            ext2: StateImageExt2 {
+                offload_target_checks: self.offload_target_checks(),
+            },
         }
     }
 
@@ -1407,6 +1425,9 @@ impl State {
             .collect();
         s.offload_targets = image.ext.offload_targets.into_iter().collect();
         s.members = image.members.into_iter().collect();
+        s.offload_target_checks = (image.ext2.offload_target_checks.into_iter())
+            .map(|c| (c.name.clone(), c))
+            .collect();
         s
     }
 

@@ -138,6 +138,7 @@ pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
     let mut raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
     raw.extend(postcard::to_stdvec(&image.ext).map_err(std::io::Error::other)?);
     raw.extend(postcard::to_stdvec(&image.members).map_err(std::io::Error::other)?);
+    raw.extend(postcard::to_stdvec(&image.ext2).map_err(std::io::Error::other)?);
     let mut out = Vec::with_capacity(raw.len() / 4 + IMAGE_MAGIC_V2.len());
     out.extend_from_slice(IMAGE_MAGIC_V2);
     let mut enc = zstd::Encoder::new(out, 1)?;
@@ -158,7 +159,12 @@ pub fn decode_image(bytes: &[u8]) -> std::io::Result<StateImage> {
             let (ext, rest) = postcard::take_from_bytes(rest).map_err(std::io::Error::other)?;
             image.ext = ext;
             if !rest.is_empty() {
-                image.members = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+                let (members, rest) = postcard::take_from_bytes(rest).map_err(std::io::Error::other)?;
+                image.members = members;
+                // ...and those written before the second extension here.
+                if !rest.is_empty() {
+                    image.ext2 = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+                }
             }
         }
         return Ok(image);

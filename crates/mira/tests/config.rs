@@ -163,7 +163,10 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         (&["compactor", "--partition-lease-ttl", "1s"][..], "compactor.lease_ttl"),
         (&["compactor", "--memory-limit", "64MiB"][..], "compactor.memory_limit"),
         (&["compactor", "--nice", "20"][..], "compactor.nice"),
-        (&["compactor", "--catalog-share-percent", "0"][..], "compactor.catalog_share_percent"),
+        (
+            &["compactor", "--catalog-share-percent", "0"][..],
+            "compactor.catalog_share_percent",
+        ),
         (&["serve", "--compactor-jobs", "0"][..], "compactor.jobs"),
         (&["querier", "--query-timeout", "0s"][..], "querier.query_timeout"),
         (
@@ -370,7 +373,10 @@ fn the_compactor_process_runs_at_its_nice_value() {
         let mut last = None;
         for _ in 0..600 {
             last = thread_nices(child.id());
-            if last.as_ref().is_some_and(|n| n.len() > 1 && n.iter().all(|&v| v == want)) {
+            if last
+                .as_ref()
+                .is_some_and(|n| n.len() > 1 && n.iter().all(|&v| v == want))
+            {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));

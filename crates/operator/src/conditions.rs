@@ -8,7 +8,8 @@ use k8s_openapi::jiff::Timestamp;
 
 /// `Ready`: the spec is in the catalog.
 pub const READY: &str = "Ready";
-/// `OffloadTargetReady`: a compactor registered the offload target.
+/// `OffloadTargetReady`: a compactor registered the offload target and
+/// its last reachability check of it passed.
 pub const OFFLOAD_TARGET_READY: &str = "OffloadTargetReady";
 
 /// Reasons of the conditions (docs/operations.md has the table).
@@ -20,6 +21,8 @@ pub mod reason {
     pub const OFFLOAD_TARGET_NOT_READY: &str = "OffloadTargetNotReady";
     pub const TARGET_REGISTERED: &str = "TargetRegistered";
     pub const TARGET_NOT_REGISTERED: &str = "TargetNotRegistered";
+    /// Registered, but the compactor's last reachability check of it failed.
+    pub const TARGET_UNREACHABLE: &str = "TargetUnreachable";
 }
 
 /// A condition to set (its time is filled in by [`set_condition`]).

@@ -18,6 +18,11 @@
 //!   the catalog coming back and has every object reconciled at once.
 //! - [`sweep_orphans`] deletes `k8s/…` catalog policies whose object is
 //!   gone (a finalizer removed by hand, an operator that was down).
+//! - `OffloadTargetReady` comes from the catalog's registry: not
+//!   registered → `TargetNotRegistered` (no offload policy is set);
+//!   registered but its last compactor check failed → `TargetUnreachable`
+//!   with the check's time and error (the offload policy stays set);
+//!   else `TargetRegistered`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,6 +188,7 @@ impl Context {
                 reason::CATALOG_UNAVAILABLE => (EventType::Warning, "CatalogUnavailable", "SetPolicy"),
                 reason::CATALOG_REJECTED => (EventType::Warning, "CatalogRejected", "SetPolicy"),
                 reason::TARGET_NOT_REGISTERED => (EventType::Warning, "OffloadTargetNotFound", "SetPolicy"),
+                reason::TARGET_UNREACHABLE => (EventType::Warning, "OffloadTargetUnreachable", "SetPolicy"),
                 _ => continue,
             };
             self.publish(obj, type_, reason, action, new.message.clone()).await;
@@ -292,6 +298,11 @@ fn enforced(policy: Option<&pb::Policy>) -> Option<PolicyStatus> {
         .and_then(|p| serde_json::from_str(&p.status_json).ok())
 }
 
+/// A check's time as RFC 3339, whole seconds.
+fn checked_at(ns: i64) -> String {
+    Timestamp::from_second(ns / 1_000_000_000).map_or_else(|_| format!("{ns} ns"), |t| t.to_string())
+}
+
 fn count(n: u64) -> Option<i64> {
     Some(i64::try_from(n).unwrap_or(i64::MAX))
 }
@@ -354,8 +365,31 @@ async fn apply(obj: &MiraRetentionPolicy, api: &Api<MiraRetentionPolicy>, ctx: &
                 {
                     return ctx.catalog_failed(obj, api, &before, status, e).await;
                 }
-                let msg = format!("offload target {target:?} is registered by a compactor");
-                target_ready = Some((true, reason::TARGET_REGISTERED, msg));
+                target_ready = Some(match listing.offload_target_checks.iter().find(|c| &c.name == target) {
+                    Some(c) if !c.reachable => (
+                        false,
+                        reason::TARGET_UNREACHABLE,
+                        format!(
+                            "offload target {target:?} is registered, but a compactor could not reach it at {}: {}",
+                            checked_at(c.checked_at_ns),
+                            c.error
+                        ),
+                    ),
+                    Some(c) => (
+                        true,
+                        reason::TARGET_REGISTERED,
+                        format!(
+                            "offload target {target:?} is registered and was reachable at {}",
+                            checked_at(c.checked_at_ns)
+                        ),
+                    ),
+                    // Registered by a compactor from before reachability checks.
+                    None => (
+                        true,
+                        reason::TARGET_REGISTERED,
+                        format!("offload target {target:?} is registered by a compactor"),
+                    ),
+                });
             } else {
                 if existing(pb::PolicyKind::Offload).is_some()
                     && let Err(e) = ctx.catalog.delete_policy(pb::PolicyKind::Offload, &desired.name).await

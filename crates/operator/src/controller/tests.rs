@@ -181,6 +181,62 @@ async fn a_selector_change_rewrites_the_body_and_offload_comes_and_goes() {
 }
 
 #[tokio::test]
+async fn a_registered_target_a_compactor_cannot_reach_is_reported_with_the_error() {
+    let catalog = TestCatalog::start().await;
+    let check = |reachable: bool, error: &str| pb::OffloadTargetCheck {
+        name: "archive".into(),
+        reachable,
+        checked_at_ns: 1_764_547_200_000_000_000,
+        error: error.into(),
+    };
+    catalog
+        .client()
+        .register_offload_target_checks(vec![check(false, "Generic S3 error: connection refused")])
+        .await
+        .expect("register");
+    let obj = MiraRetentionPolicy::test().finalized().with_offload("7d", "archive");
+    let (result, status) = apply_once(&catalog, &obj, &[("Warning", "OffloadTargetUnreachable", "SetPolicy")]).await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    // Registered: the offload policy is set, so offload resumes once the
+    // target answers.
+    assert!(catalog.policy(pb::PolicyKind::Offload, NAME).await.is_some());
+    let target = find(&status.conditions, OFFLOAD_TARGET_READY).expect("OffloadTargetReady");
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_str()),
+        ("False", reason::TARGET_UNREACHABLE)
+    );
+    assert_eq!(
+        target.message,
+        "offload target \"archive\" is registered, but a compactor could not reach it at 2025-12-01T00:00:00Z: \
+         Generic S3 error: connection refused"
+    );
+    assert_eq!(ready(&status).0, "False");
+    assert_eq!(ready(&status).1, reason::OFFLOAD_TARGET_NOT_READY);
+    assert_eq!(status.observed_generation, None);
+
+    // The next check passes: True, and Ready.
+    catalog
+        .client()
+        .register_offload_target_checks(vec![check(true, "")])
+        .await
+        .expect("register");
+    let again = obj.clone().with_status(status);
+    let (result, status) = apply_once(&catalog, &again, &[("Normal", "Applied", "SetPolicy")]).await;
+    result.expect("reconcile");
+    let target = find(&status.conditions, OFFLOAD_TARGET_READY).expect("OffloadTargetReady");
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_str()),
+        ("True", reason::TARGET_REGISTERED)
+    );
+    assert!(
+        target.message.contains("reachable at 2025-12-01T00:00:00Z"),
+        "{}",
+        target.message
+    );
+    assert_eq!(ready(&status).0, "True");
+}
+
+#[tokio::test]
 async fn an_unregistered_offload_target_is_reported_and_only_retention_is_set() {
     let catalog = TestCatalog::start().await;
     let obj = MiraRetentionPolicy::test().finalized().with_offload("7d", "cold");
