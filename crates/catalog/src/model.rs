@@ -498,13 +498,11 @@ impl Command {
             Command::MarkRestoredV2 { .. } => "mark_restored",
             Command::TombstoneV2 { .. } => "tombstone",
             Command::SetPolicyStatus { .. } => "set_policy_status",
-            Command::RegisterOffloadTargets { .. } => "register_offload_targets",
-            Command::RegisterMember { .. } => "register_member",
-            Command::ForgetMember { .. } => "forget_member",
-    },
             Command::RegisterOffloadTargets { .. } | Command::RegisterOffloadTargetsV2 { .. } => {
                 "register_offload_targets"
             }
+            Command::RegisterMember { .. } => "register_member",
+            Command::ForgetMember { .. } => "forget_member",
         }
     }
 
@@ -662,7 +660,6 @@ impl Command {
                 nonempty("incarnation", incarnation.len())
             }
             Command::ForgetMember { .. } => Ok(()),
-    },
             Command::RegisterOffloadTargetsV2 { names, checks } => {
                 Command::RegisterOffloadTargets { names: names.clone() }.validate()?;
                 for c in checks {
