@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mira_common::Process;
+use mira_common::http::HttpServer;
 use mira_proto::catalog::catalog_server::CatalogServer;
 use mira_proto::catalog::raft_server::RaftServer;
 use openraft::{BasicNode, Config, SnapshotPolicy};
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::client::{CatalogClient, ClientConfig};
@@ -120,8 +120,7 @@ pub struct CatalogNode {
     raft: Raft,
     catalog: Arc<Catalog>,
     local_addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
+    server: Option<HttpServer>,
     bootstrap: JoinHandle<()>,
 }
 
@@ -188,7 +187,7 @@ impl CatalogNode {
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            Network::new(config.cluster_id.clone()),
+            Network::new(config.cluster_id.clone(), process.security.dialer.clone()),
             log.clone(),
             sm,
         )
@@ -209,15 +208,24 @@ impl CatalogNode {
             raft: raft.clone(),
             cluster_id: config.cluster_id.clone(),
         };
+        // Both services answer cluster members only (refusals counted in
+        // mira_cluster_refused_total); the probes stay open.
+        let guard = &process.security.guard;
         let grpc = tonic::service::Routes::new(
-            CatalogServer::new(catalog_svc)
-                .max_decoding_message_size(16 * 1024 * 1024)
-                .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            guard.wrap(
+                "catalog",
+                CatalogServer::new(catalog_svc)
+                    .max_decoding_message_size(16 * 1024 * 1024)
+                    .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            ),
         )
         .add_service(
-            RaftServer::new(raft_svc)
-                .max_decoding_message_size(MAX_RAFT_MESSAGE)
-                .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            guard.wrap(
+                "raft",
+                RaftServer::new(raft_svc)
+                    .max_decoding_message_size(MAX_RAFT_MESSAGE)
+                    .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            ),
         )
         .into_axum_router();
         let http_state = HttpState {
@@ -253,29 +261,18 @@ impl CatalogNode {
             addr: config.listen.to_string(),
             source: e,
         })?;
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        // Raft round trips are small request/response pairs: without
-        // TCP_NODELAY, Nagle plus delayed ACKs adds tens of ms to each.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(target: "mira::catalog", error = %e, "set TCP_NODELAY");
+        let server = HttpServer::spawn(listener, app, "catalog", process.security.tls.clone()).map_err(|e| {
+            Error::Listen {
+                addr: config.listen.to_string(),
+                source: e,
             }
-        });
-        let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(target: "mira::catalog", error = %e, "catalog server stopped");
-            }
-        });
-        let bootstrap = tokio::spawn(bootstrap(raft.clone(), config.clone()));
+        })?;
+        let bootstrap = tokio::spawn(bootstrap(raft.clone(), config.clone(), process.security.dialer.clone()));
         tracing::info!(target: "mira::catalog", node_id = config.node_id, addr = %local_addr, "catalog member started");
         Ok(CatalogNode {
             raft,
             catalog,
             local_addr,
-            stop: Some(stop_tx),
             server: Some(server),
             bootstrap,
         })
@@ -314,19 +311,17 @@ impl CatalogNode {
     /// Stops serving and shuts Raft down.
     pub async fn shutdown(mut self) {
         self.bootstrap.abort();
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        if let Some(s) = self.server.as_mut() {
+            s.stop();
         }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(target: "mira::catalog", error = %e, "raft shutdown");
         }
-        if let Some(mut server) = self.server.take() {
+        if let Some(server) = self.server.take() {
             // Watch streams keep connections open; do not wait for them
             // forever. Aborting drops the connections, which ends the
             // watch tasks (their receivers go away).
-            if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
-                server.abort();
-            }
+            server.shutdown_within(Duration::from_secs(5)).await;
         }
     }
 }
@@ -334,7 +329,7 @@ impl CatalogNode {
 /// The member with the lowest id initializes the cluster when neither it
 /// nor any reachable peer has been initialized; the others wait for the
 /// leader to reach them.
-async fn bootstrap(raft: Raft, config: NodeConfig) {
+async fn bootstrap(raft: Raft, config: NodeConfig, dialer: mira_common::cluster::Dialer) {
     let Some((&first, _)) = config.peers.first_key_value() else {
         return;
     };
@@ -358,6 +353,7 @@ async fn bootstrap(raft: Raft, config: NodeConfig) {
                 vec![addr.clone()],
                 ClientConfig {
                     timeout: Duration::from_millis(500),
+                    dialer: dialer.clone(),
                     ..ClientConfig::default()
                 },
             );

@@ -72,6 +72,17 @@ impl HttpServer {
         }
     }
 
+    /// Stops accepting and waits up to `limit` for requests in flight
+    /// (long-lived streams too), then drops the connections left.
+    pub async fn shutdown_within(mut self, limit: std::time::Duration) {
+        self.stop();
+        if let Some(mut h) = self.handle.take()
+            && tokio::time::timeout(limit, &mut h).await.is_err()
+        {
+            h.abort();
+        }
+    }
+
     /// Stops accepting and waits for requests in flight to finish.
     pub async fn shutdown(mut self) {
         self.stop();

@@ -48,6 +48,9 @@ pub enum IngestError {
     /// The WAL or a shard stopped (shutting down, disk failure). 503 / UNAVAILABLE.
     #[error("ingester unavailable: {0}")]
     Unavailable(String),
+    /// The request's credential or tenant was refused. 401 / 403 / 400.
+    #[error(transparent)]
+    Auth(#[from] mira_common::auth::AuthError),
 }
 
 impl ServiceError for IngestError {
@@ -58,6 +61,7 @@ impl ServiceError for IngestError {
             IngestError::TooLarge { .. } => ErrorCode::TooLarge,
             IngestError::Timeout(_) => ErrorCode::Timeout,
             IngestError::Unavailable(_) => ErrorCode::Unavailable,
+            IngestError::Auth(e) => e.error_code(),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The OTLP receivers: gRPC (`/opentelemetry.proto.collector.*.v1.*Service/Export`)
 //! and HTTP (`POST /v1/logs`, `/v1/traces`, `/v1/metrics`, protobuf or
-//! JSON). Both hand the request to the [`Pipeline`] as OTLP protobuf bytes:
+//! JSON). Both authenticate the request first ([`mira_common::auth`]: the
+//! tenant it writes to comes from there), before it takes an in-flight slot
+//! or a byte of its body is read (where a per-tenant limiter belongs too),
+//! then hand it to the [`Pipeline`] as OTLP protobuf bytes:
 //! gRPC bodies are never decoded into structs here (the shard's builder
 //! reads them straight from the wire), JSON bodies are decoded and
 //! re-encoded once.
@@ -15,6 +18,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BufMut, Bytes};
 use mira_core::convert::{Appended, Limits};
+use mira_common::auth::{Authenticator, Principal, Scope};
+use mira_common::tls::PeerInfo;
 use mira_core::ids::{Signal, TenantId};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -34,7 +39,7 @@ use crate::error::{IngestError, ServiceError};
 use crate::pipeline::Pipeline;
 
 /// The tenant header (Loki/Mimir/Tempo convention).
-pub const TENANT_HEADER: &str = "x-scope-orgid";
+pub use mira_common::auth::TENANT_HEADER;
 
 /// Receiver settings.
 #[derive(Clone, Debug)]
@@ -84,6 +89,7 @@ impl Drop for Slot {
 pub struct Receivers {
     pub pipeline: Arc<Pipeline>,
     pub config: ReceiverConfig,
+    auth: Arc<Authenticator>,
     inflight: Arc<Semaphore>,
 }
 
@@ -94,11 +100,12 @@ impl std::fmt::Debug for Receivers {
 }
 
 impl Receivers {
-    pub fn new(pipeline: Arc<Pipeline>, config: ReceiverConfig) -> Receivers {
+    pub fn new(pipeline: Arc<Pipeline>, config: ReceiverConfig, auth: Arc<Authenticator>) -> Receivers {
         Receivers {
             inflight: Arc::new(Semaphore::new(config.max_inflight.max(1))),
             pipeline,
             config,
+            auth,
         }
     }
 
@@ -124,14 +131,14 @@ impl Receivers {
         }
     }
 
-    fn tenant(&self, value: Option<&str>) -> Result<TenantId, IngestError> {
-        match value.map(str::trim).filter(|v| !v.is_empty()) {
-            Some(v) => TenantId::new(v).map_err(|e| IngestError::Invalid(format!("X-Scope-OrgID: {e}"))),
-            None if self.config.require_tenant => Err(IngestError::Invalid(
-                "X-Scope-OrgID is required by this ingester".to_owned(),
-            )),
-            None => Ok(TenantId::default_tenant()),
-        }
+    /// The tenant a request writes to (or why it may not): the one check
+    /// of both receivers, made on the headers alone.
+    fn authorize(&self, parts: &axum::http::request::Parts) -> Result<TenantId, IngestError> {
+        let peer = PeerInfo::of(&parts.extensions).map(|p| p.addr.ip());
+        Ok(self
+            .auth
+            .authorize(&parts.headers, peer, Scope::Write, self.config.require_tenant)?
+            .tenant)
     }
 }
 
@@ -252,6 +259,7 @@ fn http_error(e: &IngestError, format: Format) -> Response {
 async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
+    let authorized = receivers.authorize(&parts);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -280,7 +288,7 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let result = async {
-        let tenant = receivers.tenant(headers.get(TENANT_HEADER).and_then(|v| v.to_str().ok()))?;
+        let tenant = authorized?;
         // Refused on its declared length before a byte of it is read.
         if let Some(n) = declared.filter(|n| *n > limit as u64) {
             return Err(IngestError::TooLarge {
@@ -425,13 +433,13 @@ impl tonic::server::UnaryService<Bytes> for Export {
         let receivers = self.receivers.clone();
         let signal = self.signal;
         Box::pin(async move {
-            let tenant = request
-                .metadata()
-                .get(TENANT_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
             let result = async {
-                let tenant = receivers.tenant(tenant.as_deref())?;
+                // Authorized before the body was read (GrpcExport).
+                let tenant = request
+                    .extensions()
+                    .get::<Principal>()
+                    .map(|p| p.tenant.clone())
+                    .ok_or_else(|| IngestError::Unavailable("the request was not authorized".to_owned()))?;
                 receivers.pipeline.submit(signal, tenant, request.into_inner()).await
             }
             .await;
@@ -495,6 +503,20 @@ impl tower_service::Service<axum::http::Request<Body>> for GrpcExport {
         let svc = self.inner.clone();
         let max = svc.receivers.config.max_message_bytes;
         Box::pin(async move {
+            // Who and which tenant, from the headers alone.
+            let (mut parts, body) = req.into_parts();
+            let peer = PeerInfo::of(&parts.extensions).map(|p| p.addr.ip());
+            let principal = match svc.receivers.auth.authorize(
+                &parts.headers,
+                peer,
+                Scope::Write,
+                svc.receivers.config.require_tenant,
+            ) {
+                Ok(p) => p,
+                Err(e) => return Ok(grpc_status(&IngestError::from(e)).into_http::<Body>()),
+            };
+            parts.extensions.insert(principal);
+            let req = axum::http::Request::from_parts(parts, body);
             // A slot before the body is read: waiting requests hold only
             // their headers (and what HTTP/2 flow control lets in).
             let _slot = match svc.receivers.enter().await {

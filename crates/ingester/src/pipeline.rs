@@ -176,6 +176,8 @@ impl Pipeline {
                 Err(IngestError::TooLarge { .. }) => "too_large",
                 Err(IngestError::Timeout(_)) => "timeout",
                 Err(IngestError::Unavailable(_)) => "unavailable",
+                // Refused before submit (mira_auth_requests_total counts them).
+                Err(IngestError::Auth(_)) => "refused",
             },
         };
         self.metrics.requests.get_or_create(&labels).inc();

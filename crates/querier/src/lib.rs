@@ -140,6 +140,7 @@ impl Querier {
             .thread_name(|i| format!("mira-scan-{i}"))
             .build()
             .map_err(QueryError::ScanPool)?;
+        let recent = recent::RecentClients::new(catalog.dialer().clone());
         Ok(Arc::new(Querier {
             store,
             mirror: Mirror::start(catalog.clone()),
@@ -147,7 +148,7 @@ impl Querier {
             cache,
             decoded: Arc::new(mira_core::decoded::DecodedCache::new(config.decoded_cache_bytes)),
             pool,
-            recent: recent::RecentClients::default(),
+            recent,
             config,
             clock,
             resolutions: Default::default(),
