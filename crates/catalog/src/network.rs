@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mira_common::cluster::{ClusterChannel, Dialer};
 use mira_proto::catalog::RaftRequest;
 use mira_proto::catalog::raft_client::RaftClient;
 use openraft::error::{
@@ -17,7 +18,6 @@ use openraft::raft::{
 use openraft::{AnyError, BasicNode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use mira_common::cluster::{ClusterChannel, Dialer};
 
 use crate::types::{NodeId, TypeConfig};
 

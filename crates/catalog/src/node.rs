@@ -261,12 +261,11 @@ impl CatalogNode {
             addr: config.listen.to_string(),
             source: e,
         })?;
-        let server = HttpServer::spawn(listener, app, "catalog", process.security.tls.clone()).map_err(|e| {
-            Error::Listen {
+        let server =
+            HttpServer::spawn(listener, app, "catalog", process.security.tls.clone()).map_err(|e| Error::Listen {
                 addr: config.listen.to_string(),
                 source: e,
-            }
-        })?;
+            })?;
         let bootstrap = tokio::spawn(bootstrap(raft.clone(), config.clone(), process.security.dialer.clone()));
         tracing::info!(target: "mira::catalog", node_id = config.node_id, addr = %local_addr, "catalog member started");
         Ok(CatalogNode {

@@ -96,7 +96,9 @@ impl std::str::FromStr for AuthMode {
             "none" => Ok(AuthMode::None),
             "tokens" => Ok(AuthMode::Tokens),
             "trusted-header" => Ok(AuthMode::TrustedHeader),
-            other => Err(format!("{other:?} is not an auth mode: use none, tokens or trusted-header")),
+            other => Err(format!(
+                "{other:?} is not an auth mode: use none, tokens or trusted-header"
+            )),
         }
     }
 }
@@ -139,8 +141,7 @@ impl ServiceError for AuthError {
     }
 }
 
-const NO_CREDENTIAL: &str =
-    "send Authorization: Bearer <token>, or basic auth with the token as the password";
+const NO_CREDENTIAL: &str = "send Authorization: Bearer <token>, or basic auth with the token as the password";
 const BAD_CREDENTIAL: &str = "the credential is not valid (unknown, expired or revoked)";
 const MALFORMED: &str = "the Authorization header is not \"Bearer <token>\" or \"Basic <base64>\"";
 const UNTRUSTED_PEER: &str = "this address is not a trusted proxy; requests must come through the gateway";
@@ -246,15 +247,24 @@ impl TokenSet {
         let mut by_digest = HashMap::new();
         let mut names = BTreeSet::new();
         for (i, t) in file.token.into_iter().enumerate() {
-            let at = |what: &str| format!("token #{} ({:?}): {what}", i + 1, t.name.chars().take(64).collect::<String>());
+            let at = |what: &str| {
+                format!(
+                    "token #{} ({:?}): {what}",
+                    i + 1,
+                    t.name.chars().take(64).collect::<String>()
+                )
+            };
             if t.name.is_empty() || t.name.len() > 128 || t.name.chars().any(char::is_control) {
                 return Err(err(at("name must be 1..=128 characters without control characters")));
             }
             if !names.insert(t.name.clone()) {
                 return Err(err(at("name used twice")));
             }
-            let digest = unhex(&t.sha256.to_ascii_lowercase())
-                .ok_or_else(|| err(at("sha256 must be 64 hex digits (the SHA-256 of the token, `mira token hash`)")))?;
+            let digest = unhex(&t.sha256.to_ascii_lowercase()).ok_or_else(|| {
+                err(at(
+                    "sha256 must be 64 hex digits (the SHA-256 of the token, `mira token hash`)",
+                ))
+            })?;
             if t.tenants.is_empty() {
                 return Err(err(at("tenants is empty")));
             }
@@ -271,7 +281,11 @@ impl TokenSet {
                     Ok(crate::config::TimeArg::At(ns)) => {
                         Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0)))
                     }
-                    _ => return Err(err(at(&format!("expires {s:?} is not an RFC 3339 time (2027-01-01T00:00:00Z)")))),
+                    _ => {
+                        return Err(err(at(&format!(
+                            "expires {s:?} is not an RFC 3339 time (2027-01-01T00:00:00Z)"
+                        ))));
+                    }
                 },
             };
             let grant = Grant {
@@ -326,7 +340,10 @@ pub fn presented_token(headers: &HeaderMap) -> Result<Option<String>, AuthError>
     if values.next().is_some() {
         return Err(AuthError::Unauthenticated("more than one Authorization header"));
     }
-    let value = value.to_str().map_err(|_| AuthError::Unauthenticated(MALFORMED))?.trim();
+    let value = value
+        .to_str()
+        .map_err(|_| AuthError::Unauthenticated(MALFORMED))?
+        .trim();
     let (scheme, rest) = value.split_once(' ').ok_or(AuthError::Unauthenticated(MALFORMED))?;
     let rest = rest.trim();
     let token = if scheme.eq_ignore_ascii_case("bearer") {
@@ -470,10 +487,9 @@ impl Authenticator {
         let mode = match config.mode {
             AuthMode::None => Mode::None,
             AuthMode::Tokens => {
-                let path = config
-                    .tokens_file
-                    .clone()
-                    .ok_or_else(|| ConfigError::new("security.tokens_file", "--auth tokens needs --auth-tokens-file"))?;
+                let path = config.tokens_file.clone().ok_or_else(|| {
+                    ConfigError::new("security.tokens_file", "--auth tokens needs --auth-tokens-file")
+                })?;
                 let set = TokenSet::load(&path).map_err(|e| ConfigError::new("security.tokens_file", e.to_string()))?;
                 Mode::Tokens {
                     path,
@@ -504,7 +520,9 @@ impl Authenticator {
         });
         let auth = Authenticator { mode, metrics, clock };
         if let Mode::Tokens { set, .. } = &auth.mode {
-            auth.metrics.tokens.set(i64::try_from(read(set).len()).unwrap_or(i64::MAX));
+            auth.metrics
+                .tokens
+                .set(i64::try_from(read(set).len()).unwrap_or(i64::MAX));
         }
         Ok(Arc::new(auth))
     }
@@ -542,12 +560,18 @@ impl Authenticator {
                 let n = new.len();
                 *set.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(new);
                 self.metrics.tokens.set(i64::try_from(n).unwrap_or(i64::MAX));
-                self.metrics.reloads.get_or_create(&ReloadLabels { outcome: "ok" }).inc();
+                self.metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels { outcome: "ok" })
+                    .inc();
                 tracing::info!(target: "mira::auth", path = %path.display(), tokens = n, "tokens file reloaded");
                 true
             }
             Err(e) => {
-                self.metrics.reloads.get_or_create(&ReloadLabels { outcome: "error" }).inc();
+                self.metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels { outcome: "error" })
+                    .inc();
                 tracing::error!(target: "mira::auth", error = %e, "tokens file not reloaded; the previous tokens stay in use");
                 false
             }
@@ -619,7 +643,12 @@ impl Authenticator {
                 }
                 let tenant = match header_tenant(headers)? {
                     Some(t) => t,
-                    None if grant.tenants.len() == 1 => grant.tenants.iter().next().cloned().ok_or(AuthError::Forbidden { scope })?,
+                    None if grant.tenants.len() == 1 => grant
+                        .tenants
+                        .iter()
+                        .next()
+                        .cloned()
+                        .ok_or(AuthError::Forbidden { scope })?,
                     None => {
                         return Err(AuthError::BadTenant(
                             "required: this credential is valid for more than one tenant".to_owned(),

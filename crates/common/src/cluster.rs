@@ -353,7 +353,9 @@ mod tests {
         guard
             .check("raft", &with_secret("the-cluster-secret-0123"), &remote)
             .expect("secret");
-        guard.check("raft", &none, &peer("10.0.0.9:4000", true)).expect("member cert");
+        guard
+            .check("raft", &none, &peer("10.0.0.9:4000", true))
+            .expect("member cert");
         for (m, e) in [
             (&none, &remote),
             (&with_secret("the-cluster-secret-0124"), &remote),
@@ -381,6 +383,9 @@ mod tests {
                 .is_err()
         );
         let text = futures::executor::block_on(t.render());
-        assert!(text.contains("mira_cluster_refused_total{service=\"raft\"} 4"), "{text}");
+        assert!(
+            text.contains("mira_cluster_refused_total{service=\"raft\"} 4"),
+            "{text}"
+        );
     }
 }

@@ -121,7 +121,10 @@ impl SecuritySettings {
                 ("security.cluster_ca", self.cluster_ca.is_some()),
             ] {
                 if set {
-                    return Err(ConfigError::new(field, "client certificates need TLS: set --tls-cert and --tls-key"));
+                    return Err(ConfigError::new(
+                        field,
+                        "client certificates need TLS: set --tls-cert and --tls-key",
+                    ));
                 }
             }
         }
@@ -194,7 +197,9 @@ impl SecuritySettings {
             None => None,
         };
         let mut secret = match &self.cluster_secret_file {
-            Some(p) => Some(ClusterSecret::load(p).map_err(|e| ConfigError::new("security.cluster_secret_file", e.to_string()))?),
+            Some(p) => Some(
+                ClusterSecret::load(p).map_err(|e| ConfigError::new("security.cluster_secret_file", e.to_string()))?,
+            ),
             None => None,
         };
         let all_in_one = exposure == Exposure::AllInOne;
@@ -281,13 +286,21 @@ mod tests {
         type Change = fn(&mut SecuritySettings);
         let cases: [(&str, Exposure, Change); 7] = [
             ("security.tokens_file", Exposure::Client, |s| s.auth = AuthMode::Tokens),
-            ("security.trusted_proxies", Exposure::Client, |s| s.auth = AuthMode::TrustedHeader),
+            ("security.trusted_proxies", Exposure::Client, |s| {
+                s.auth = AuthMode::TrustedHeader
+            }),
             ("security.trusted_proxies", Exposure::Client, |s| {
                 s.trusted_proxies = vec!["the gateway".to_owned()]
             }),
-            ("security.tls_key", Exposure::Client, |s| s.tls_cert = Some("c.pem".into())),
-            ("security.tls_client_ca", Exposure::Client, |s| s.tls_client_ca = Some("ca.pem".into())),
-            ("security.reload_interval", Exposure::Client, |s| s.reload_interval = Duration::default()),
+            ("security.tls_key", Exposure::Client, |s| {
+                s.tls_cert = Some("c.pem".into())
+            }),
+            ("security.tls_client_ca", Exposure::Client, |s| {
+                s.tls_client_ca = Some("ca.pem".into())
+            }),
+            ("security.reload_interval", Exposure::Client, |s| {
+                s.reload_interval = Duration::default()
+            }),
             ("security.cluster_secret_file", Exposure::Member, |_| {}),
         ];
         for (field, exposure, change) in cases {
@@ -295,8 +308,12 @@ mod tests {
             change(&mut s);
             assert_eq!(s.validate(exposure).expect_err(field).field, field);
         }
-        SecuritySettings::default().validate(Exposure::Client).expect("defaults for a client");
-        SecuritySettings::default().validate(Exposure::AllInOne).expect("defaults for serve");
+        SecuritySettings::default()
+            .validate(Exposure::Client)
+            .expect("defaults for a client");
+        SecuritySettings::default()
+            .validate(Exposure::AllInOne)
+            .expect("defaults for serve");
         let s = SecuritySettings {
             insecure_cluster: true,
             ..SecuritySettings::default()

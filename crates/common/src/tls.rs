@@ -228,9 +228,7 @@ pub struct PeerInfo {
 impl PeerInfo {
     /// The peer of a request, as the server put it in its extensions.
     pub fn of(extensions: &axum::http::Extensions) -> Option<&PeerInfo> {
-        extensions
-            .get::<axum::extract::ConnectInfo<PeerInfo>>()
-            .map(|c| &c.0)
+        extensions.get::<axum::extract::ConnectInfo<PeerInfo>>().map(|c| &c.0)
     }
 }
 
@@ -382,7 +380,9 @@ impl Listener {
             let mut tcp = tcp;
             let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
             loop {
-                let Ok(slot) = slots.clone().acquire_owned().await else { return };
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let (stream, addr) = accept_tcp(&mut tcp).await;
                 let tls = tls.clone();
                 let tx = tx.clone();
@@ -392,7 +392,9 @@ impl Listener {
                             drop(slot);
                             let _ = tx.send(c).await;
                         }
-                        Err(e) => tracing::debug!(target: "mira::tls", peer = %addr, error = %e, "TLS handshake failed"),
+                        Err(e) => {
+                            tracing::debug!(target: "mira::tls", peer = %addr, error = %e, "TLS handshake failed")
+                        }
                     }
                 });
             }

@@ -108,7 +108,9 @@ mod tests {
         std::fs::write(&p, "a").expect("test setup");
         let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let task = spawn_poll(vec![p.clone()], Duration::from_millis(20), move || {
-            tx.try_send(()).is_ok() && false
+            // One reload, then stop.
+            let _ = tx.try_send(());
+            false
         });
         std::fs::write(&p, "bb").expect("test setup");
         tokio::time::timeout(Duration::from_secs(10), rx.recv())

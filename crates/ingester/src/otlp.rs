@@ -17,9 +17,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BufMut, Bytes};
-use mira_core::convert::{Appended, Limits};
 use mira_common::auth::{Authenticator, Principal, Scope};
 use mira_common::tls::PeerInfo;
+use mira_core::convert::{Appended, Limits};
 use mira_core::ids::{Signal, TenantId};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,

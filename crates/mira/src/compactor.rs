@@ -16,7 +16,9 @@ use mira_compactor::{Compactor, CompactorConfig};
 
 use mira_common::security::{Exposure, SecuritySettings};
 
-use crate::flags::{ConfigFlags, Effective, SecurityFlags, StoreFlags, StoreSettings, catalog_client, secured, set_given};
+use crate::flags::{
+    ConfigFlags, Effective, SecurityFlags, StoreFlags, StoreSettings, catalog_client, secured, set_given,
+};
 
 /// Flags of `mira compactor`.
 #[derive(Debug, Args)]

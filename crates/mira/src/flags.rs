@@ -288,7 +288,8 @@ impl ClusterFlags {
         let mut s = SecuritySettings::default();
         self.apply(&mut s);
         let t = mira_common::telemetry::Telemetry::new();
-        Ok(s.build(Exposure::Client, mira_common::clock::Clock::system(), &t)?.dialer)
+        Ok(s.build(Exposure::Client, mira_common::clock::Clock::system(), &t)?
+            .dialer)
     }
 }
 

@@ -14,7 +14,9 @@ use mira_querier::{Querier, QuerierConfig};
 
 use mira_common::security::{Exposure, SecuritySettings};
 
-use crate::flags::{ConfigFlags, Effective, SecurityFlags, StoreFlags, StoreSettings, catalog_client, secured, set_given};
+use crate::flags::{
+    ConfigFlags, Effective, SecurityFlags, StoreFlags, StoreSettings, catalog_client, secured, set_given,
+};
 
 /// Flags of `mira querier`.
 #[derive(Debug, Args)]

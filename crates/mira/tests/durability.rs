@@ -637,7 +637,8 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     assert!(body.contains("ingester-0"), "the warning names the ingester: {body}");
     // An operator who knows the ingester is gone for good forgets it: the
     // answers are whole again (without its unpublished rows, by choice).
-    let out = p.cli()
+    let out = p
+        .cli()
         .args([
             "catalog-admin",
             "--catalog",

@@ -170,6 +170,7 @@ async fn logs(
             return Err(bad_param("direction", other, "expected backward or forward"));
         }
     };
+    let cursor = p.one("cursor").map(|c| LineKey::decode_for(c, &tenant)).transpose()?;
     let answer = q
         .logs(LogsQuery {
             tenant,
@@ -181,7 +182,7 @@ async fn logs(
             trace_id: None,
             limit: p.num("limit")?.unwrap_or(DEFAULT_LOG_LIMIT),
             order,
-            cursor: p.one("cursor").map(LineKey::decode).transpose()?,
+            cursor,
         })
         .await?;
     Ok(ok_json(&answer))

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use mira_catalog::proto as cpb;
+use mira_common::cluster::{ClusterChannel, Dialer};
 use mira_core::Signal;
 use mira_proto::ingester as ipb;
-use mira_common::cluster::{ClusterChannel, Dialer};
 
 use crate::stats::Stats;
 

@@ -91,11 +91,18 @@ fn tokens_grant_their_tenants_and_scopes_only() {
     // A single-tenant token may omit the header.
     let p = ok(&[("authorization", &bearer(TOKEN_A))], Scope::Write).expect("acme writes");
     assert_eq!((p.tenant.as_str(), p.who.as_str()), ("acme", "collector-acme"));
-    let p = ok(&[("authorization", &bearer(TOKEN_A)), ("x-scope-orgid", "acme")], Scope::Read).expect("reads");
+    let p = ok(
+        &[("authorization", &bearer(TOKEN_A)), ("x-scope-orgid", "acme")],
+        Scope::Read,
+    )
+    .expect("reads");
     assert_eq!(p.tenant.as_str(), "acme");
     // Grafana's basic auth: the token is the password; the user is ignored.
     let p = ok(
-        &[("authorization", &basic("grafana", TOKEN_AB)), ("x-scope-orgid", "beta")],
+        &[
+            ("authorization", &basic("grafana", TOKEN_AB)),
+            ("x-scope-orgid", "beta"),
+        ],
         Scope::Read,
     )
     .expect("basic");
@@ -105,16 +112,34 @@ fn tokens_grant_their_tenants_and_scopes_only() {
 
     // Outside the grant: 403, the same words whether the tenant exists or not.
     for (h, scope) in [
-        (vec![("authorization", bearer(TOKEN_A)), ("x-scope-orgid", "beta".to_owned())], Scope::Read),
-        (vec![("authorization", bearer(TOKEN_A)), ("x-scope-orgid", "nobody".to_owned())], Scope::Read),
-        (vec![("authorization", bearer(TOKEN_AB)), ("x-scope-orgid", "acme".to_owned())], Scope::Write),
+        (
+            vec![("authorization", bearer(TOKEN_A)), ("x-scope-orgid", "beta".to_owned())],
+            Scope::Read,
+        ),
+        (
+            vec![
+                ("authorization", bearer(TOKEN_A)),
+                ("x-scope-orgid", "nobody".to_owned()),
+            ],
+            Scope::Read,
+        ),
+        (
+            vec![
+                ("authorization", bearer(TOKEN_AB)),
+                ("x-scope-orgid", "acme".to_owned()),
+            ],
+            Scope::Write,
+        ),
         (vec![("authorization", bearer(TOKEN_A))], Scope::Admin),
     ] {
         let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let e = ok(&h, scope).expect_err("outside the grant");
         assert_eq!(e, AuthError::Forbidden { scope }, "{h:?}");
         assert_eq!(e.error_code().http_status(), 403);
-        assert!(!e.to_string().contains("beta") && !e.to_string().contains("nobody"), "{e}");
+        assert!(
+            !e.to_string().contains("beta") && !e.to_string().contains("nobody"),
+            "{e}"
+        );
     }
     // A token of several tenants must name one.
     let e = ok(&[("authorization", &bearer(TOKEN_AB))], Scope::Read).expect_err("which tenant");
@@ -173,9 +198,20 @@ fn hostile_tenant_headers_are_400_naming_the_header() {
     let dir = tempfile::tempdir().expect("test setup");
     let auth = tokens_auth(dir.path());
     let open = Authenticator::open();
-    for bad in ["../beta", "acme/../beta", "a b", "ac\u{200b}me", "ａｃｍｅ", "..", &"a".repeat(300)] {
+    for bad in [
+        "../beta",
+        "acme/../beta",
+        "a b",
+        "ac\u{200b}me",
+        "ａｃｍｅ",
+        "..",
+        &"a".repeat(300),
+    ] {
         let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_str(&bearer(TOKEN_A)).expect("test setup"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&bearer(TOKEN_A)).expect("test setup"),
+        );
         // Some of these are not even valid header values; those never
         // reach us. The rest must be refused by name.
         let Ok(v) = HeaderValue::from_str(bad) else { continue };
@@ -187,7 +223,10 @@ fn hostile_tenant_headers_are_400_naming_the_header() {
         }
     }
     let mut h = HeaderMap::new();
-    h.insert(TENANT_HEADER, HeaderValue::from_bytes("ａｃｍｅ".as_bytes()).expect("test setup"));
+    h.insert(
+        TENANT_HEADER,
+        HeaderValue::from_bytes("ａｃｍｅ".as_bytes()).expect("test setup"),
+    );
     assert!(matches!(
         open.authorize(&h, None, Scope::Read, false),
         Err(AuthError::BadTenant(_))
@@ -197,7 +236,9 @@ fn hostile_tenant_headers_are_400_naming_the_header() {
 #[test]
 fn none_mode_takes_the_header_or_the_default() {
     let open = Authenticator::open();
-    let p = open.authorize(&HeaderMap::new(), None, Scope::Write, false).expect("default");
+    let p = open
+        .authorize(&HeaderMap::new(), None, Scope::Write, false)
+        .expect("default");
     assert_eq!(p.tenant.as_str(), "default");
     let e = open
         .authorize(&HeaderMap::new(), None, Scope::Write, true)
@@ -225,13 +266,16 @@ fn trusted_header_believes_only_the_proxies() {
     let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
     for from in ["10.1.2.3", "::1", "::ffff:10.1.9.9"] {
         assert_eq!(
-            auth.authorize(&h, ip(from), Scope::Read, false).expect(from).tenant.as_str(),
+            auth.authorize(&h, ip(from), Scope::Read, false)
+                .expect(from)
+                .tenant
+                .as_str(),
             "acme"
         );
     }
     for from in [Some("10.2.0.1"), Some("127.0.0.1"), None] {
         let e = auth
-            .authorize(&h, from.and_then(|f| ip(f)), Scope::Read, false)
+            .authorize(&h, from.and_then(&ip), Scope::Read, false)
             .expect_err("not a proxy");
         assert!(matches!(e, AuthError::Unauthenticated(_)), "{from:?}");
     }
@@ -254,14 +298,44 @@ fn bad_tokens_files_are_refused_naming_the_entry() {
     let p = Path::new("/etc/mira/tokens.toml");
     let h = hash_token("x");
     for (text, words) in [
-        ("[[token]]\nname = \"a\"\nsha256 = \"abc\"\ntenants = [\"acme\"]\nscopes = [\"read\"]\n", "64 hex"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = []\nscopes = [\"read\"]\n"), "tenants is empty"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"../x\"]\nscopes = [\"read\"]\n"), "tenants"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"root\"]\n"), "root"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = []\n"), "scopes is empty"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\nexpires = \"soon\"\n"), "expires"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\n[[token]]\nname = \"b\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\n"), "listed twice"),
-        (&*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\ntoken = \"plain\"\n"), "token"),
+        (
+            "[[token]]\nname = \"a\"\nsha256 = \"abc\"\ntenants = [\"acme\"]\nscopes = [\"read\"]\n",
+            "64 hex",
+        ),
+        (
+            &*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = []\nscopes = [\"read\"]\n"),
+            "tenants is empty",
+        ),
+        (
+            &*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"../x\"]\nscopes = [\"read\"]\n"),
+            "tenants",
+        ),
+        (
+            &*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"root\"]\n"),
+            "root",
+        ),
+        (
+            &*format!("[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = []\n"),
+            "scopes is empty",
+        ),
+        (
+            &*format!(
+                "[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\nexpires = \"soon\"\n"
+            ),
+            "expires",
+        ),
+        (
+            &*format!(
+                "[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\n[[token]]\nname = \"b\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\n"
+            ),
+            "listed twice",
+        ),
+        (
+            &*format!(
+                "[[token]]\nname = \"a\"\nsha256 = \"{h}\"\ntenants = [\"x\"]\nscopes = [\"read\"]\ntoken = \"plain\"\n"
+            ),
+            "token",
+        ),
         ("[[token]]\nname = \"a\"\n", "sha256"),
         ("not toml at all [", "tokens file"),
     ] {
@@ -302,6 +376,7 @@ async fn a_changed_file_is_reloaded_and_a_broken_one_keeps_the_old_tokens() {
     std::fs::write(&path, "[[token]]\nbroken").expect("test setup");
     assert!(!auth.reload());
     let r = headers(&[("authorization", &bearer("replacement"))]);
-    auth.authorize(&r, None, Scope::Read, false).expect("still the last good file");
+    auth.authorize(&r, None, Scope::Read, false)
+        .expect("still the last good file");
     watcher.abort();
 }

@@ -67,7 +67,11 @@ async fn who(s: &mut Stream) -> io::Result<String> {
         if let Some((head, body)) = text.split_once("\r\n\r\n") {
             let len: usize = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
             if body.len() >= len {
@@ -99,7 +103,10 @@ async fn a_rotated_certificate_is_served_to_new_connections_while_old_ones_stay(
     let config = client_config(&ca, None);
     let mut kept = connect(srv.addr(), config.clone()).await.expect("connect");
     assert_eq!(peer_cert(&kept), first.der);
-    assert_eq!(who(&mut kept).await.expect("request"), "tls=true cert=false member=false");
+    assert_eq!(
+        who(&mut kept).await.expect("request"),
+        "tls=true cert=false member=false"
+    );
 
     let second = ca.leaf("second");
     second.write(dir.path(), "server");
@@ -109,23 +116,31 @@ async fn a_rotated_certificate_is_served_to_new_connections_while_old_ones_stay(
         if peer_cert(&fresh) == second.der {
             break;
         }
-        assert!(Instant::now() < deadline, "new connections never got the rotated certificate");
+        assert!(
+            Instant::now() < deadline,
+            "new connections never got the rotated certificate"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The connection made before the rotation still answers.
-    assert_eq!(who(&mut kept).await.expect("old connection"), "tls=true cert=false member=false");
+    assert_eq!(
+        who(&mut kept).await.expect("old connection"),
+        "tls=true cert=false member=false"
+    );
     assert_eq!(peer_cert(&kept), first.der);
 
     // A half-written rotation (a key that does not match) keeps the one in use.
     let third = ca.leaf("third");
     mira_testkit::certs::write_atomic(&dir.path().join("server.crt"), &third.cert_pem);
-    assert!(!ServerTls::load(ServerFiles {
-        cert: dir.path().join("server.crt"),
-        key: dir.path().join("server.key"),
-        client_ca: None,
-        cluster_ca: None,
-    })
-    .is_ok());
+    assert!(
+        ServerTls::load(ServerFiles {
+            cert: dir.path().join("server.crt"),
+            key: dir.path().join("server.key"),
+            client_ca: None,
+            cluster_ca: None,
+        })
+        .is_err()
+    );
     let fresh = connect(srv.addr(), config).await.expect("still served");
     assert_eq!(peer_cert(&fresh), second.der);
     srv.shutdown().await;
@@ -147,7 +162,9 @@ async fn client_certificates_are_required_and_checked() {
     assert!(tls.requires_client_cert());
     let srv = server(tls).await;
     let good = ca.leaf("client");
-    let mut s = connect(srv.addr(), client_config(&ca, Some(&good))).await.expect("connect");
+    let mut s = connect(srv.addr(), client_config(&ca, Some(&good)))
+        .await
+        .expect("connect");
     assert_eq!(who(&mut s).await.expect("request"), "tls=true cert=true member=false");
     // Without a certificate, with one of another CA, with an expired one:
     // refused (TLS 1.3 reports a refused client certificate on the first read).
@@ -176,9 +193,14 @@ async fn a_cluster_ca_marks_members_without_requiring_certificates() {
     .expect("load");
     let srv = server(tls).await;
     let mut anon = connect(srv.addr(), client_config(&ca, None)).await.expect("connect");
-    assert_eq!(who(&mut anon).await.expect("request"), "tls=true cert=false member=false");
+    assert_eq!(
+        who(&mut anon).await.expect("request"),
+        "tls=true cert=false member=false"
+    );
     let member = cluster.leaf("catalog-1");
-    let mut m = connect(srv.addr(), client_config(&ca, Some(&member))).await.expect("connect");
+    let mut m = connect(srv.addr(), client_config(&ca, Some(&member)))
+        .await
+        .expect("connect");
     assert_eq!(who(&mut m).await.expect("request"), "tls=true cert=true member=true");
     srv.shutdown().await;
 }

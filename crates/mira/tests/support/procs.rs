@@ -280,9 +280,19 @@ impl Procs {
         let objects = format!("file://{}", self.objects().display());
         let p = &self.procs[i];
         let log = std::fs::File::create(self.root.path().join(format!("{}.{}.log", p.name, self.starts))).expect("log");
-        let child = p
-            .command(&catalogs, &peers, &objects)
-            .env(SECRET_ENV, self.root.path().join(SECRET_FILE))
+        let mut cmd = p.command(&catalogs, &peers, &objects);
+        // The harness's secret unless the process's environment names
+        // another (an empty value: none at all).
+        match p.env.iter().find(|(k, _)| k == SECRET_ENV) {
+            None => {
+                cmd.env(SECRET_ENV, self.root.path().join(SECRET_FILE));
+            }
+            Some((_, v)) if v.is_empty() => {
+                cmd.env_remove(SECRET_ENV);
+            }
+            Some(_) => {}
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
