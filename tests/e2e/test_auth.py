@@ -103,7 +103,7 @@ def send_logs(exporter, bodies, name):
 def lines(serve, headers, **params):
     status, body = serve.api("logs", headers=headers, limit=1000, **params)
     assert status == 200, body
-    return {line["body"] if isinstance(line["body"], str) else str(line["body"]) for line in body["lines"]}
+    return {line["record"]["body"].get("stringValue") for line in body["lines"]}
 
 
 def setup_tls(tmp_path):

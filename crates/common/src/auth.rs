@@ -197,7 +197,7 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 struct TokenEntry {
     /// Who holds it (logged on refusals, never sent).
     name: String,
-    /// Hex SHA-256 of the token (`mira token hash`).
+    /// Hex SHA-256 of the token.
     sha256: String,
     tenants: Vec<String>,
     scopes: Vec<Scope>,
@@ -262,7 +262,7 @@ impl TokenSet {
             }
             let digest = unhex(&t.sha256.to_ascii_lowercase()).ok_or_else(|| {
                 err(at(
-                    "sha256 must be 64 hex digits (the SHA-256 of the token, `mira token hash`)",
+                    "sha256 must be 64 hex digits (the SHA-256 of the token: printf %s TOKEN | sha256sum)",
                 ))
             })?;
             if t.tenants.is_empty() {
