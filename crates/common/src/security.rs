@@ -172,12 +172,18 @@ impl SecuritySettings {
         tasks.extend(auth.watch(every));
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
-                let t = ServerTls::load(ServerFiles {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    client_ca: self.tls_client_ca.clone(),
-                    cluster_ca: self.cluster_ca.clone(),
-                })
+                // `mira serve` without --tls-ca: its roles call each other
+                // in plain TCP on loopback.
+                let plain_loopback = exposure == Exposure::AllInOne && self.tls_ca.is_none();
+                let t = ServerTls::load_with(
+                    ServerFiles {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        client_ca: self.tls_client_ca.clone(),
+                        cluster_ca: self.cluster_ca.clone(),
+                    },
+                    plain_loopback,
+                )
                 .map_err(|e| ConfigError::new("security.tls_cert", e.to_string()))?;
                 tasks.push(t.watch(every));
                 Some(t)

@@ -120,6 +120,9 @@ struct Loaded {
 pub struct ServerTls {
     files: ServerFiles,
     current: RwLock<Arc<Loaded>>,
+    /// Loopback peers may also speak plain TCP (`mira serve`, whose own
+    /// roles call each other on loopback).
+    plain_loopback: bool,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -168,10 +171,19 @@ fn build_server(files: &ServerFiles) -> Result<Loaded, TlsError> {
 impl ServerTls {
     /// Reads the files once; [`ServerTls::watch`] follows their changes.
     pub fn load(files: ServerFiles) -> Result<Arc<ServerTls>, TlsError> {
+        ServerTls::load_with(files, false)
+    }
+
+    /// [`ServerTls::load`]; with `plain_loopback`, a connection from a
+    /// loopback address whose first byte is not a TLS handshake is served
+    /// in plain TCP (`mira serve`: its roles call each other on loopback
+    /// without a CA to check each other's certificate).
+    pub fn load_with(files: ServerFiles, plain_loopback: bool) -> Result<Arc<ServerTls>, TlsError> {
         let loaded = build_server(&files)?;
         Ok(Arc::new(ServerTls {
             files,
             current: RwLock::new(Arc::new(loaded)),
+            plain_loopback,
         }))
     }
 
@@ -334,7 +346,28 @@ async fn accept_tcp(listener: &mut TcpListener) -> (TcpStream, SocketAddr) {
     (tcp, addr)
 }
 
+/// The first byte of a TLS connection (a handshake record).
+const TLS_HANDSHAKE: u8 = 0x16;
+
 async fn handshake(tls: &ServerTls, tcp: TcpStream, addr: SocketAddr) -> Result<(Conn, PeerInfo), String> {
+    if tls.plain_loopback && addr.ip().is_loopback() {
+        let mut first = [0u8; 1];
+        let n = tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first))
+            .await
+            .map_err(|_| format!("nothing sent within {HANDSHAKE_TIMEOUT:?}"))?
+            .map_err(|e| e.to_string())?;
+        if n == 1 && first[0] != TLS_HANDSHAKE {
+            return Ok((
+                Conn::Plain(tcp),
+                PeerInfo {
+                    addr,
+                    tls: false,
+                    client_cert: false,
+                    cluster_member: false,
+                },
+            ));
+        }
+    }
     let loaded = tls.loaded();
     let acceptor = tokio_rustls::TlsAcceptor::from(loaded.config.clone());
     let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))

@@ -260,3 +260,34 @@ async fn bad_files_are_named() {
     .expect_err("junk CA");
     assert!(e.to_string().contains("junk.pem"), "{e}");
 }
+
+#[tokio::test]
+async fn serve_takes_plain_tcp_from_loopback_beside_tls() {
+    let dir = tempfile::tempdir().expect("test setup");
+    let ca = Ca::new("ca");
+    let (cert, key) = ca.leaf("server").write(dir.path(), "server");
+    let files = ServerFiles {
+        cert,
+        key,
+        client_ca: None,
+        cluster_ca: None,
+    };
+    for (plain_loopback, answered) in [(true, true), (false, false)] {
+        let srv = server(ServerTls::load_with(files.clone(), plain_loopback).expect("load")).await;
+        let mut tcp = TcpStream::connect(srv.addr()).await.expect("connect");
+        tcp.write_all(b"GET /who HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(20), tcp.read(&mut buf))
+            .await
+            .expect("an answer or a close")
+            .unwrap_or(0);
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert_eq!(text.contains("tls=false"), answered, "{plain_loopback}: {text}");
+        // TLS still works beside it.
+        let mut s = connect(srv.addr(), client_config(&ca, None)).await.expect("tls");
+        assert_eq!(who(&mut s).await.expect("request"), "tls=true cert=false member=false");
+        srv.shutdown().await;
+    }
+}
