@@ -44,11 +44,16 @@ def wait_until(what, check, timeout=60):
 
 
 def get_json(url, headers=None, context=None):
-    """(status, parsed JSON body) of a GET (over TLS with `context`)."""
+    """(status, parsed JSON body) of a GET (over TLS with `context`); a
+    body that is not JSON comes back as text."""
     req = urllib.request.Request(url, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=30, context=context) as r:
-            return r.status, json.loads(r.read())
+            body = r.read()
+            try:
+                return r.status, json.loads(body)
+            except ValueError:
+                return r.status, body.decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         body = e.read()
         try:

@@ -70,9 +70,9 @@ def raw_get(serve, path, headers, **params):
     url = f"http://{serve.query}{path}?{urllib.parse.urlencode(params, doseq=True)}"
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
-            return r.status, r.read().decode()
+            return r.status, r.read().decode("latin-1")
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+        return e.code, e.read().decode("latin-1")
 
 
 def requests(now_s):
