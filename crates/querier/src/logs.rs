@@ -555,7 +555,7 @@ mod tests {
                 trace_id: None,
                 limit,
                 order,
-                cursor: cursor.map(|c| LineKey::decode(c).expect("cursor")),
+                cursor: cursor.map(|c| LineKey::decode_for(c, tenant).expect("cursor")),
             };
             let answer = self.querier.logs(q).await.expect("query");
             let bodies = answer
