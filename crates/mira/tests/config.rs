@@ -174,11 +174,20 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         (&["querier", "--auth", "tokens"][..], "security.tokens_file"),
         (&["serve", "--auth", "trusted-header"][..], "security.trusted_proxies"),
         (
-            &["ingester", "--auth", "trusted-header", "--auth-trusted-proxies", "gateway"][..],
+            &[
+                "ingester",
+                "--auth",
+                "trusted-header",
+                "--auth-trusted-proxies",
+                "gateway",
+            ][..],
             "security.trusted_proxies",
         ),
         (&["querier", "--tls-cert", "/tls/tls.crt"][..], "security.tls_key"),
-        (&["catalog", "--tls-client-ca", "/tls/ca.crt"][..], "security.tls_client_ca"),
+        (
+            &["catalog", "--tls-client-ca", "/tls/ca.crt"][..],
+            "security.tls_client_ca",
+        ),
         (&["serve", "--reload-interval", "0s"][..], "security.reload_interval"),
     ] {
         let mut with_check = args.to_vec();
