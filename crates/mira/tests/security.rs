@@ -286,6 +286,46 @@ async fn members_over_tls_recognise_each_other_by_certificate_alone() {
             .await
             .is_err()
     );
+    // The ingester's recent data over TLS, dialled the way the querier
+    // dials it: a member certificate is answered, TLS alone is not.
+    let dialer = |tls_cert: Option<(&std::path::Path, &std::path::Path)>| {
+        SecuritySettings {
+            tls_ca: Some(both.clone()),
+            tls_cert: tls_cert.map(|(c, _)| c.to_path_buf()),
+            tls_key: tls_cert.map(|(_, k)| k.to_path_buf()),
+            ..SecuritySettings::default()
+        }
+        .build(
+            Exposure::Client,
+            mira_common::clock::Clock::system(),
+            &mira_common::telemetry::Telemetry::new(),
+        )
+        .expect("dialer")
+        .dialer
+    };
+    let ask = ipb::RecentRequest {
+        tenant: "default".to_owned(),
+        signal: pb::Signal::Logs as i32,
+        min_time_ns: 0,
+        max_time_ns: i64::MAX,
+    };
+    let grpc = p[i].grpc.clone();
+    let member_dialer = dialer(Some((&cert, &key)));
+    wait_for("recent data over mutual TLS", Duration::from_secs(60), || async {
+        let channel = member_dialer.channel(&grpc, Duration::from_secs(1)).ok()?;
+        ipb::recent_client::RecentClient::new(channel)
+            .query(ask.clone())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    let channel = dialer(None).channel(&grpc, Duration::from_secs(1)).expect("channel");
+    let e = ipb::recent_client::RecentClient::new(channel)
+        .query(ask)
+        .await
+        .expect_err("TLS without a member certificate");
+    assert_eq!(e.code(), Code::Unauthenticated);
     // Plain TCP to a TLS port gets nowhere.
     let plain = CatalogClient::new(
         vec![p[c].addr.clone()],
