@@ -337,3 +337,24 @@ def test_none_beyond_loopback_is_warned_about(tmp_path):
         wait_until("the warning", lambda: "beyond loopback" in serve.log())
     finally:
         serve.kill()
+
+
+def test_loadgen_sends_its_token(tmp_path):
+    import re
+    import subprocess
+
+    from serve_proc import MIRA
+    tokens = str(tmp_path / "tokens.toml")
+    write_tokens(tokens, ["writer-acme"])
+    serve = Serve("--auth", "tokens", "--auth-tokens-file", tokens)
+    try:
+        def acked(*extra):
+            out = subprocess.run([MIRA, "loadgen", "--target", serve.grpc, "--protocol", "grpc", "--conns", "1",
+                                  "--batch", "10", "--for", "1", "--rate", "20", *extra],
+                                 capture_output=True, text=True, timeout=120, check=True).stdout
+            return int(re.search(r"acked (\d+) requests", out).group(1))
+        assert acked("--tenant", "acme", "--token", token("writer-acme")) > 0
+        assert acked("--tenant", "acme") == 0
+        assert acked("--tenant", "beta", "--token", token("writer-acme")) == 0
+    finally:
+        serve.kill()
