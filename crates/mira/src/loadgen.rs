@@ -270,12 +270,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         if let Some(t) = &args.token {
             headers.push(("authorization", format!("Bearer {t}")));
         }
-        let (target, protocol, signal, batch) = (
-            args.target.clone(),
-            args.protocol,
-            args.signal,
-            args.batch,
-        );
+        let (target, protocol, signal, batch) = (args.target.clone(), args.protocol, args.signal, args.batch);
         tasks.push(tokio::spawn(async move {
             let mut grpc: Option<tonic::client::Grpc<tonic::transport::Channel>> = None;
             let mut http: Option<HttpConn> = None;
