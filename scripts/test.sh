@@ -23,13 +23,13 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked "${FEATURES[@]}" 2>&1 | tee "$log"
 
-echo "== end-to-end (OpenTelemetry Python SDK exporters against target/debug/mira)"
+echo "== end-to-end (OpenTelemetry Python SDK exporters against target/debug/mira) and the Helm chart (tests/chart)"
 scripts/python-env.sh
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 # target/debug/mira was built by `cargo test` above (the integration
 # tests run it), with the same features: nothing is built twice.
-MIRA_BIN="$PWD/target/debug/mira" .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider 2>&1 | tee "$pylog"
+MIRA_BIN="$PWD/target/debug/mira" .venv/bin/python -m pytest tests/e2e tests/chart -q -p no:cacheprovider 2>&1 | tee "$pylog"
 
 echo "== crash soak (3 trials, one with a catalog leader kill; the full run is scripts/measure/crash-soak.sh 20)"
 soaklog=$(mktemp)

@@ -10,8 +10,10 @@
 # (no OTLP ingest). Not part of CI.
 # Usage: scripts/measure/offload-cycle.sh
 # Environment: MIRA_PHASES (cycle,list,retention,ingest), CYCLE_BYTES
-# (3300MiB), INGEST_S (10), INGEST_WINDOWS (ABABABABA: A loadgen alone, B with
-# the compactor), INGEST_OFFLOAD_BYTES ((B windows + 0.5) x INGEST_S x 50MiB),
+# (3300MiB), INGEST_S (10), INGEST_MAX_B (20), INGEST_OFFLOAD_BYTES
+# (3.5 x INGEST_S x 50MiB), INGEST_RETENTION_BLOCKS (30000), INGEST_STAGES
+# (sweep,offload), COMPACTOR_FLAGS,
+# COMP_PREFIX,
 # LIST_BLOCKS (10000),
 # RETENTION_BLOCKS (100000), RESTORE_RATE (0: no limit),
 # MIRA_SCRATCH (a directory on the volume to measure; default $TMPDIR),

@@ -21,12 +21,18 @@
   with `--deletion-grace 0s` (the purge); the catalog's command counters
   (mira_catalog_command_duration_seconds_count) before and after each.
 - ingest: `mira loadgen` at 4 connections against `mira serve
-  --no-compactor` in windows of INGEST_S seconds (10), INGEST_WINDOWS
-  (ABABABABA):
-  alone (A), and while `mira compactor --once --offload-rate 50MiB` runs
-  (B; SIGSTOP outside them): its first round drops 100,000 expired rows,
-  then it offloads INGEST_OFFLOAD_BYTES ((B windows + 0.5) x INGEST_S x 50 MiB) of cold
-  blocks. Mean B over mean A, each B over the A windows beside it, each
+  --no-compactor` in windows of INGEST_S seconds (10), alternating alone
+  (A) and while a `mira compactor --once` runs (B; SIGSTOP outside them),
+  until the compactor finishes (at most INGEST_MAX_B, 20, B windows), after
+  one warm-up window, in two stages, each in a fresh serve: the retention
+  sweep of INGEST_RETENTION_BLOCKS (30,000) expired rows, and
+  an offload at --offload-rate 50MiB of INGEST_OFFLOAD_BYTES (3.5 x
+  INGEST_S x 50 MiB) of cold blocks to a target in INGEST_TARGET_DIR
+  (/dev/shm: a second store, not the ingester's disk). COMPACTOR_FLAGS adds flags to both
+  compactors, COMP_PREFIX a command prefix, INGEST_STAGES picks the
+  stages (sweep,offload); each stage ingests ~170 MiB/s of loadgen data
+  into the scratch volume for as long as it runs. Per
+  stage: mean B over mean A, each B over the A windows beside it, each
   window's cores, copy rate and catalog commands.
 
 Every phase prints its figures with the ratio to its baseline.
@@ -352,43 +358,20 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def phase_ingest(scratch):
-    """Windows A B A B A of INGEST_S seconds: A is loadgen alone, B loadgen
-    while the compactor sweeps and offloads (SIGSTOP between its windows,
-    SIGCONT in them), so both kinds of window see the same machine."""
-    secs = int(os.environ.get("INGEST_S", "10"))
-    windows = os.environ.get("INGEST_WINDOWS", "ABABABABA")
-    total = env_bytes("INGEST_OFFLOAD_BYTES", f"{int((windows.count('B') + 0.5) * secs * 50)}MiB")
-    n = int(os.environ.get("RETENTION_BLOCKS", "100000"))
-    root = os.path.join(scratch, "ingest")
-    os.makedirs(os.path.join(root, "serve"))
-    serve = Serve("--no-compactor", data_dir=os.path.join(root, "serve"))
-    data = os.path.join(serve.dir, "data")
-    archive = os.path.join(root, "archive")
+def ingest_windows(serve, args, log, secs, archive, max_b):
+    """Windows A B A B ... A of `secs`: A is loadgen alone, B loadgen while
+    the compactor process `args` runs (SIGSTOP between B windows, SIGCONT
+    in them), until the compactor has finished or `max_b` B windows ran.
+    Returns (rows, the compactor's JSON summary)."""
     comp = None
+    rows = []
     try:
-        g = gen("blocks", "--catalog", serve.catalog, "--store", os.path.join(data, "objects"), "--tenant", "cycle",
-                "--bytes", str(total), "--days-back", "3d")
-        r = gen("rows", "--catalog", serve.catalog, "--blocks", str(n), "--tenants", "10", "--tenant-prefix", "old",
-                "--days-back", "8d")
-        compact_once(serve.catalog, data, archive)  # registers the target
-        mira("policy", "set", "cycle-offload", "--catalog", serve.catalog, "--kind", "offload", "--tenant", "cycle",
-             "--after", "1d", "--target", "archive")
-        mira("policy", "set", "old-7d", "--catalog", serve.catalog, "--retain", "7d", "--tenant-glob", "old*")
-        print(f"# ingest: loadgen 4 connections, batch 8192, OTLP/gRPC into mira serve --no-compactor, windows of "
-              f"{secs} s, A alone and B with `mira compactor --once --offload-rate 50MiB` (stopped outside B); its "
-              f"first round drops {r['blocks']} expired rows, then offloads {g['blocks']} blocks, "
-              f"{g['bytes'] / MIB:.0f} MiB")
-        log = open(os.path.join(root, "compactor.log"), "w")
-        listen = f"127.0.0.1:{free_port()}"
-        args = compactor_args(serve.catalog, data, archive, "--once", "--offload-rate", "50MiB",
-                              "--min-block-age", "1h")
-        args[args.index("--compactor-listen") + 1] = listen
-        rows = []
-        for i, kind in enumerate(windows):
+        kind = "A"
+        while True:
             if kind == "B":
                 if comp is None:
-                    comp = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+                    comp = subprocess.Popen(os.environ.get("COMP_PREFIX", "").split() + args,
+                                            stdout=subprocess.PIPE, stderr=log, text=True)
                 else:
                     comp.send_signal(signal.SIGCONT)
             arch0, serve0 = sum(files_under(archive).values()), cpu_s(serve.proc.pid)
@@ -406,36 +389,106 @@ def phase_ingest(scratch):
             copied = (sum(files_under(archive).values()) - arch0) / MIB / wall
             rows.append((kind, rate, (cpu_s(serve.proc.pid) - serve0) / wall, comp_cpu, copied,
                          running or kind == "A", out, cmds, cmd_s))
+            if kind == "A" and comp is not None and (comp.poll() is not None
+                                                      or sum(r[0] == "B" for r in rows) >= max_b):
+                break
+            kind = "B" if kind == "A" else "A"
         comp.send_signal(signal.SIGCONT)
         summary = json.loads(comp.communicate(timeout=3600)[0].strip().splitlines()[-1])
-        base = statistics.mean(x[1] for x in rows if x[0] == "A")
-        loaded = statistics.mean(x[1] for x in rows if x[0] == "B")
-        print(f"{'window':<8} {'records/s':>12} {'x mean A':>9} {'x its As':>9} {'serve cores':>12} "
-              f"{'compactor cores':>16} {'copied MiB/s':>13} {'catalog cmds':>13} {'catalog cmd s':>14}")
-        ratios = []
-        for i, (kind, rate, sc, cc, copied, ok, _, cmds, cmd_s) in enumerate(rows):
-            # A B window against the A windows on either side of it.
-            near = [rows[j][1] for j in (i - 1, i + 1) if 0 <= j < len(rows) and rows[j][0] == "A"]
-            local = rate / statistics.mean(near) if kind == "B" and near else 1.0
-            if kind == "B":
-                ratios.append(local)
-            note = "" if ok else "  (the compactor had finished)"
-            print(f"{kind:<8} {rate:>12,.0f} {rate / base:>9.3f} {local:>9.3f} {sc:>12.2f} {cc:>16.2f} "
-                  f"{copied:>13.1f} {int(sum(cmds.values())):>13} {cmd_s:>14.2f}{note}")
-            print(f"#          catalog commands {json.dumps({k: int(v) for k, v in cmds.items()})}")
-        print(f"mean B / mean A: {loaded / base:.3f}; B against its neighbours: first (the sweep) {ratios[0]:.3f}, "
-              f"the rest {', '.join(f'{x:.3f}' for x in ratios[1:])} (target >= 0.9)")
-        print(f"#   the compactor: {summary['lifecycle']['dropped_blocks']} blocks dropped, "
-              f"{summary['lifecycle']['offloaded_blocks']} offloaded; errors {summary['lifecycle']['errors'][:3]}")
-        for kind, *_rest in rows:
-            print(f"#   {kind} loadgen: {_rest[5].splitlines()[-1]}")
+        return rows, summary
     finally:
         if comp is not None and comp.poll() is None:
             comp.send_signal(signal.SIGCONT)
             comp.kill()
             comp.wait()
-        serve.kill()
-        shutil.rmtree(root, ignore_errors=True)
+
+
+def print_windows(title, rows):
+    base = statistics.mean(x[1] for x in rows if x[0] == "A")
+    print(f"## {title}")
+    print(f"{'window':<8} {'records/s':>12} {'x mean A':>9} {'x its As':>9} {'serve cores':>12} "
+          f"{'compactor cores':>16} {'copied MiB/s':>13} {'catalog cmds':>13} {'catalog cmd s':>14}")
+    ratios = []
+    for i, (kind, rate, sc, cc, copied, ok, _, cmds, cmd_s) in enumerate(rows):
+        # A B window against the A windows on either side of it.
+        near = [rows[j][1] for j in (i - 1, i + 1) if 0 <= j < len(rows) and rows[j][0] == "A"]
+        local = rate / statistics.mean(near) if kind == "B" and near else 1.0
+        if kind == "B" and ok:
+            ratios.append(local)
+        note = "" if ok else "  (the compactor had finished)"
+        print(f"{kind:<8} {rate:>12,.0f} {rate / base:>9.3f} {local:>9.3f} {sc:>12.2f} {cc:>16.2f} "
+              f"{copied:>13.1f} {int(sum(cmds.values())):>13} {cmd_s:>14.2f}{note}")
+        print(f"#          catalog commands {json.dumps({k: int(v) for k, v in cmds.items()})}")
+    busy = [x[1] for x in rows if x[0] == "B" and x[5]]
+    print(f"{title}: mean B (compactor running) / mean A: {statistics.mean(busy) / base:.3f}; each B against its "
+          f"neighbours: {', '.join(f'{x:.3f}' for x in ratios)}; lowest {min(ratios):.3f} (target >= 0.9)")
+    for kind, *_rest in rows:
+        print(f"#   {kind} loadgen: {_rest[5].splitlines()[-1]}")
+
+
+def phase_ingest(scratch):
+    """Two stages, each in a fresh `mira serve --no-compactor` (so the
+    scratch volume holds one stage's ingest at a time) and each windows A B
+    A B ... A of INGEST_S seconds after one warm-up window (A: loadgen
+    alone; B: loadgen while a `mira compactor --once` runs, SIGSTOP outside
+    B, so both kinds of window see the same machine) until that compactor
+    finishes: the retention sweep of INGEST_RETENTION_BLOCKS expired rows,
+    and an offload at --offload-rate 50MiB of INGEST_OFFLOAD_BYTES of cold
+    blocks."""
+    secs = int(os.environ.get("INGEST_S", "10"))
+    max_b = int(os.environ.get("INGEST_MAX_B", "20"))
+    total = env_bytes("INGEST_OFFLOAD_BYTES", f"{int(3.5 * secs * 50)}MiB")
+    n = int(os.environ.get("INGEST_RETENTION_BLOCKS", "30000"))
+    extra = os.environ.get("COMPACTOR_FLAGS", "").split()
+    print(f"# ingest: loadgen 4 connections, batch 8192, OTLP/gRPC into mira serve --no-compactor, windows of "
+          f"{secs} s after a warm-up window, A alone and B with `mira compactor --once` (stopped outside B)"
+          f"{' ' + ' '.join(extra) if extra else ''}"
+          f"{' under ' + os.environ['COMP_PREFIX'] if os.environ.get('COMP_PREFIX') else ''}")
+    for stage in os.environ.get("INGEST_STAGES", "sweep,offload").split(","):
+        root = os.path.join(scratch, "ingest")
+        os.makedirs(os.path.join(root, "serve"))
+        serve = Serve("--no-compactor", data_dir=os.path.join(root, "serve"))
+        data = os.path.join(serve.dir, "data")
+        # The target stands for a second store (a bucket elsewhere): by
+        # default a directory in /dev/shm, so the copy does not write to the
+        # disk the ingester's WAL and blocks go to, which a remote target
+        # never does.
+        archive_root = tempfile.mkdtemp(prefix="mira-ingest-archive-",
+                                        dir=os.environ.get("INGEST_TARGET_DIR", "/dev/shm"))
+        archive = os.path.join(archive_root, "archive")
+        try:
+            def args(*flags):
+                a = compactor_args(serve.catalog, data, archive, "--once", "--min-block-age", "1h", *flags, *extra)
+                a[a.index("--compactor-listen") + 1] = f"127.0.0.1:{free_port()}"
+                return a
+
+            log = open(os.path.join(root, "compactor.log"), "w")
+            if stage == "sweep":
+                r = gen("rows", "--catalog", serve.catalog, "--blocks", str(n), "--tenants", "10",
+                        "--tenant-prefix", "old", "--days-back", "8d")
+                compact_once(serve.catalog, data, archive)  # registers the target
+                mira("policy", "set", "old-7d", "--catalog", serve.catalog, "--retain", "7d", "--tenant-glob", "old*")
+                title, flags = f"retention sweep of {r['blocks']} expired blocks", ()
+            else:
+                g = gen("blocks", "--catalog", serve.catalog, "--store", os.path.join(data, "objects"), "--tenant",
+                        "cycle", "--bytes", str(total), "--days-back", "3d")
+                compact_once(serve.catalog, data, archive)  # registers the target
+                mira("policy", "set", "cycle-offload", "--catalog", serve.catalog, "--kind", "offload", "--tenant",
+                     "cycle", "--after", "1d", "--target", "archive")
+                title = f"offload of {g['blocks']} blocks, {g['bytes'] / MIB:.0f} MiB at --offload-rate 50MiB"
+                flags = ("--offload-rate", "50MiB")
+            warm, _ = loadgen(serve, secs)
+            print(f"# {stage}: warm-up window {warm:,.0f} records/s (not counted)")
+            rows, summary = ingest_windows(serve, args(*flags), log, secs, archive, max_b)
+            print_windows(title, rows)
+            life = summary["lifecycle"]
+            print(f"#   the compactor: {life['dropped_blocks']} blocks dropped, {life['offloaded_blocks']} offloaded; "
+                  f"errors {life['errors'][:3]}")
+            sys.stdout.flush()
+        finally:
+            serve.kill()
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(archive_root, ignore_errors=True)
 
 
 def main():

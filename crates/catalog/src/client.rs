@@ -342,7 +342,26 @@ impl CatalogClient {
     /// Registers offload target names policies may name.
     pub async fn register_offload_targets(&self, names: Vec<String>) -> Result<u64, ClientError> {
         Ok(self
-            .write(Command::RegisterOffloadTargets(pb::RegisterOffloadTargets { names }))
+            .write(Command::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names,
+                checks: Vec::new(),
+            }))
+            .await?
+            .version)
+    }
+
+    /// Registers offload targets with a reachability check of each (the
+    /// names are the checks').
+    pub async fn register_offload_target_checks(
+        &self,
+        checks: Vec<pb::OffloadTargetCheck>,
+    ) -> Result<u64, ClientError> {
+        let names = checks.iter().map(|c| c.name.clone()).collect();
+        Ok(self
+            .write(Command::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names,
+                checks,
+            }))
             .await?
             .version)
     }

@@ -191,6 +191,23 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// This member's data directory is empty, but its peers know the id
+    /// with another data directory: it was lost (a deleted PVC). Voting
+    /// again under the id would break Raft's safety, so the member does
+    /// not start.
+    #[error(
+        "catalog member {node_id} refuses to start: its data directory {data_dir} is empty, but member {peer} \
+         knows member {node_id} as data directory incarnation {incarnation:?}, so this member lost its data. \
+         Remove the id from the cluster first (mira catalog-admin set-members with every other member), then \
+         start this member again to rejoin as a new one and add it back with set-members \
+         (docs/operations.md, \"A catalog member lost its data directory\")"
+    )]
+    LostDataDir {
+        node_id: u64,
+        data_dir: String,
+        peer: u64,
+        incarnation: String,
+    },
 }
 
 /// What a [`crate::client::CatalogClient`] call ended with.

@@ -404,7 +404,40 @@ pub enum Command {
     RegisterOffloadTargets {
         names: Vec<String>,
     },
+    /// Records the incarnation of a member's data directory (see
+    /// `node::check_data_dir`); refused when another incarnation holds
+    /// the id, unless `replace`.
+    RegisterMember {
+        node_id: u64,
+        incarnation: String,
+        replace: bool,
+    },
+    /// Drops a member's registration (its id left the membership).
+    ForgetMember {
+        node_id: u64,
+    },
+    /// [`Command::RegisterOffloadTargets`] with the compactor's
+    /// reachability check of each name (appended: the log holds postcard,
+    /// so the earlier variant keeps its shape).
+    RegisterOffloadTargetsV2 {
+        names: Vec<String>,
+        checks: Vec<TargetCheck>,
+    },
 }
+
+/// A compactor's reachability check of one offload target (never its URL
+/// or credentials).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetCheck {
+    pub name: String,
+    pub reachable: bool,
+    pub checked_at_ns: i64,
+    /// Why it is unreachable (at most [`MAX_TARGET_ERROR_BYTES`]).
+    pub error: String,
+}
+
+/// Longest [`TargetCheck::error`].
+pub const MAX_TARGET_ERROR_BYTES: usize = 256;
 
 /// One block marked offloaded by [`Command::MarkOffloadedV2`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -465,7 +498,11 @@ impl Command {
             Command::MarkRestoredV2 { .. } => "mark_restored",
             Command::TombstoneV2 { .. } => "tombstone",
             Command::SetPolicyStatus { .. } => "set_policy_status",
-            Command::RegisterOffloadTargets { .. } => "register_offload_targets",
+            Command::RegisterOffloadTargets { .. } | Command::RegisterOffloadTargetsV2 { .. } => {
+                "register_offload_targets"
+            }
+            Command::RegisterMember { .. } => "register_member",
+            Command::ForgetMember { .. } => "forget_member",
         }
     }
 
@@ -617,6 +654,30 @@ impl Command {
                     ));
                 }
                 names.iter().try_for_each(|n| check_name("names", n))
+            }
+            Command::RegisterMember { incarnation, .. } => {
+                check_name("incarnation", incarnation)?;
+                nonempty("incarnation", incarnation.len())
+            }
+            Command::ForgetMember { .. } => Ok(()),
+            Command::RegisterOffloadTargetsV2 { names, checks } => {
+                Command::RegisterOffloadTargets { names: names.clone() }.validate()?;
+                for c in checks {
+                    if !names.contains(&c.name) {
+                        return Err(CommandError::invalid(
+                            "checks",
+                            format!("a check of {:?}, which is not among the names", c.name),
+                        ));
+                    }
+                    check_time("checks.checked_at_ns", c.checked_at_ns)?;
+                    if c.error.len() > MAX_TARGET_ERROR_BYTES {
+                        return Err(CommandError::invalid(
+                            "checks.error",
+                            format!("{} bytes, at most {MAX_TARGET_ERROR_BYTES}", c.error.len()),
+                        ));
+                    }
+                }
+                Ok(())
             }
             Command::Tombstone { ids, now_ns } => {
                 check_count("ids", ids.len())?;

@@ -233,7 +233,7 @@ impl pb::catalog_server::Catalog for CatalogService {
         let req = request.into_inner();
         let kind = policy::kind_filter_from_pb(req.kind)?;
         self.consistent(req.linearizable).await?;
-        let (policies, offload_targets, version) = self.catalog.read(|s, v| {
+        let (policies, offload_targets, offload_target_checks, version) = self.catalog.read(|s, v| {
             let policies = s
                 .policies(kind)
                 .iter()
@@ -242,12 +242,21 @@ impl pb::catalog_server::Catalog for CatalogService {
                     ..pb::Policy::from(p)
                 })
                 .collect();
-            (policies, s.offload_targets(), v)
+            let checks = (s.offload_target_checks().into_iter())
+                .map(|c| pb::OffloadTargetCheck {
+                    name: c.name,
+                    reachable: c.reachable,
+                    checked_at_ns: c.checked_at_ns,
+                    error: c.error,
+                })
+                .collect();
+            (policies, s.offload_targets(), checks, v)
         });
         Ok(Response::new(pb::ListPoliciesReply {
             policies,
             version,
             offload_targets,
+            offload_target_checks,
         }))
     }
 
@@ -279,6 +288,7 @@ impl pb::catalog_server::Catalog for CatalogService {
 
     async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
         let m = self.raft.metrics().borrow().clone();
+        let registered = self.catalog.read(|s, _| s.members().clone());
         let members = m
             .membership_config
             .membership()
@@ -287,6 +297,7 @@ impl pb::catalog_server::Catalog for CatalogService {
                 id: *id,
                 address: node.addr.clone(),
                 voter: m.membership_config.membership().voter_ids().any(|v| v == *id),
+                incarnation: registered.get(id).cloned().unwrap_or_default(),
             })
             .collect();
         let leader_address = m
@@ -351,6 +362,24 @@ impl pb::catalog_server::Catalog for CatalogService {
             .change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
             .await
             .map_err(RequestError::from)?;
+        // An id that left may be used again by a new member (an empty data
+        // directory under the same id, as a StatefulSet brings back): its
+        // old registration goes. Every registered id outside the new
+        // membership, so a retried set-members finishes what one cut short.
+        let gone: Vec<NodeId> = self.catalog.read(|s, _| {
+            s.members()
+                .keys()
+                .copied()
+                .filter(|id| !wanted.contains_key(id))
+                .collect()
+        });
+        for node_id in gone {
+            let res = self.raft.client_write(Command::ForgetMember { node_id }).await;
+            match res {
+                Ok(r) => r.data.map_err(Status::from)?,
+                Err(e) => return Err(RequestError::from(e).into()),
+            };
+        }
         let members = resp
             .membership
             .as_ref()
@@ -360,6 +389,7 @@ impl pb::catalog_server::Catalog for CatalogService {
                         id: *id,
                         address: n.addr.clone(),
                         voter: m.voter_ids().any(|v| v == *id),
+                        incarnation: String::new(),
                     })
                     .collect()
             })
@@ -494,6 +524,10 @@ async fn watch_loop(
 pub struct RaftService {
     pub(crate) raft: Raft,
     pub(crate) cluster_id: String,
+    /// Closed while a member on an empty data directory checks with its
+    /// peers that it did not lose one (`node::check_data_dir`): it must not
+    /// vote or take entries before then.
+    pub(crate) gate: Arc<crate::node::RaftGate>,
 }
 
 impl std::fmt::Debug for RaftService {
@@ -505,12 +539,16 @@ impl std::fmt::Debug for RaftService {
 }
 
 impl RaftService {
-    fn check(&self, req: &pb::RaftRequest) -> Result<(), RequestError> {
+    fn check(&self, req: &pb::RaftRequest) -> Result<(), Status> {
+        if let Some(why) = self.gate.closed() {
+            return Err(Status::unavailable(why));
+        }
         if req.cluster_id != self.cluster_id {
             return Err(RequestError::ForeignCluster {
                 ours: self.cluster_id.clone(),
                 theirs: req.cluster_id.chars().take(128).collect(),
-            });
+            }
+            .into());
         }
         Ok(())
     }

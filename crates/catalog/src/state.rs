@@ -11,11 +11,11 @@ use std::ops::Bound;
 use mira_core::ids::{BlockId, Signal, TenantId};
 use serde::{Deserialize, Serialize};
 
-pub use self::image::{NoCompactMark, OffloadMark, StateImage, StateImageExt};
+pub use self::image::{NoCompactMark, OffloadMark, StateImage, StateImageExt, StateImageExt2};
 use crate::error::CommandError;
 use crate::model::{
     BlockRecord, BlockState, Command, IngesterLease, Lease, OffloadCopy, Policy, PolicyKind, ReplaceReason, StateKind,
-    Watermark, check_one_partition,
+    TargetCheck, Watermark, check_one_partition,
 };
 
 /// One observable change, as delivered by watch
@@ -87,6 +87,12 @@ pub struct State {
     policy_status: BTreeMap<(PolicyKind, String), String>,
     /// Offload targets compactors registered.
     offload_targets: BTreeSet<String>,
+    /// Catalog members' registered data-directory incarnations
+    /// ([`Command::RegisterMember`]).
+    members: BTreeMap<u64, String>,
+    /// The last reachability check registered of each target that has one
+    /// ([`Command::RegisterOffloadTargetsV2`]).
+    offload_target_checks: BTreeMap<String, TargetCheck>,
 }
 
 /// Blocks staged for one publish, not yet listed.
@@ -362,6 +368,34 @@ impl State {
             }
             Command::RegisterOffloadTargets { names } => {
                 self.offload_targets.extend(names.iter().cloned());
+                Ok(Applied::default())
+            }
+            Command::RegisterMember {
+                node_id,
+                incarnation,
+                replace,
+            } => {
+                if let Some(held) = self.members.get(node_id)
+                    && held != incarnation
+                    && !replace
+                {
+                    return Err(CommandError::conflict(format!(
+                        "catalog member {node_id} is registered with data directory incarnation {held:?}, not {incarnation:?}: \
+                         this member's data directory is not the one that joined the cluster"
+                    )));
+                }
+                self.members.insert(*node_id, incarnation.clone());
+                Ok(Applied::default())
+            }
+            Command::ForgetMember { node_id } => {
+                self.members.remove(node_id);
+                Ok(Applied::default())
+            }
+            Command::RegisterOffloadTargetsV2 { names, checks } => {
+                self.offload_targets.extend(names.iter().cloned());
+                for c in checks {
+                    self.offload_target_checks.insert(c.name.clone(), c.clone());
+                }
                 Ok(Applied::default())
             }
             Command::MarkNoCompact { ids, reason } => self.mark_no_compact(ids, Some(reason)),
@@ -1288,6 +1322,11 @@ impl State {
         self.offload_targets.iter().cloned().collect()
     }
 
+    /// The last reachability check of each target that has one, by name.
+    pub fn offload_target_checks(&self) -> Vec<TargetCheck> {
+        self.offload_target_checks.values().cloned().collect()
+    }
+
     pub fn policies(&self, kind: Option<PolicyKind>) -> Vec<Policy> {
         self.policies
             .values()
@@ -1339,6 +1378,10 @@ impl State {
                     .collect(),
                 offload_targets: self.offload_targets.iter().cloned().collect(),
             },
+            members: self.members.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            ext2: StateImageExt2 {
+                offload_target_checks: self.offload_target_checks(),
+            },
         }
     }
 
@@ -1381,7 +1424,16 @@ impl State {
             .map(|(k, n, v)| ((k, n), v))
             .collect();
         s.offload_targets = image.ext.offload_targets.into_iter().collect();
+        s.members = image.members.into_iter().collect();
+        s.offload_target_checks = (image.ext2.offload_target_checks.into_iter())
+            .map(|c| (c.name.clone(), c))
+            .collect();
         s
+    }
+
+    /// Registered catalog members: id → data-directory incarnation.
+    pub fn members(&self) -> &BTreeMap<u64, String> {
+        &self.members
     }
 }
 

@@ -137,6 +137,8 @@ fn snap_err(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageErro
 pub fn encode_image(image: &StateImage) -> std::io::Result<Vec<u8>> {
     let mut raw = postcard::to_stdvec(image).map_err(std::io::Error::other)?;
     raw.extend(postcard::to_stdvec(&image.ext).map_err(std::io::Error::other)?);
+    raw.extend(postcard::to_stdvec(&image.members).map_err(std::io::Error::other)?);
+    raw.extend(postcard::to_stdvec(&image.ext2).map_err(std::io::Error::other)?);
     let mut out = Vec::with_capacity(raw.len() / 4 + IMAGE_MAGIC_V2.len());
     out.extend_from_slice(IMAGE_MAGIC_V2);
     let mut enc = zstd::Encoder::new(out, 1)?;
@@ -151,9 +153,19 @@ pub fn decode_image(bytes: &[u8]) -> std::io::Result<StateImage> {
     if let Some(body) = bytes.strip_prefix(IMAGE_MAGIC_V2.as_slice()) {
         let raw = zstd::decode_all(body)?;
         let (mut image, rest): (StateImage, &[u8]) = postcard::take_from_bytes(&raw).map_err(std::io::Error::other)?;
-        // Images written before the extension end here.
+        // Images written before the extension end here, and those written
+        // before member registrations after the extension.
         if !rest.is_empty() {
-            image.ext = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+            let (ext, rest) = postcard::take_from_bytes(rest).map_err(std::io::Error::other)?;
+            image.ext = ext;
+            if !rest.is_empty() {
+                let (members, rest) = postcard::take_from_bytes(rest).map_err(std::io::Error::other)?;
+                image.members = members;
+                // ...and those written before the second extension here.
+                if !rest.is_empty() {
+                    image.ext2 = postcard::from_bytes(rest).map_err(std::io::Error::other)?;
+                }
+            }
         }
         return Ok(image);
     }

@@ -38,8 +38,8 @@ pub(crate) async fn purge(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<usize,
             }
         }
         let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
-        ctx.catalog
-            .write(pb::write_request::Command::Purge(pb::Purge { ids }))
+        ctx.pacer
+            .run(ctx.catalog.write(pb::write_request::Command::Purge(pb::Purge { ids })))
             .await
             .map_err(|source| Error::Catalog {
                 what: "purge",
@@ -88,12 +88,12 @@ pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Resu
                 job::delete_object(ctx, &b.object_key, "offloaded").await?;
             }
             job::fault_point("after_free_primary");
-            ctx.catalog
-                .mark_primary_freed(
+            ctx.pacer
+                .run(ctx.catalog.mark_primary_freed(
                     members.iter().map(|b| b.id.to_string()).collect(),
                     ctx.clock.now_ns(),
                     (&lease.key, &ctx.config.holder),
-                )
+                ))
                 .await
                 .map_err(|source| Error::Catalog {
                     what: "mark primary freed",

@@ -34,6 +34,7 @@ pub mod gc;
 pub mod job;
 pub mod lifecycle;
 pub mod metrics;
+pub mod pace;
 pub mod planner;
 pub mod progress;
 pub mod restore;
@@ -72,6 +73,9 @@ pub struct CompactorConfig {
     pub orphan_sweep_interval: Duration,
     pub rules: Rules,
     pub offload: OffloadConfig,
+    /// Most of the catalog's time retention, offload and purge commands
+    /// take, in percent ([`pace`]).
+    pub catalog_share_percent: u32,
     /// Run until no work is due, then stop.
     pub once: bool,
     /// Plan only; write nothing.
@@ -103,6 +107,8 @@ pub struct Ctx {
     pub(crate) resources: lifecycle::ResourceCache,
     /// When each policy's status was last written.
     pub(crate) status_written: Mutex<std::collections::HashMap<(mira_core::policy::PolicyKind, String), Instant>>,
+    /// Spaces retention, offload and purge commands ([`pace`]).
+    pub(crate) pacer: pace::CatalogPacer,
     pool: Arc<rayon::ThreadPool>,
     /// Memory budget in MiB permits.
     memory: Semaphore,
@@ -202,8 +208,15 @@ pub struct Compactor {
     ctx: Arc<Ctx>,
     ready: watch::Sender<bool>,
     last_sweep: Mutex<Option<Instant>>,
-    targets_registered: std::sync::atomic::AtomicBool,
+    /// When the offload targets and their checks were last registered.
+    targets_registered: Mutex<Option<Instant>>,
 }
+
+/// How often a compactor checks its offload targets and registers the
+/// result (the catalog's `checked_at_ns` is at most this old while it runs).
+pub const TARGET_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// Longest an offload target's reachability check may take.
+pub const TARGET_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Compactor {
     pub fn new(
@@ -220,6 +233,7 @@ impl Compactor {
         let metrics = Arc::new(process.telemetry.register("compactor", Metrics::new));
         let memory_mib = u32::try_from(config.memory_limit >> 20).unwrap_or(u32::MAX).max(1);
         let targets = targets::Targets::open(&config.offload.target_specs, &config.offload.target_options)?;
+        let pacer = pace::CatalogPacer::new(config.catalog_share_percent);
         let ctx = Arc::new(Ctx {
             status: Mutex::new(Status {
                 holder: config.holder.clone(),
@@ -233,6 +247,7 @@ impl Compactor {
             targets,
             resources: lifecycle::ResourceCache::default(),
             status_written: Mutex::default(),
+            pacer,
             pool: Arc::new(pool),
             memory: Semaphore::new(memory_mib as usize),
             memory_mib,
@@ -242,7 +257,7 @@ impl Compactor {
             ctx,
             ready,
             last_sweep: Mutex::new(None),
-            targets_registered: std::sync::atomic::AtomicBool::new(false),
+            targets_registered: Mutex::new(None),
         });
         let ready = compactor.ready.subscribe();
         process.telemetry.readiness("compactor", move || {
@@ -378,20 +393,37 @@ impl Compactor {
     }
 
     /// Tells the catalog which offload targets this compactor writes to,
-    /// so policies naming them are accepted (once, until it succeeds).
+    /// so policies naming them are accepted, with a reachability check of
+    /// each ([`targets::probe`]): on the first round, then at most every
+    /// [`TARGET_CHECK_INTERVAL`] (sooner when a registration failed).
     async fn register_targets(&self) {
-        if self.ctx.targets.is_empty() || self.targets_registered.load(std::sync::atomic::Ordering::Acquire) {
+        if self.ctx.targets.is_empty() {
             return;
         }
-        match self
+        let due = (self.targets_registered.lock().unwrap_or_else(PoisonError::into_inner))
+            .is_none_or(|t| t.elapsed() >= TARGET_CHECK_INTERVAL);
+        if !due {
+            return;
+        }
+        let checks = self
             .ctx
-            .catalog
-            .register_offload_targets(self.ctx.targets.names())
-            .await
-        {
-            Ok(_) => self
-                .targets_registered
-                .store(true, std::sync::atomic::Ordering::Release),
+            .targets
+            .check(self.ctx.clock.now_ns(), TARGET_PROBE_TIMEOUT)
+            .await;
+        for c in checks.iter().filter(|c| !c.reachable) {
+            tracing::warn!(target: "mira::compactor", target_name = c.name, error = c.error, "offload target unreachable");
+        }
+        let checks = checks
+            .into_iter()
+            .map(|c| mira_catalog::proto::OffloadTargetCheck {
+                name: c.name,
+                reachable: c.reachable,
+                checked_at_ns: c.checked_at_ns,
+                error: c.error,
+            })
+            .collect();
+        match self.ctx.catalog.register_offload_target_checks(checks).await {
+            Ok(_) => *self.targets_registered.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now()),
             Err(e) => tracing::warn!(target: "mira::compactor", error = %e, "could not register offload targets"),
         }
     }

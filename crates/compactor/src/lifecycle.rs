@@ -36,7 +36,7 @@ use mira_catalog::proto as pb;
 use mira_core::block::{Block, Level};
 use mira_core::policy::{PolicyKind, Rule, RuleSet};
 use object_store::path::Path;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::Ctx;
 use crate::copy::{copy_object, object_size};
@@ -68,27 +68,9 @@ impl Policies {
     }
 }
 
-/// What enforcing one policy did, as `SetPolicyStatus` stores it (JSON).
-/// Counts of blocks dropped and offloaded add up over the policy's life;
-/// `blocks_matched` is the blocks it decides for at the last run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PolicyStatus {
-    /// The `source.generation` of the body the run enforced, if any.
-    pub generation: Option<u64>,
-    pub last_run_ns: i64,
-    pub blocks_matched: u64,
-    pub blocks_dropped: u64,
-    pub rows_dropped: u64,
-    pub bytes_dropped: u64,
-    pub blocks_offloaded: u64,
-    pub bytes_offloaded: u64,
-    /// `dry_run` policies: what the last run would have dropped.
-    pub would_drop_blocks: u64,
-    pub would_drop_rows: u64,
-    /// The last run's errors (at most 5).
-    pub errors: Vec<String>,
-}
+/// What enforcing one policy did (shared with the operator, which reads
+/// it back into its custom resources' status).
+pub use mira_core::policy::PolicyStatus;
 
 /// Reads the catalog's policies.
 pub(crate) async fn load(ctx: &Arc<Ctx>) -> Result<Policies, Error> {
@@ -558,8 +540,11 @@ async fn drop_blocks(
     for batch in blocks.chunks(BATCH) {
         let ids: Vec<String> = batch.iter().map(|b| b.id.to_string()).collect();
         match ctx
-            .catalog
-            .tombstone_v2(ids.clone(), now_ns, pb::TombstoneReason::Retention)
+            .pacer
+            .run(
+                ctx.catalog
+                    .tombstone_v2(ids.clone(), now_ns, pb::TombstoneReason::Retention),
+            )
             .await
         {
             Ok(_) => {}
@@ -618,8 +603,11 @@ async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mu
     crate::job::fault_point("after_offload_copy");
     for batch in items.chunks(BATCH) {
         let marked: Vec<&(pb::OffloadItem, &BlockInfo, &Rule)> = match ctx
-            .catalog
-            .mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect())
+            .pacer
+            .run(
+                ctx.catalog
+                    .mark_offloaded_v2(batch.iter().map(|(i, _, _)| i.clone()).collect()),
+            )
             .await
         {
             Ok(_) => batch.iter().collect(),

@@ -74,6 +74,14 @@ pub struct Settings {
     pub offload_concurrency: usize,
     /// Most bytes per second copied to targets (0: no limit).
     pub offload_rate: ByteSize,
+    /// Most of the catalog's time that retention tombstones, offload and
+    /// freed-primary marks and purges may take, in percent (1 to 100):
+    /// after a command that took `d` the next waits `d × (100 − p) / p`.
+    pub catalog_share_percent: u32,
+    /// The CPU priority (nice, 0 to 19) `mira compactor` runs at, so its
+    /// merges and copies yield the CPU to ingest on a shared machine;
+    /// `mira serve`, where every role shares one process, leaves it alone.
+    pub nice: i32,
 }
 
 impl Default for Settings {
@@ -104,6 +112,8 @@ impl Default for Settings {
             offload_min_age: Duration::from_secs(3600),
             offload_concurrency: 4,
             offload_rate: ByteSize::kib(0),
+            catalog_share_percent: 10,
+            nice: 10,
         }
     }
 }
@@ -163,6 +173,12 @@ impl Settings {
         positive("compactor.orphan_grace", self.orphan_grace)?;
         positive("compactor.orphan_sweep_interval", self.orphan_sweep_interval)?;
         positive("compactor.offload_concurrency", self.offload_concurrency)?;
+        if !(1..=100).contains(&self.catalog_share_percent) {
+            return Err(ConfigError::new("compactor.catalog_share_percent", "1 to 100"));
+        }
+        if !(0..=19).contains(&self.nice) {
+            return Err(ConfigError::new("compactor.nice", "0 to 19"));
+        }
         let options = self.target_options()?;
         let mut names = std::collections::BTreeSet::new();
         for spec in &self.offload_targets {
@@ -231,6 +247,7 @@ impl Settings {
                 concurrency: self.offload_concurrency,
                 rate_bytes: self.offload_rate.bytes(),
             },
+            catalog_share_percent: self.catalog_share_percent,
             once: false,
             dry_run: false,
         })
@@ -267,7 +284,7 @@ mod tests {
     #[test]
     fn bad_values_name_their_field() {
         type Edit = fn(&mut Settings);
-        let cases: [(&str, Edit); 8] = [
+        let cases: [(&str, Edit); 12] = [
             ("compactor.catalog", |s| s.catalog = " , ".into()),
             ("compactor.compactor_id", |s| s.compactor_id = Some("a/b".into())),
             ("compactor.jobs", |s| s.jobs = 0),
@@ -276,6 +293,10 @@ mod tests {
             ("compactor.max_inputs", |s| s.max_inputs = 20_000),
             ("compactor.target_hot_bytes", |s| s.target_hot_bytes = ByteSize::mib(1)),
             ("compactor.memory_limit", |s| s.memory_limit = ByteSize::mib(100)),
+            ("compactor.catalog_share_percent", |s| s.catalog_share_percent = 0),
+            ("compactor.catalog_share_percent", |s| s.catalog_share_percent = 101),
+            ("compactor.nice", |s| s.nice = -1),
+            ("compactor.nice", |s| s.nice = 20),
         ];
         for (field, edit) in cases {
             let mut s = Settings::default();

@@ -5,8 +5,12 @@
 //! configured target whose URL it starts with (longest first), else through
 //! a store built from the location itself with the same options and the
 //! environment's credentials (a target since removed from the flags).
+//! [`Targets::check`] lists each target's prefix ([`probe`]) for the
+//! reachability check the compactor registers in the catalog with the
+//! names ([`short_error`] keeps URL secrets out of it).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -29,6 +33,62 @@ impl Target {
     pub fn location(&self, object_key: &str) -> String {
         format!("{}/{}", self.url, object_key)
     }
+}
+
+/// Longest error of a [`TargetCheck`] (the catalog's limit).
+pub const MAX_CHECK_ERROR: usize = 256;
+
+/// Whether one target answered, as registered in the catalog: the name and
+/// a short error, never the URL's secrets or credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetCheck {
+    pub name: String,
+    pub reachable: bool,
+    pub checked_at_ns: i64,
+    pub error: String,
+}
+
+/// A cheap reachability check: lists the target's prefix (one level, no
+/// object read); an error or no answer within `timeout` is the reason.
+pub async fn probe(store: &dyn ObjectStore, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, store.list_with_delimiter(None)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(short_error(&e.to_string())),
+        Err(_) => Err(format!("no answer within {}s", timeout.as_secs_f64())),
+    }
+}
+
+/// An error fit for the catalog and a Kubernetes condition: URL query
+/// strings (signatures, tokens) and userinfo cut out, at most
+/// [`MAX_CHECK_ERROR`] bytes.
+pub fn short_error(e: &str) -> String {
+    let mut out = String::with_capacity(e.len().min(MAX_CHECK_ERROR));
+    for (i, word) in e.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let word = word.split_once('?').map_or(word, |(w, _)| w);
+        match word
+            .split_once("://")
+            .and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1)))
+        {
+            Some((scheme, host)) => {
+                out.push_str(scheme);
+                out.push_str("://");
+                out.push_str(host);
+            }
+            None => out.push_str(word),
+        }
+    }
+    if out.len() > MAX_CHECK_ERROR {
+        let mut end = MAX_CHECK_ERROR - 3;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push_str("...");
+    }
+    out
 }
 
 /// The configured targets.
@@ -105,6 +165,21 @@ impl Targets {
         self.list.is_empty()
     }
 
+    /// Checks that every target answers (see [`probe`]), at `now_ns`.
+    pub async fn check(&self, now_ns: i64, timeout: Duration) -> Vec<TargetCheck> {
+        let mut out = Vec::with_capacity(self.list.len());
+        for t in &self.list {
+            let error = probe(t.store.as_ref(), timeout).await.err();
+            out.push(TargetCheck {
+                name: t.name.clone(),
+                reachable: error.is_none(),
+                checked_at_ns: now_ns,
+                error: error.unwrap_or_default(),
+            });
+        }
+        out
+    }
+
     /// The store and key holding the copy at `location` of the block whose
     /// object key is `object_key`.
     pub fn resolve(&self, location: &str, object_key: &str) -> Result<(Arc<dyn ObjectStore>, Path), Error> {
@@ -132,6 +207,67 @@ mod tests {
     use object_store::ObjectStoreExt;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_target_that_answers_is_reachable_and_one_that_does_not_is_not_with_a_short_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Nothing listens on the endpoint's port (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a port")
+            .port();
+        let options: Vec<(String, String)> = [
+            ("aws_endpoint", format!("http://127.0.0.1:{port}")),
+            ("aws_allow_http", "true".to_owned()),
+            ("aws_access_key_id", "AKIDEXAMPLE".to_owned()),
+            ("aws_secret_access_key", "do-not-leak".to_owned()),
+            ("aws_region", "us-east-1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let targets = Targets::open(
+            &[
+                format!("here=file://{}", dir.path().display()),
+                "gone=s3://bucket/prefix".to_owned(),
+            ],
+            &options,
+        )
+        .expect("open");
+        let checks = targets.check(42, Duration::from_secs(1)).await;
+        assert_eq!(checks.len(), 2);
+        assert_eq!(
+            checks[0],
+            TargetCheck {
+                name: "here".into(),
+                reachable: true,
+                checked_at_ns: 42,
+                error: String::new(),
+            }
+        );
+        let gone = &checks[1];
+        assert_eq!(
+            (gone.name.as_str(), gone.reachable, gone.checked_at_ns),
+            ("gone", false, 42)
+        );
+        assert!(!gone.error.is_empty());
+        assert!(gone.error.len() <= MAX_CHECK_ERROR, "{}", gone.error);
+        assert!(
+            !gone.error.contains("do-not-leak") && !gone.error.contains("AKIDEXAMPLE"),
+            "{}",
+            gone.error
+        );
+    }
+
+    #[test]
+    fn short_errors_lose_query_strings_and_userinfo_and_are_bounded() {
+        assert_eq!(
+            short_error("GET https://user:pw@host/b?X-Amz-Signature=abc failed: refused"),
+            "GET https://host/b failed: refused"
+        );
+        let long = short_error(&"é".repeat(400));
+        assert!(long.len() <= MAX_CHECK_ERROR && long.ends_with("..."), "{long}");
+    }
 
     #[test]
     fn specs_name_their_problem() {

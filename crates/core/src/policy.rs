@@ -426,6 +426,29 @@ impl PolicyBody {
     }
 }
 
+/// What enforcing one policy did, as `SetPolicyStatus` stores it (JSON).
+/// Counts of blocks dropped and offloaded add up over the policy's life;
+/// `blocks_matched` is the blocks it decides for at the last run. Written
+/// by the compactor, read by the operator (a custom resource's status).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct PolicyStatus {
+    /// The `source.generation` of the body the run enforced, if any.
+    pub generation: Option<u64>,
+    pub last_run_ns: i64,
+    pub blocks_matched: u64,
+    pub blocks_dropped: u64,
+    pub rows_dropped: u64,
+    pub bytes_dropped: u64,
+    pub blocks_offloaded: u64,
+    pub bytes_offloaded: u64,
+    /// `dry_run` policies: what the last run would have dropped.
+    pub would_drop_blocks: u64,
+    pub would_drop_rows: u64,
+    /// The last run's errors (at most 5).
+    pub errors: Vec<String>,
+}
+
 /// Writes a JSON object with fields in the order they are added.
 struct JsonObject(String);
 

@@ -177,7 +177,17 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
                 s.snapshot_index
             );
             for m in s.members {
-                println!("  {} {} {}", m.id, m.address, if m.voter { "voter" } else { "learner" });
+                let registered = if m.incarnation.is_empty() {
+                    "not registered".to_owned()
+                } else {
+                    format!("data directory {}", m.incarnation)
+                };
+                println!(
+                    "  {} {} {} ({registered})",
+                    m.id,
+                    m.address,
+                    if m.voter { "voter" } else { "learner" }
+                );
             }
         }
         AdminCommand::SetMembers { members } => {
@@ -187,6 +197,7 @@ pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
                     id,
                     address,
                     voter: true,
+                    incarnation: String::new(),
                 })
                 .collect();
             let reply = client.change_membership(members).await.context("change membership")?;

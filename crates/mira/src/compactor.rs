@@ -36,6 +36,10 @@ pub struct CompactorArgs {
     /// Print the plan as a table and exit; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// CPU priority (nice, 0 to 19) of the process, so merges and copies
+    /// yield the CPU to ingest on a shared machine [default: 10].
+    #[arg(long, env = "MIRA_COMPACTOR_NICE")]
+    pub nice: Option<i32>,
     #[command(flatten)]
     pub security: SecurityFlags,
     #[command(flatten)]
@@ -124,6 +128,10 @@ pub struct CompactFlags {
     /// [default: 0].
     #[arg(long, env = "MIRA_OFFLOAD_RATE")]
     pub offload_rate: Option<ByteSize>,
+    /// Most of the catalog's time retention, offload and purge commands
+    /// take, in percent (1 to 100) [default: 10].
+    #[arg(long, env = "MIRA_CATALOG_SHARE_PERCENT")]
+    pub catalog_share_percent: Option<u32>,
 }
 
 impl CompactFlags {
@@ -149,6 +157,7 @@ impl CompactFlags {
             offload_min_age,
             offload_concurrency,
             offload_rate,
+            catalog_share_percent,
         );
         if !self.offload_targets.is_empty() {
             s.offload_targets.clone_from(&self.offload_targets);
@@ -182,7 +191,7 @@ impl CompactorArgs {
         self.security.apply(&mut sec);
         sec.validate(Exposure::Client)?;
         self.store.apply(&mut store)?;
-        set_given!(self, s, catalog);
+        set_given!(self, s, catalog, nice);
         self.compact.apply(&mut s);
         store.validate()?;
         s.validate()?;
@@ -253,6 +262,27 @@ fn print_plan(plan: &Plan) {
     );
 }
 
+/// Sets every thread of the process (and so every thread they start) to
+/// nice `nice`: on Linux a nice value belongs to a thread, and new threads
+/// inherit their creator's.
+fn lower_priority(nice: i32) -> anyhow::Result<()> {
+    if nice == 0 {
+        return Ok(());
+    }
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let Some(tid) = task?.file_name().to_str().and_then(|t| t.parse::<libc::id_t>().ok()) else {
+            continue;
+        };
+        // SAFETY: setpriority takes plain integers and touches no memory of ours.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+            let e = std::io::Error::last_os_error();
+            anyhow::bail!("setting nice {nice} on thread {tid}: {e}");
+        }
+    }
+    tracing::info!(target: "mira::compactor", nice, "running at a lower CPU priority");
+    Ok(())
+}
+
 pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
     let (store_settings, settings, security) = args.settings()?;
     if args.config.check_config {
@@ -265,6 +295,7 @@ pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
         .print();
         return Ok(());
     }
+    lower_priority(settings.nice)?;
     let process = secured(crate::process()?, &security, Exposure::Client)?;
     let (_, store) = store_settings.open()?;
     let mut config = settings.build()?;

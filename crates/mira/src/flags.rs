@@ -44,7 +44,7 @@ macro_rules! set_some {
 #[derive(Debug, Args)]
 pub struct ConfigFlags {
     /// A TOML file of settings (tables [store], [catalog], [ingester],
-    /// [querier], [compactor], [serve], [security]); variables and flags override it.
+    /// [querier], [compactor], [serve], [operator], [security]); variables and flags override it.
     #[arg(long, env = "MIRA_CONFIG")]
     pub config: Option<PathBuf>,
     /// Parse and validate everything, print the effective configuration as
@@ -94,6 +94,7 @@ pub struct FileConfig {
     pub compactor: mira_compactor::settings::Settings,
     pub serve: ServeSettings,
     pub security: SecuritySettings,
+    pub operator: mira_operator::Settings,
 }
 
 /// What a command prints for `--check-config`: the tables it uses.
@@ -113,6 +114,7 @@ pub struct Effective<'a> {
     pub serve: Option<&'a ServeSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub security: Option<&'a SecuritySettings>,
+    pub operator: Option<&'a mira_operator::Settings>,
 }
 
 impl Effective<'_> {

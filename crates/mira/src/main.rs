@@ -1,9 +1,11 @@
 //! The `mira` binary: one subcommand per role. `mira serve` runs every role
-//! in one process; `mira catalog`, `mira ingester`, `mira querier` and
-//! `mira compactor` run one role each, `mira catalog-admin` manages a running catalog,
-//! `mira offload list|restore` lists and restores offloaded blocks, and
-//! `mira version` prints what this build is and the block format it reads
-//! and writes.
+//! in one process; `mira catalog`, `mira ingester`, `mira querier`,
+//! `mira compactor` and `mira operator` run one role each, `mira crd` prints
+//! the operator's CRD, `mira catalog-admin` manages a running catalog,
+//! `mira offload list|restore` lists and restores offloaded blocks,
+//! `mira smoke` writes marked logs, spans and points and reads them back
+//! (the Helm chart's `helm test`), and `mira version` prints what this
+//! build is and the block format it reads and writes.
 
 mod block_dump;
 mod catalog;
@@ -12,9 +14,11 @@ mod flags;
 mod ingester;
 mod loadgen;
 mod offload;
+mod operator;
 mod policy;
 mod querier;
 mod serve;
+mod smoke;
 
 use clap::{Parser, Subcommand};
 
@@ -42,12 +46,18 @@ enum Command {
     Querier(querier::QuerierArgs),
     /// Run a compactor: merge small blocks, rewrite settled hours cold, delete replaced blocks after a grace.
     Compactor(compactor::CompactorArgs),
+    /// Run the Kubernetes operator: MiraRetentionPolicy objects to catalog policies, with status.
+    Operator(operator::OperatorArgs),
+    /// Print the MiraRetentionPolicy CustomResourceDefinition (YAML).
+    Crd,
     /// Set, list or delete retention and offload policies in the catalog.
     Policy(policy::PolicyArgs),
     /// List offloaded blocks, or restore them to the primary store (exit 0 done, 1 some failed, 2 usage, 130 interrupted).
     Offload(offload::OffloadArgs),
     /// Send OTLP load (pre-encoded testkit corpus) and report records/s and ack latency.
     Loadgen(loadgen::LoadgenArgs),
+    /// Send one marked OTLP export of each signal and read it back through the Loki, Tempo and Prometheus APIs (exit 0 found, 1 not found in time, 2 usage).
+    Smoke(smoke::SmokeArgs),
     /// Print the records of block files as OTLP/JSON, one line per block.
     BlockDump {
         /// `.mira` block files.
@@ -139,6 +149,13 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(code);
             }
         }
+        Command::Smoke(args) => {
+            init_tracing_with("warn");
+            let code = tokio::runtime::Runtime::new()?.block_on(smoke::run(args))?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+        }
         Command::Loadgen(args) => tokio::runtime::Runtime::new()?.block_on(loadgen::run(args))?,
         Command::Ingester(args) => {
             init_tracing();
@@ -152,6 +169,11 @@ fn main() -> anyhow::Result<()> {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(compactor::run(args))?;
         }
+        Command::Operator(args) => {
+            init_tracing();
+            tokio::runtime::Runtime::new()?.block_on(operator::run(args))?;
+        }
+        Command::Crd => operator::print_crd()?,
         Command::Serve(args) => {
             init_tracing();
             tokio::runtime::Runtime::new()?.block_on(serve::run(*args))?;

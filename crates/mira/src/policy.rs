@@ -250,7 +250,16 @@ async fn list(client: &CatalogClient, a: ListArgs) -> anyhow::Result<i32> {
             writeln!(
                 out,
                 "{}",
-                json!({"policies": rows, "offload_targets": reply.offload_targets})
+                json!({
+                    "policies": rows,
+                    "offload_targets": reply.offload_targets,
+                    "offload_target_checks": reply.offload_target_checks.iter().map(|c| json!({
+                        "name": c.name,
+                        "reachable": c.reachable,
+                        "checked_at_ns": c.checked_at_ns,
+                        "error": c.error,
+                    })).collect::<Vec<_>>(),
+                })
             )?;
         }
         Output::Table => {
@@ -382,6 +391,7 @@ mod tests {
             }],
             version: 1,
             offload_targets: vec!["archive".into()],
+            offload_target_checks: Vec::new(),
         };
         let t = table(&reply);
         let line = t.lines().nth(1).expect("a row");

@@ -370,6 +370,7 @@ async fn members_are_added_and_removed_through_raft() {
             id: m.id,
             address: m.addr.clone(),
             voter: true,
+            incarnation: String::new(),
         })
         .collect();
     let reply = client.change_membership(all.clone()).await.expect("add member 3");

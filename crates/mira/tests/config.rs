@@ -165,6 +165,11 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         (&["compactor", "--merge-factor", "1"][..], "compactor.merge_factor"),
         (&["compactor", "--partition-lease-ttl", "1s"][..], "compactor.lease_ttl"),
         (&["compactor", "--memory-limit", "64MiB"][..], "compactor.memory_limit"),
+        (&["compactor", "--nice", "20"][..], "compactor.nice"),
+        (
+            &["compactor", "--catalog-share-percent", "0"][..],
+            "compactor.catalog_share_percent",
+        ),
         (&["serve", "--compactor-jobs", "0"][..], "compactor.jobs"),
         (&["querier", "--query-timeout", "0s"][..], "querier.query_timeout"),
         (
@@ -349,4 +354,120 @@ fn the_example_file_in_the_docs_is_valid_for_every_role() {
     }
     let out = ok(&["ingester", "--check-config", "--config", f], &[]);
     assert_eq!(value(&out, "ingester", "wal"), "fsync");
+}
+
+/// The nice value of every thread of `pid`, `None` once it has exited.
+fn thread_nices(pid: u32) -> Option<Vec<i64>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+        // Field 19 is the nice value; the command name (field 2) may hold spaces.
+        let rest = stat.rsplit_once(')')?.1;
+        out.push(rest.split_whitespace().nth(16)?.parse().ok()?);
+    }
+    Some(out)
+}
+
+#[test]
+fn the_compactor_process_runs_at_its_nice_value() {
+    for (flags, want) in [(&[][..], 10), (&["--nice", "3"][..], 3)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = vec![
+            "compactor",
+            // Nothing answers here: the compactor keeps retrying, running.
+            "--catalog",
+            "127.0.0.1:9",
+            "--compactor-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ];
+        args.push(dir.path().to_str().expect("path"));
+        args.extend_from_slice(flags);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mira"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn mira compactor");
+        // Wait (bounded) for every thread, the runtime's included, to be
+        // at the wanted value.
+        let mut last = None;
+        for _ in 0..600 {
+            last = thread_nices(child.id());
+            if last
+                .as_ref()
+                .is_some_and(|n| n.len() > 1 && n.iter().all(|&v| v == want))
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let exited = child.try_wait().expect("try_wait");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(exited.is_none(), "{flags:?}: the compactor exited: {exited:?}");
+        let nices = last.expect("threads");
+        assert!(
+            nices.len() > 1 && nices.iter().all(|&v| v == want),
+            "{flags:?}: thread nice values {nices:?}, want {want}"
+        );
+    }
+}
+
+#[test]
+fn the_operator_takes_the_flags_the_chart_passes_and_names_bad_ones() {
+    let out = ok(&["operator", "--check-config"], &[]);
+    assert_eq!(value(&out, "operator", "listen"), "0.0.0.0:8080");
+    assert_eq!(value(&out, "operator", "leader_elect"), "true");
+    assert_eq!(value(&out, "operator", "lease_name"), "mira-operator");
+    assert_eq!(value(&out, "operator", "requeue_s"), "300");
+    assert_eq!(value(&out, "operator", "catalog_timeout_ms"), "5000");
+    let out = ok(
+        &[
+            "operator",
+            "--check-config",
+            "--catalog",
+            "c-0:7400,c-1:7400",
+            "--listen",
+            "127.0.0.1:9090",
+            "--namespace",
+            "team-a",
+            "--leader-elect",
+            "false",
+            "--requeue-s",
+            "60",
+            "--catalog-timeout-ms",
+            "800",
+            "--kubeconfig",
+            "/tmp/kubeconfig",
+        ],
+        &[("POD_NAMESPACE", "mira"), ("POD_NAME", "mira-operator-7d9")],
+    );
+    assert_eq!(value(&out, "operator", "catalog"), "c-0:7400,c-1:7400");
+    assert_eq!(value(&out, "operator", "namespace"), "team-a");
+    assert_eq!(value(&out, "operator", "leader_elect"), "false");
+    assert_eq!(value(&out, "operator", "lease_namespace"), "mira");
+    assert_eq!(value(&out, "operator", "identity"), "mira-operator-7d9");
+    assert_eq!(value(&out, "operator", "requeue_s"), "60");
+    assert_eq!(value(&out, "operator", "kubeconfig"), "/tmp/kubeconfig");
+    for (args, field) in [
+        (&["operator", "--requeue-s", "0"][..], "operator.requeue_s"),
+        (
+            &["operator", "--catalog-timeout-ms", "5"][..],
+            "operator.catalog_timeout_ms",
+        ),
+        (&["operator", "--namespace", "Team_A"][..], "operator.namespace"),
+        (&["operator", "--catalog", ","][..], "operator.catalog"),
+    ] {
+        let err = refused(&[args, &["--check-config"]].concat(), &[]);
+        assert!(err.contains(field), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn mira_crd_prints_the_committed_crd() {
+    let out = ok(&["crd"], &[]);
+    let committed =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/mira/crds/miraretentionpolicies.mira.dev.yaml");
+    assert_eq!(out, std::fs::read_to_string(committed).expect("the committed CRD"));
 }

@@ -188,7 +188,30 @@ impl TryFrom<&pb::WriteRequest> for Command {
                 name: st.name.clone(),
                 status_json: st.status_json.clone(),
             },
-            Some(C::RegisterOffloadTargets(r)) => Command::RegisterOffloadTargets { names: r.names.clone() },
+            // Without checks (a compactor from before them): the first
+            // variant, which every catalog member can read from the log.
+            Some(C::RegisterOffloadTargets(r)) if r.checks.is_empty() => {
+                Command::RegisterOffloadTargets { names: r.names.clone() }
+            }
+            Some(C::RegisterOffloadTargets(r)) => Command::RegisterOffloadTargetsV2 {
+                names: r.names.clone(),
+                checks: r
+                    .checks
+                    .iter()
+                    .map(|c| crate::model::TargetCheck {
+                        name: c.name.clone(),
+                        reachable: c.reachable,
+                        checked_at_ns: c.checked_at_ns,
+                        error: c.error.clone(),
+                    })
+                    .collect(),
+            },
+            Some(C::RegisterMember(r)) => Command::RegisterMember {
+                node_id: r.node_id,
+                incarnation: r.incarnation.clone(),
+                replace: r.replace,
+            },
+            Some(C::ForgetMember(f)) => Command::ForgetMember { node_id: f.node_id },
         };
         cmd.validate()?;
         Ok(cmd)
@@ -228,6 +251,55 @@ mod tests {
 
     fn command(c: pb::write_request::Command) -> Result<Command, CommandError> {
         Command::try_from(&pb::WriteRequest { command: Some(c) })
+    }
+
+    #[test]
+    fn target_registrations_without_checks_stay_the_first_variant() {
+        use pb::write_request::Command as C;
+        let names = vec!["a".to_owned()];
+        assert_eq!(
+            command(C::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names: names.clone(),
+                checks: vec![],
+            }))
+            .expect("names only"),
+            Command::RegisterOffloadTargets { names: names.clone() }
+        );
+        let check = pb::OffloadTargetCheck {
+            name: "a".into(),
+            reachable: false,
+            checked_at_ns: 5,
+            error: "refused".into(),
+        };
+        assert_eq!(
+            command(C::RegisterOffloadTargets(pb::RegisterOffloadTargets {
+                names: names.clone(),
+                checks: vec![check.clone()],
+            }))
+            .expect("with checks"),
+            Command::RegisterOffloadTargetsV2 {
+                names: names.clone(),
+                checks: vec![crate::model::TargetCheck {
+                    name: "a".into(),
+                    reachable: false,
+                    checked_at_ns: 5,
+                    error: "refused".into(),
+                }],
+            }
+        );
+        // A compactor's request as a catalog from before the checks reads
+        // it: the names (prost skips the unknown field).
+        let bytes = prost::Message::encode_to_vec(&pb::RegisterOffloadTargets {
+            names: names.clone(),
+            checks: vec![check],
+        });
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct Before {
+            #[prost(string, repeated, tag = "1")]
+            names: Vec<String>,
+        }
+        let old: Before = prost::Message::decode(bytes.as_slice()).expect("decode");
+        assert_eq!(old.names, names);
     }
 
     #[test]

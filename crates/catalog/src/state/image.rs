@@ -11,7 +11,9 @@ use mira_core::ids::BlockId;
 use serde::{Deserialize, Serialize};
 
 use super::StagedPublish;
-use crate::model::{BlockRecord, IngesterLease, Lease, OffloadCopy, Policy, PolicyKind, Watermark, stored};
+use crate::model::{
+    BlockRecord, IngesterLease, Lease, OffloadCopy, Policy, PolicyKind, TargetCheck, Watermark, stored,
+};
 
 /// The serialized form of [`super::State`] inside a snapshot (image
 /// version 2). Persisted: fields are only ever appended.
@@ -35,6 +37,14 @@ pub struct StateImage {
     /// there): see [`StateImageExt`].
     #[serde(skip)]
     pub ext: StateImageExt,
+    /// Serialized after `ext` (images written before it end there):
+    /// registered catalog members, id → data-directory incarnation.
+    #[serde(skip)]
+    pub members: Vec<(u64, String)>,
+    /// Serialized after `members` (images written before it ended there):
+    /// see [`StateImageExt2`].
+    #[serde(skip)]
+    pub ext2: StateImageExt2,
 }
 
 /// What version 2 images gained after their first release, serialized
@@ -47,6 +57,17 @@ pub struct StateImageExt {
     pub policy_status: Vec<(PolicyKind, String, String)>,
     /// Registered offload target names.
     pub offload_targets: Vec<String>,
+}
+
+/// What version 2 images gained after [`StateImageExt`] and the member
+/// registrations were released, serialized right after those; absent (all empty) in images written before.
+/// (Postcard is not self-describing: a field added to `StateImageExt`
+/// would make the images written before unreadable, so each addition is a
+/// struct of its own, appended.)
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateImageExt2 {
+    /// The last reachability check of each offload target, by name.
+    pub offload_target_checks: Vec<TargetCheck>,
 }
 
 /// One block's offload copy.
@@ -121,6 +142,8 @@ pub mod v1 {
             staged: ext.staged,
             no_compact: Vec::new(),
             ext: super::StateImageExt::default(),
+            members: Vec::new(),
+            ext2: super::StateImageExt2::default(),
         }
     }
 }

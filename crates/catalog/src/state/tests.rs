@@ -1588,3 +1588,115 @@ fn offload_copies_statuses_and_targets_survive_an_image_and_older_images_read() 
     assert_eq!(back.ext, StateImageExt::default());
     assert_eq!(back.blocks, image.blocks);
 }
+
+#[test]
+fn member_registrations_conflict_replace_forget_and_survive_an_image() {
+    let mut s = State::new();
+    let reg = |id: u64, inc: &str, replace: bool| Command::RegisterMember {
+        node_id: id,
+        incarnation: inc.into(),
+        replace,
+    };
+    s.apply(&reg(1, "a", false)).expect("register");
+    s.apply(&reg(1, "a", false))
+        .expect("the same incarnation again is a no-op");
+    let e = s
+        .apply(&reg(1, "b", false))
+        .expect_err("another incarnation under the id");
+    assert!(
+        e.to_string()
+            .contains("registered with data directory incarnation \"a\""),
+        "{e}"
+    );
+    assert_eq!(s.members().get(&1).map(String::as_str), Some("a"));
+    s.apply(&reg(1, "b", true)).expect("replace");
+    s.apply(&reg(2, "c", false)).expect("register 2");
+    let back = State::from_image(
+        crate::state_machine::decode_image(&crate::state_machine::encode_image(&s.to_image()).expect("enc"))
+            .expect("dec"),
+    );
+    assert_eq!(back.members(), s.members());
+    s.apply(&Command::ForgetMember { node_id: 1 }).expect("forget");
+    s.apply(&Command::ForgetMember { node_id: 1 })
+        .expect("forgetting again is a no-op");
+    s.apply(&reg(1, "d", false)).expect("a forgotten id registers anew");
+    assert!(
+        reg(1, "", false)
+            .validate()
+            .expect_err("empty")
+            .to_string()
+            .contains("incarnation")
+    );
+}
+
+#[test]
+fn target_checks_are_kept_per_name_and_images_with_the_first_extension_only_read() {
+    let check = |name: &str, reachable: bool, at: i64, error: &str| crate::model::TargetCheck {
+        name: name.into(),
+        reachable,
+        checked_at_ns: at,
+        error: error.into(),
+    };
+    let mut s = State::new();
+    // A compactor from before the checks: a name and no check.
+    s.apply(&Command::RegisterOffloadTargets {
+        names: vec!["old".into()],
+    })
+    .expect("names only");
+    s.apply(&Command::RegisterOffloadTargetsV2 {
+        names: vec!["a".into(), "b".into()],
+        checks: vec![check("a", true, 10, ""), check("b", false, 10, "connection refused")],
+    })
+    .expect("checks");
+    s.apply(&Command::RegisterOffloadTargetsV2 {
+        names: vec!["b".into()],
+        checks: vec![check("b", true, 20, "")],
+    })
+    .expect("a later check");
+    assert_eq!(s.offload_targets(), ["a", "b", "old"]);
+    assert_eq!(
+        s.offload_target_checks(),
+        [check("a", true, 10, ""), check("b", true, 20, "")],
+        "the last check of each name; none for the old registration"
+    );
+    // A check of a name the command does not register, and a long error,
+    // are refused.
+    let stray = Command::RegisterOffloadTargetsV2 {
+        names: vec!["a".into()],
+        checks: vec![check("z", true, 1, "")],
+    };
+    assert!(stray.validate().is_err());
+    let long = Command::RegisterOffloadTargetsV2 {
+        names: vec!["a".into()],
+        checks: vec![check("a", false, 1, &"x".repeat(300))],
+    };
+    assert!(long.validate().is_err());
+
+    let image = s.to_image();
+    let bytes = crate::state_machine::encode_image(&image).expect("encode");
+    let back = crate::state_machine::decode_image(&bytes).expect("decode");
+    assert_eq!(back, image);
+    assert_eq!(
+        State::from_image(back).offload_target_checks(),
+        s.offload_target_checks()
+    );
+    // A version 2 image written with the first extension only (before the
+    // checks): read, with no checks and every name.
+    let mut raw = postcard::to_stdvec(&image).expect("postcard");
+    raw.extend(postcard::to_stdvec(&image.ext).expect("ext"));
+    let mut old = crate::state_machine::IMAGE_MAGIC_V2.to_vec();
+    old.extend(zstd::encode_all(raw.as_slice(), 1).expect("zstd"));
+    let back = crate::state_machine::decode_image(&old).expect("decode the older v2");
+    assert_eq!(back.ext, image.ext);
+    assert_eq!(back.ext2, StateImageExt2::default());
+    let rebuilt = State::from_image(back);
+    assert_eq!(rebuilt.offload_targets(), ["a", "b", "old"]);
+    assert!(rebuilt.offload_target_checks().is_empty());
+    // A catalog from before the checks reads a new image's first
+    // extension and ignores what follows it (postcard::from_bytes leaves
+    // trailing bytes).
+    let raw = zstd::decode_all(&bytes[8..]).expect("zstd");
+    let (_, rest): (StateImage, &[u8]) = postcard::take_from_bytes(&raw).expect("image");
+    let ext: StateImageExt = postcard::from_bytes(rest).expect("the first extension");
+    assert_eq!(ext, image.ext);
+}

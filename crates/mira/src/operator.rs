@@ -1,0 +1,95 @@
+//! `mira operator`: the Kubernetes operator that reconciles
+//! `MiraRetentionPolicy` objects into catalog policies (see
+//! `mira_operator`), and `mira crd`, which prints the CRD.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use mira_common::config::ConfigError;
+use mira_operator::Settings;
+
+use crate::flags::{ConfigFlags, Effective, set_given};
+
+/// Flags of `mira operator`.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Catalog members, comma separated host:port [default: 127.0.0.1:7400].
+    #[arg(long, env = "MIRA_CATALOG")]
+    pub catalog: Option<String>,
+    /// HTTP listen address: /metrics, /ready, /live [default: 0.0.0.0:8080].
+    #[arg(long, env = "MIRA_OPERATOR_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Reconcile objects of this namespace only; empty: every namespace.
+    #[arg(long, env = "MIRA_OPERATOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Reconcile only while holding the leader Lease [default: true].
+    #[arg(long, env = "MIRA_OPERATOR_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+    /// The leader Lease's name [default: mira-operator].
+    #[arg(long, env = "MIRA_OPERATOR_LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// The leader Lease's namespace [default: the client's namespace].
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's name in the Lease and its events [default: the host name].
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Reconcile every object again this often, seconds [default: 300].
+    #[arg(long, env = "MIRA_OPERATOR_REQUEUE_S")]
+    pub requeue_s: Option<u64>,
+    /// Longest catalog call, milliseconds [default: 5000].
+    #[arg(long, env = "MIRA_OPERATOR_CATALOG_TIMEOUT_MS")]
+    pub catalog_timeout_ms: Option<u64>,
+    /// A kubeconfig file [default: in-cluster, else KUBECONFIG or ~/.kube/config].
+    #[arg(long, env = "MIRA_OPERATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub config: ConfigFlags,
+}
+
+impl OperatorArgs {
+    /// The effective settings, validated.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let mut s = self.config.load()?.operator;
+        set_given!(
+            self,
+            s,
+            catalog,
+            listen,
+            namespace,
+            leader_elect,
+            lease_name,
+            lease_namespace,
+            identity,
+            requeue_s,
+            catalog_timeout_ms,
+        );
+        if self.kubeconfig.is_some() {
+            s.kubeconfig.clone_from(&self.kubeconfig);
+        }
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    let settings = args.settings()?;
+    if args.config.check_config {
+        Effective {
+            operator: Some(&settings),
+            ..Effective::default()
+        }
+        .print();
+        return Ok(());
+    }
+    let process = crate::process()?;
+    mira_operator::run::run(settings, &process, crate::shutdown_signal()).await?;
+    Ok(())
+}
+
+/// `mira crd`: the CRD YAML.
+pub fn print_crd() -> anyhow::Result<()> {
+    print!("{}", mira_operator::crd::crd_yaml()?);
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! `mira smoke` (the Helm chart's `helm test`) against a real `mira
+//! serve`: it finds what it wrote through all three query APIs, only for
+//! its tenant; it fails with a message naming the signal and the answer
+//! when the records cannot be read back or the export is refused; bad
+//! flags are refused before anything is sent.
+
+#[path = "support/procs.rs"]
+mod procs;
+
+use std::process::Command;
+
+use mira_testkit::http::{self, wait_ready};
+use procs::{Procs, Role, bin};
+
+fn serve() -> Procs {
+    let mut p = Procs::new();
+    let i = p.add(Role::Serve, &[]);
+    p.start(i);
+    p
+}
+
+fn smoke(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .arg("smoke")
+        .args(args)
+        .output()
+        .expect("run mira smoke");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn loki_lines(body: &[u8]) -> usize {
+    let v: serde_json::Value = serde_json::from_slice(body).expect("json");
+    v["data"]["result"]
+        .as_array()
+        .expect("result")
+        .iter()
+        .map(|s| s["values"].as_array().map_or(0, Vec::len))
+        .sum()
+}
+
+#[tokio::test]
+async fn smoke_writes_and_reads_back_every_signal_for_its_tenant_only() {
+    let p = serve();
+    wait_ready(&p[0].addr).await;
+    let otlp = format!("http://{}", p[0].http);
+    let query = format!("http://{}", p[0].addr);
+    let (code, out, err) = smoke(&[
+        "--otlp",
+        &otlp,
+        "--query",
+        &query,
+        "--tenant",
+        "smoke-a",
+        "--timeout",
+        "60s",
+    ]);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}\n{}", p.logs());
+    for s in [
+        "logs: found",
+        "traces: found",
+        "metrics: found",
+        "ok: logs, traces and metrics",
+    ] {
+        assert!(out.contains(s), "{out}");
+    }
+    // What it wrote is really there, for its tenant and no other.
+    let path = "/loki/api/v1/query_range?query=%7Bservice_name%3D%22mira-smoke%22%7D&limit=100&since=2h";
+    let mine = http::request("GET", &p[0].addr, path, &[("X-Scope-OrgID", "smoke-a")], Vec::new())
+        .await
+        .expect("query");
+    assert_eq!(mine.status, 200);
+    assert_eq!(loki_lines(&mine.body), 1, "{}", String::from_utf8_lossy(&mine.body));
+    let other = http::request("GET", &p[0].addr, path, &[("X-Scope-OrgID", "smoke-b")], Vec::new())
+        .await
+        .expect("query");
+    assert_eq!(loki_lines(&other.body), 0);
+    // A second run marks its own records: it passes again, finding its own.
+    let (code, out2, _) = smoke(&[
+        "--otlp",
+        &otlp,
+        "--query",
+        &query,
+        "--tenant",
+        "smoke-a",
+        "--timeout",
+        "60s",
+    ]);
+    assert_eq!(code, 0);
+    assert_ne!(out.lines().next(), out2.lines().next(), "each run has its own id");
+}
+
+#[tokio::test]
+async fn smoke_fails_naming_each_signal_when_nothing_can_be_read_back() {
+    let p = serve();
+    wait_ready(&p[0].addr).await;
+    let otlp = format!("http://{}", p[0].http);
+    // The OTLP/HTTP port answers 404 to the query APIs' paths.
+    let (code, out, err) = smoke(&["--otlp", &otlp, "--query", &otlp, "--timeout", "2s"]);
+    assert_eq!(code, 1, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("sent: 1 log record, 1 span, 1 gauge point"), "{out}");
+    for s in [
+        "logs: the marked record was not found",
+        "traces: the marked",
+        "metrics: the marked",
+        "HTTP 404",
+    ] {
+        assert!(err.contains(s), "{s:?} not in {err}");
+    }
+}
+
+#[tokio::test]
+async fn smoke_fails_at_once_when_the_export_is_refused() {
+    let p = serve();
+    wait_ready(&p[0].addr).await;
+    let query = format!("http://{}", p[0].addr);
+    // The query port has no /v1/logs: a 4xx other than 429 is not retried.
+    let (code, _, err) = smoke(&["--otlp", &query, "--query", &query, "--timeout", "60s"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("export to {query}/v1/logs refused: HTTP 4")),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_by_name_before_anything_is_sent() {
+    let long_tenant = "t".repeat(200);
+    for (args, word) in [
+        (vec!["--otlp", "ftp://h:1", "--query", "http://h:1"], "--otlp"),
+        (vec!["--otlp", "h:4318", "--query", "http://h:1"], "--otlp"),
+        (vec!["--otlp", "http://h:1", "--query", "http://h:1/?x=1"], "--query"),
+        (vec!["--otlp", "http://h:1", "--query", "http://"], "--query"),
+        (
+            vec!["--otlp", "http://h:1", "--query", "http://h:1", "--tenant", "../etc"],
+            "--tenant",
+        ),
+        (
+            vec![
+                "--otlp",
+                "http://h:1",
+                "--query",
+                "http://h:1",
+                "--tenant",
+                &long_tenant,
+            ],
+            "--tenant",
+        ),
+        (
+            vec!["--otlp", "http://h:1", "--query", "http://h:1", "--timeout", "0s"],
+            "--timeout",
+        ),
+    ] {
+        let (code, out, err) = smoke(&args);
+        assert_eq!(code, 2, "{args:?}: {out} {err}");
+        assert!(err.contains(word), "{args:?}: {err}");
+        assert!(!out.contains("sent:"), "{args:?}");
+    }
+    let (code, _, err) = smoke(&["--otlp", "http://h:1", "--query", "http://h:1", "--timeout", "soon"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--timeout"), "{err}");
+}
