@@ -108,6 +108,7 @@ async fn internal_ports_refuse_callers_without_the_cluster_secret_and_count_them
                 id: 9,
                 address: "10.0.0.9:7400".to_owned(),
                 voter: true,
+                incarnation: String::new(),
             }],
         })
         .await
