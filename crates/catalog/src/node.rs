@@ -562,7 +562,14 @@ impl CatalogNode {
         };
         node.bootstrap = tokio::spawn(bootstrap(raft.clone(), config.clone(), dialer.clone()));
         if config.peers.len() > 1 {
-            node.register = Some(tokio::spawn(register(raft, config.clone(), incarnation, !fresh, gate, dialer)));
+            node.register = Some(tokio::spawn(register(
+                raft,
+                config.clone(),
+                incarnation,
+                !fresh,
+                gate,
+                dialer,
+            )));
         }
         tracing::info!(target: "mira::catalog", node_id = config.node_id, addr = %local_addr, "catalog member started");
         Ok(node)

@@ -78,11 +78,11 @@ pub async fn run(settings: Settings, process: &Process, shutdown: impl Future<Ou
         "operator",
         process.security.tls.clone(),
     )
-        .await
-        .map_err(|source| Error::Listen {
-            addr: settings.listen,
-            source,
-        })?;
+    .await
+    .map_err(|source| Error::Listen {
+        addr: settings.listen,
+        source,
+    })?;
     tracing::info!(target: "mira::operator", addr = %server.addr(), "operator http");
     let result = operate(&settings, process, metrics, crd_ok, shutdown).await;
     server.shutdown().await;
