@@ -47,8 +47,9 @@ class Ca:
         write_atomic(path, self.pem())
         return str(path)
 
-    def leaf(self, cn, expired=False):
-        """(certificate PEM, key PEM, certificate DER)."""
+    def leaf(self, cn, expired=False, dns=()):
+        """(certificate PEM, key PEM, certificate DER); good for localhost,
+        127.0.0.1 and the names in `dns` (wildcards allowed)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
         start, end = ((now - datetime.timedelta(days=20), now - datetime.timedelta(days=10)) if expired
@@ -58,7 +59,7 @@ class Ca:
             .subject_name(_name(cn)).issuer_name(self.cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in ("localhost", *dns)] + [
                                                         x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                            critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
