@@ -179,7 +179,7 @@ def mounted_secrets(objs, obj, provided=None):
                 for s in objs if s["kind"] == "Secret"}
     out = {}
     for m in c.get("volumeMounts", []):
-        v = volumes[m["name"]]
+        v = volumes.get(m["name"], {})  # absent: a volumeClaimTemplate
         if "secret" not in v:
             continue
         name = v["secret"]["secretName"]

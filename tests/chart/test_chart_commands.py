@@ -35,7 +35,8 @@ def test_rendered_command_line_passes_check_config(variant, workload, pod, ordin
     env = pod_env(w, pod, secrets=SECRETS, ordinal=ordinal)
     # Mounted Secrets (the cluster secret, tokens, TLS) as files, where the
     # kubelet would put them; cert-manager's Secret made by the test.
-    provided = secure_secrets()
+    # The ha-hpa variant's offload credentials: no file check-config reads.
+    provided = dict(secure_secrets(), **{"mira-archive": {}})
     dirs = write_mounts(mounted_secrets(objs, w, provided), str(tmp_path))
     argv = [rewrite_mounts(a, dirs) for a in command_line(w, pod, env)]
     assert not any("$(" in a for a in argv), f"unexpanded variable in {argv}"
