@@ -102,9 +102,17 @@ impl TenantLimits {
         }
         Ok(TenantLimits {
             records_per_second,
-            records_burst: if records_burst == 0 { records_per_second } else { records_burst },
+            records_burst: if records_burst == 0 {
+                records_per_second
+            } else {
+                records_burst
+            },
             bytes_per_second,
-            bytes_burst: if bytes_burst == 0 { bytes_per_second } else { bytes_burst },
+            bytes_burst: if bytes_burst == 0 {
+                bytes_per_second
+            } else {
+                bytes_burst
+            },
             max_series: pick!(max_series).unwrap_or(0),
             max_query_concurrency: pick!(max_query_concurrency).unwrap_or(0),
             max_query_range: pick!(max_query_range).map_or(std::time::Duration::ZERO, Duration::get),
@@ -206,19 +214,25 @@ pub enum Refusal {
         retry_after_s: u64,
     },
     /// 429 with a retry hint.
-    #[error("tenant {tenant} already runs its limit of {limit} concurrent queries (max_query_concurrency); retry shortly")]
+    #[error(
+        "tenant {tenant} already runs its limit of {limit} concurrent queries (max_query_concurrency); retry shortly"
+    )]
     QueryConcurrency { tenant: String, limit: u64 },
     /// 400: the same query will never pass.
     #[error(
         "the query time range exceeds the limit of tenant {tenant} (query length: {}, limit: {}, max_query_range)",
-        humantime::format_duration(*.asked),
-        humantime::format_duration(*.limit)
+        human(.asked),
+        human(.limit)
     )]
     QueryRange {
         tenant: String,
         asked: std::time::Duration,
         limit: std::time::Duration,
     },
+}
+
+fn human(d: &std::time::Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(*d)
 }
 
 impl Refusal {
@@ -451,7 +465,11 @@ impl Limiter {
             return Ok(());
         }
         let state = self.state(tenant);
-        let bucket = if kind == Kind::Records { &state.records } else { &state.bytes };
+        let bucket = if kind == Kind::Records {
+            &state.records
+        } else {
+            &state.bytes
+        };
         let taken = lock(bucket).take(n, rate, burst, self.clock.now());
         taken.map_err(|retry_after_s| {
             self.refused(kind);

@@ -172,7 +172,7 @@ impl SecuritySettings {
                 tokens_file: self.tokens_file.clone(),
                 trusted_proxies: self.proxies()?,
             },
-            clock,
+            clock.clone(),
             telemetry,
         )?;
         let mut tasks = Vec::new();

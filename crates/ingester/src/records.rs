@@ -27,7 +27,8 @@ fn each_message(mut buf: &[u8], mut f: impl FnMut(u32, &[u8]) -> Result<(), Malf
             1 => 8,
             5 => 4,
             2 => {
-                let len = usize::try_from(prost::encoding::decode_varint(&mut buf).map_err(|_| BAD)?).map_err(|_| BAD)?;
+                let len =
+                    usize::try_from(prost::encoding::decode_varint(&mut buf).map_err(|_| BAD)?).map_err(|_| BAD)?;
                 let body = buf.get(..len).ok_or(BAD)?;
                 f(field, body)?;
                 len
@@ -117,6 +118,7 @@ mod tests {
             attributes: vec![KeyValue {
                 key: "k".to_owned(),
                 value: None,
+                ..KeyValue::default()
             }],
             ..LogRecord::default()
         }

@@ -123,7 +123,9 @@ mod tests {
 
     use mira_common::limits::LimitsFile;
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-    use opentelemetry_proto::tonic::metrics::v1::{Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric,
+    };
 
     use super::*;
 
@@ -143,6 +145,7 @@ mod tests {
                                         value: Some(AnyValue {
                                             value: Some(any_value::Value::StringValue((*host).to_owned())),
                                         }),
+                                        ..KeyValue::default()
                                     }],
                                     ..NumberDataPoint::default()
                                 }],
@@ -162,7 +165,9 @@ mod tests {
         for m in &req.resource_metrics[0].scope_metrics[0].metrics {
             if let Some(metric::Data::Gauge(g)) = &m.data {
                 for p in &g.data_points {
-                    if let Some(any_value::Value::StringValue(h)) = p.attributes[0].value.as_ref().and_then(|v| v.value.as_ref()) {
+                    if let Some(any_value::Value::StringValue(h)) =
+                        p.attributes[0].value.as_ref().and_then(|v| v.value.as_ref())
+                    {
                         out.push(format!("{}/{h}", m.name));
                     }
                 }

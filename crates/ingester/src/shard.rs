@@ -55,7 +55,9 @@ impl AnyBuilder {
         buf: &[u8],
         limits: &Limits,
         gate: Option<
-            impl FnOnce(&mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest) -> (usize, u64),
+            impl FnOnce(
+                &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+            ) -> (usize, u64),
         >,
     ) -> Result<Appended, mira_core::convert::ConvertError> {
         match (self, gate) {

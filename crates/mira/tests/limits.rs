@@ -19,8 +19,6 @@ use mira_testkit::http::{self, wait_ready};
 use mira_testkit::net::wait_for;
 use mira_testkit::otlp::log_export;
 use mira_testkit::recent_base_time as t0;
-use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use procs::{Procs, Role, bin};
 use prost::Message;
@@ -63,7 +61,10 @@ struct PbDuration {
 
 /// An export of `n` log records with bodies `{prefix}-{i}`.
 fn export(prefix: &str, n: u64) -> Vec<u8> {
-    log_export(&[("service.name", "limits")], (0..n).map(|i| (i, format!("{prefix}-{i}"))))
+    log_export(
+        &[("service.name", "limits")],
+        (0..n).map(|i| (i, format!("{prefix}-{i}"))),
+    )
 }
 
 async fn post(addr: &str, tenant: &str, body: Vec<u8>) -> http::Response {
@@ -107,6 +108,7 @@ async fn post_metrics(addr: &str, tenant: &str, hosts: &[&str]) -> http::Respons
                 value: Some(AnyValue {
                     value: Some(any_value::Value::StringValue((*h).to_owned())),
                 }),
+                ..KeyValue::default()
             }],
             time_unix_nano: t0() + 1_000_000_000,
             value: Some(number_data_point::Value::AsDouble(1.0)),
@@ -126,9 +128,14 @@ async fn post_metrics(addr: &str, tenant: &str, hosts: &[&str]) -> http::Respons
             ..ResourceMetrics::default()
         }],
     };
-    http::post(addr, "/v1/metrics", &[PB, ("X-Scope-OrgID", tenant)], req.encode_to_vec())
-        .await
-        .expect("an answer")
+    http::post(
+        addr,
+        "/v1/metrics",
+        &[PB, ("X-Scope-OrgID", tenant)],
+        req.encode_to_vec(),
+    )
+    .await
+    .expect("an answer")
 }
 
 async fn metric(addr: &str, name: &str) -> u64 {
@@ -155,10 +162,7 @@ async fn a_tenant_over_its_limits_is_refused_naming_them_and_loses_nothing_ackno
     let file = p.root.path().join("limits.toml");
     std::fs::write(&file, LIMITS).expect("test setup");
     let file_arg = file.display().to_string();
-    let i = p.add(
-        Role::Serve,
-        &["--limits-file", &file_arg, "--reload-interval", "50ms"],
-    );
+    let i = p.add(Role::Serve, &["--limits-file", &file_arg, "--reload-interval", "50ms"]);
     p.start(i);
     let (query, otlp, grpc) = (p[i].addr.clone(), p[i].http.clone(), p[i].grpc.clone());
     wait_ready(&query).await;
@@ -169,21 +173,39 @@ async fn a_tenant_over_its_limits_is_refused_naming_them_and_loses_nothing_ackno
     // 50 more need 50 s of refill at 1 record/s: refused, naming the limit.
     let r = post(&otlp, "slow", export("refused-http", 50)).await;
     assert_eq!(r.status, 429, "{}", r.text());
-    let after: u64 = r.header("retry-after").and_then(|v| v.parse().ok()).expect("Retry-After");
+    let after: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
     assert!((1..=60).contains(&after), "Retry-After {after}");
     let text = r.text();
-    assert!(text.contains("tenant slow") && text.contains("1 records/s (burst 100)"), "{text}");
+    assert!(
+        text.contains("tenant slow") && text.contains("1 records/s (burst 100)"),
+        "{text}"
+    );
     // Another tenant is not limited.
     let r = post(&otlp, "fast", export("fast", 500)).await;
     assert_eq!(r.status, 200, "{}", r.text());
 
     // gRPC: RESOURCE_EXHAUSTED with a RetryInfo detail.
-    let mut client = LogsServiceClient::connect(format!("http://{grpc}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .expect("endpoint")
+        .connect()
         .await
         .expect("connect");
-    let mut req = tonic::Request::new(ExportLogsServiceRequest::decode(&export("refused-grpc", 50)[..]).expect("decode"));
-    req.metadata_mut().insert("x-scope-orgid", "slow".parse().expect("ascii"));
-    let status = client.export(req).await.expect_err("over the limit");
+    let mut client = tonic::client::Grpc::new(channel);
+    client.ready().await.expect("ready");
+    let mut req = tonic::Request::new(bytes::Bytes::from(export("refused-grpc", 50)));
+    req.metadata_mut()
+        .insert("x-scope-orgid", "slow".parse().expect("ascii"));
+    let status = client
+        .unary(
+            req,
+            tonic::codegen::http::uri::PathAndQuery::from_static(mira_ingester::otlp::GRPC_LOGS),
+            mira_ingester::otlp::RawCodec,
+        )
+        .await
+        .expect_err("over the limit");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("1 records/s"), "{}", status.message());
     let details = RpcStatus::decode(status.details()).expect("google.rpc.Status");
@@ -245,7 +267,11 @@ async fn a_tenant_over_its_limits_is_refused_naming_them_and_loses_nothing_ackno
         .partial_success
         .expect("a partial success");
     assert_eq!(partial.rejected_data_points, 2);
-    assert!(partial.error_message.contains("limit of 3 active series"), "{}", partial.error_message);
+    assert!(
+        partial.error_message.contains("limit of 3 active series"),
+        "{}",
+        partial.error_message
+    );
     // Known series pass, a new one still does not.
     let r = post_metrics(&otlp, "metered", &["c", "b", "f", "a"]).await;
     let partial = ExportMetricsServiceResponse::decode(&r.body[..])
@@ -255,11 +281,16 @@ async fn a_tenant_over_its_limits_is_refused_naming_them_and_loses_nothing_ackno
     assert_eq!(partial.rejected_data_points, 1);
     // Another tenant has no series limit.
     let r = post_metrics(&otlp, "fast", &["a", "b", "c", "d", "e"]).await;
-    let partial = ExportMetricsServiceResponse::decode(&r.body[..]).expect("response").partial_success;
+    let partial = ExportMetricsServiceResponse::decode(&r.body[..])
+        .expect("response")
+        .partial_success;
     assert!(partial.is_none_or(|p| p.rejected_data_points == 0), "{partial:?}");
     // Exactly the acknowledged points are readable: 3 + 3 for metered.
     let points = wait_for("metered's points", Duration::from_secs(60), || async {
-        let path = format!("/api/v1/query?query=count(limits_gauge)&time={}", t0() / 1_000_000_000 + 60);
+        let path = format!(
+            "/api/v1/query?query=count(limits_gauge)&time={}",
+            t0() / 1_000_000_000 + 60
+        );
         let r = http::request("GET", &query, &path, &[("X-Scope-OrgID", "metered")], Vec::new()).await?;
         let v = r.json();
         let n: u64 = v["data"]["result"][0]["value"][1].as_str()?.parse().ok()?;
@@ -295,7 +326,14 @@ fn a_bad_limits_file_refuses_to_start_naming_the_key() {
     ] {
         std::fs::write(&file, text).expect("test setup");
         let out = std::process::Command::new(bin())
-            .args(["querier", "--catalog", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "querier",
+                "--catalog",
+                "127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(dir.path())
             .arg("--limits-file")
             .arg(&file)

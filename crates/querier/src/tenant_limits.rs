@@ -115,7 +115,10 @@ mod tests {
         let body = r.json();
         assert_eq!(body["errorType"], "too_many_requests");
         let message = body["error"].as_str().expect("error");
-        assert!(message.contains("tenant a") && message.contains("limit of 1 concurrent queries"), "{message}");
+        assert!(
+            message.contains("tenant a") && message.contains("limit of 1 concurrent queries"),
+            "{message}"
+        );
         // Another tenant runs while a waits.
         assert_eq!(get("b").await.status, 200);
         gate.notify_one();

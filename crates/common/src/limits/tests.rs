@@ -52,11 +52,20 @@ fn bad_files_are_refused_naming_the_key() {
         ("[defaults]\ningest_record_per_second = 5\n", "ingest_record_per_second"),
         ("[tenants.a]\nmax_series = 1\nspeed = 2\n", "speed"),
         ("[default]\nmax_series = 1\n", "default"),
-        ("[defaults]\ningest_records_per_second = -5\n", "ingest_records_per_second"),
-        ("[defaults]\ningest_records_per_second = \"fast\"\n", "ingest_records_per_second"),
+        (
+            "[defaults]\ningest_records_per_second = -5\n",
+            "ingest_records_per_second",
+        ),
+        (
+            "[defaults]\ningest_records_per_second = \"fast\"\n",
+            "ingest_records_per_second",
+        ),
         ("[defaults]\ningest_bytes_per_second = \"lots\"\n", "lots"),
         ("[defaults]\nmax_query_range = \"a while\"\n", "a while"),
-        ("[defaults]\ningest_records_burst = 5\n", "defaults.ingest_records_burst"),
+        (
+            "[defaults]\ningest_records_burst = 5\n",
+            "defaults.ingest_records_burst",
+        ),
         ("[tenants.a]\ningest_bytes_burst = 5\n", "tenants.a.ingest_bytes_burst"),
         ("[tenants.\"../etc\"]\nmax_series = 1\n", "tenants.../etc"),
         ("[defaults\n", "limits file"),
@@ -101,7 +110,8 @@ fn a_bucket_refuses_all_or_nothing_and_refills_with_the_clock() {
     hand.advance(Duration::from_secs(2));
     l.take_records(&acme, 50).expect("from a full bucket");
     hand.advance(Duration::from_secs(2));
-    l.take_records(&acme, 1).expect_err("still paying back the 30 of debt at 10/s");
+    l.take_records(&acme, 1)
+        .expect_err("still paying back the 30 of debt at 10/s");
     // A clock moved back refills nothing and does not panic.
     hand.set(UNIX_EPOCH);
     l.take_records(&acme, 1).expect_err("no refill backwards");
@@ -140,7 +150,9 @@ fn query_slots_and_ranges() {
     let _three = l.enter_query(&acme).expect("a slot came back");
     drop(two);
     l.check_range(&acme, Duration::from_secs(3600)).expect("an hour");
-    let e = l.check_range(&acme, Duration::from_secs(2 * 86_400)).expect_err("two days");
+    let e = l
+        .check_range(&acme, Duration::from_secs(2 * 86_400))
+        .expect_err("two days");
     assert_eq!(e.error_code(), ErrorCode::BadRequest);
     assert!(e.to_string().contains("query length: 2days, limit: 1day"), "{e}");
     assert_eq!(e.retry_after(), None);
