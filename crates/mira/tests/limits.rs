@@ -284,7 +284,10 @@ async fn a_tenant_over_its_limits_is_refused_naming_them_and_loses_nothing_ackno
     let partial = ExportMetricsServiceResponse::decode(&r.body[..])
         .expect("response")
         .partial_success;
-    assert!(partial.is_none_or(|p| p.rejected_data_points == 0), "{partial:?}");
+    assert!(
+        partial.as_ref().is_none_or(|p| p.rejected_data_points == 0),
+        "{partial:?}"
+    );
     // Exactly the acknowledged points are readable: 3 + 3 for metered.
     let points = wait_for("metered's points", Duration::from_secs(60), || async {
         let path = format!(
