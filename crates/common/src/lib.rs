@@ -14,7 +14,9 @@
 //! - [`security`]: who may use the ports: external authentication
 //!   ([`auth`]), TLS on every port and for internal clients ([`tls`]),
 //!   the cluster credential of the internal services ([`cluster`]), and
-//!   files followed for changes ([`watch`]).
+//!   files followed for changes ([`watch`]);
+//! - [`limits`]: per-tenant ingest rates, series, query concurrency and
+//!   range (`--limits-file`), carried by the security.
 //!
 //! It depends on no role crate and holds no data model (that is
 //! `mira-core`).
@@ -24,6 +26,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod retry;
 pub mod security;
 pub mod telemetry;

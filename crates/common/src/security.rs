@@ -2,7 +2,9 @@
 //! `[security]` table of the configuration file and the `--auth*`,
 //! `--tls-*` and `--cluster-*` flags): the external [`Authenticator`],
 //! the server TLS of every port, the [`ClusterGuard`] of the internal
-//! services and the [`Dialer`] of the internal clients. See
+//! services, the [`Dialer`] of the internal clients, and the per-tenant
+//! [`Limiter`] (`--limits-file`, which sits right after authentication
+//! and is reloaded like the tokens file). See
 //! docs/security.md for the threat model.
 
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::{AuthConfig, AuthMode, Authenticator, ProxyNet};
 use crate::cluster::{ClusterGuard, ClusterSecret, Dialer, GuardConfig};
 use crate::config::{ConfigError, Duration};
+use crate::limits::Limiter;
 use crate::tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
 
 /// The `[security]` table.
@@ -28,8 +31,11 @@ pub struct SecuritySettings {
     /// Addresses or networks of the gateway (`--auth trusted-header`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trusted_proxies: Vec<String>,
-    /// How often the tokens file and the TLS files are checked for changes.
+    /// How often the tokens, limits and TLS files are checked for changes.
     pub reload_interval: Duration,
+    /// Per-tenant limits (TOML, see docs/security.md); none: unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits_file: Option<PathBuf>,
     /// Server certificate (PEM, chain first) of every port of the process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
@@ -60,6 +66,7 @@ impl Default for SecuritySettings {
             tokens_file: None,
             trusted_proxies: Vec::new(),
             reload_interval: Duration::from_secs(5),
+            limits_file: None,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -165,11 +172,20 @@ impl SecuritySettings {
                 tokens_file: self.tokens_file.clone(),
                 trusted_proxies: self.proxies()?,
             },
-            clock,
+            clock.clone(),
             telemetry,
         )?;
         let mut tasks = Vec::new();
         tasks.extend(auth.watch(every));
+        let limits = match &self.limits_file {
+            Some(path) => {
+                let l = Limiter::load(path, clock.clone(), telemetry)
+                    .map_err(|e| ConfigError::new("security.limits_file", e.to_string()))?;
+                tasks.extend(l.watch(every));
+                l
+            }
+            None => Limiter::unlimited(),
+        };
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
                 // `mira serve` without --tls-ca: its roles call each other
@@ -228,6 +244,7 @@ impl SecuritySettings {
             tls,
             guard,
             dialer: Dialer::new(client_tls, secret),
+            limits,
             _tasks: Arc::new(Tasks(tasks)),
         })
     }
@@ -253,18 +270,26 @@ pub struct Security {
     pub tls: Option<Arc<ServerTls>>,
     pub guard: Arc<ClusterGuard>,
     pub dialer: Dialer,
+    /// Per-tenant limits (unlimited without `--limits-file`).
+    pub limits: Arc<Limiter>,
     _tasks: Arc<Tasks>,
 }
 
 impl Security {
-    /// No authentication, no TLS, internal ports open: what tests running
-    /// roles inside their own process use.
+    /// No authentication, no TLS, internal ports open, no limits: what
+    /// tests running roles inside their own process use.
     pub fn open() -> Security {
+        Security::open_with_limits(Limiter::unlimited())
+    }
+
+    /// [`Security::open`] with per-tenant limits (tests of the limits).
+    pub fn open_with_limits(limits: Arc<Limiter>) -> Security {
         Security {
             auth: Authenticator::open(),
             tls: None,
             guard: ClusterGuard::open(),
             dialer: Dialer::default(),
+            limits,
             _tasks: Arc::new(Tasks(Vec::new())),
         }
     }

@@ -204,12 +204,17 @@ impl IngesterNode {
         )
         .await?;
         tracing::info!(target: "mira::ingester", frames = replayed.frames, skipped = replayed.skipped, generations = replayed.generations, last_seq, epoch, "WAL recovered");
-        let pipeline = Arc::new(Pipeline::start(config.pipeline, wal.clone(), dest));
+        let series = Arc::new(crate::series::ActiveSeries::new(
+            process.security.limits.clone(),
+            process.clock.clone(),
+        ));
+        let pipeline = Arc::new(Pipeline::start_with_series(config.pipeline, wal.clone(), dest, series));
 
         let receivers = Receivers::new(
             pipeline.clone(),
             config.receivers.clone(),
             process.security.auth.clone(),
+            process.security.limits.clone(),
         );
         let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
             .await

@@ -312,7 +312,12 @@ pub struct SecurityFlags {
     /// believed (--auth trusted-header), comma separated.
     #[arg(long, env = "MIRA_AUTH_TRUSTED_PROXIES", value_delimiter = ',')]
     pub auth_trusted_proxies: Vec<String>,
-    /// How often the tokens file and the TLS files are checked for changes [default: 5s].
+    /// Per-tenant limits (TOML: [defaults] and [tenants.<id>] with ingest
+    /// rates and bursts, max_series, query concurrency and range; see
+    /// docs/security.md); reloaded on change. None: unlimited.
+    #[arg(long, env = "MIRA_LIMITS_FILE")]
+    pub limits_file: Option<PathBuf>,
+    /// How often the tokens, limits and TLS files are checked for changes [default: 5s].
     #[arg(long, env = "MIRA_RELOAD_INTERVAL")]
     pub reload_interval: Option<Duration>,
     /// Require client certificates signed by this CA (PEM) on every port.
@@ -334,7 +339,7 @@ pub struct SecurityFlags {
 impl SecurityFlags {
     pub fn apply(&self, s: &mut SecuritySettings) {
         set_given!(self, s, reload_interval, insecure_cluster, auth);
-        set_some!(self, s, tls_client_ca, cluster_ca);
+        set_some!(self, s, tls_client_ca, cluster_ca, limits_file);
         if self.auth_tokens_file.is_some() {
             s.tokens_file.clone_from(&self.auth_tokens_file);
         }

@@ -38,6 +38,7 @@ pub mod server;
 pub mod settings;
 pub mod stats;
 pub mod tempo_api;
+mod tenant_limits;
 pub mod traceql;
 pub mod traces;
 

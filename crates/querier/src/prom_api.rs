@@ -71,12 +71,18 @@ impl IntoResponse for PromError {
             400 => (StatusCode::BAD_REQUEST, "bad_data"),
             404 => (StatusCode::NOT_FOUND, "not_found"),
             422 => (StatusCode::UNPROCESSABLE_ENTITY, "execution"),
+            429 => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             503 => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             504 => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = json!({"status": "error", "errorType": kind, "error": e.public_message()});
-        (status, axum::Json(body)).into_response()
+        let mut r = (status, axum::Json(body)).into_response();
+        if let Some(after) = e.retry_after() {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, after.as_secs().max(1).into());
+        }
+        r
     }
 }
 

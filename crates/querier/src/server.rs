@@ -135,8 +135,8 @@ async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Respons
 
 /// Authenticates every API request and sets `X-Scope-OrgID` to the tenant
 /// it was authorized for (a single-tenant token may omit the header; what
-/// a client sent is replaced, never trusted). A per-tenant limiter goes
-/// here, after this check.
+/// a client sent is replaced, never trusted). The per-tenant query limits
+/// ([`crate::tenant_limits`]) run right after it.
 async fn authenticate(
     State(auth): State<Arc<mira_common::auth::Authenticator>>,
     mut req: Request,
@@ -187,6 +187,10 @@ impl QuerierServer {
             .merge(crate::prom_api::router(querier.clone()))
             .merge(crate::loki_api::router(querier.clone()))
             .merge(crate::tempo_api::router(querier))
+            .layer(axum::middleware::from_fn_with_state(
+                process.security.limits.clone(),
+                crate::tenant_limits::middleware,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 process.security.auth.clone(),
                 authenticate,
