@@ -167,26 +167,29 @@ def command_line(obj, pod_name, env):
 
 
 def mounted_secrets(objs, obj, provided=None):
-    """{mountPath: {file name: bytes}} for every Secret volume the pod's
-    container mounts, as the kubelet would fill it: a Secret the render
-    makes from its data, any other from `provided` (name -> {key: bytes});
-    a Secret from neither fails."""
+    """{mountPath: {file name: bytes}} for every Secret and ConfigMap volume
+    the pod's container mounts, as the kubelet would fill it: an object the
+    render makes from its data, any other Secret from `provided` (name ->
+    {key: bytes}); one from neither fails."""
     provided = provided or {}
     spec = pod_spec(obj)
     c = spec["containers"][0]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
-    rendered = {s["metadata"]["name"]: {k: base64.b64decode(v) for k, v in s.get("data", {}).items()}
-                for s in objs if s["kind"] == "Secret"}
+    rendered = {("secret", o["metadata"]["name"]): {k: base64.b64decode(v) for k, v in o.get("data", {}).items()}
+                for o in objs if o["kind"] == "Secret"}
+    rendered.update({("configMap", o["metadata"]["name"]): {k: v.encode() for k, v in o.get("data", {}).items()}
+                     for o in objs if o["kind"] == "ConfigMap"})
     out = {}
     for m in c.get("volumeMounts", []):
         v = volumes.get(m["name"], {})  # absent: a volumeClaimTemplate
-        if "secret" not in v:
+        kind = "secret" if "secret" in v else "configMap" if "configMap" in v else None
+        if kind is None:
             continue
-        name = v["secret"]["secretName"]
-        data = rendered.get(name, provided.get(name))
-        assert data is not None, f"{obj['metadata']['name']} mounts Secret {name!r}, which neither the render nor the test provides"
-        if "items" in v["secret"]:
-            data = {i["path"]: data[i["key"]] for i in v["secret"]["items"]}
+        name = v[kind]["secretName" if kind == "secret" else "name"]
+        data = rendered.get((kind, name), provided.get(name) if kind == "secret" else None)
+        assert data is not None, f"{obj['metadata']['name']} mounts {kind} {name!r}, which neither the render nor the test provides"
+        if "items" in v[kind]:
+            data = {i["path"]: data[i["key"]] for i in v[kind]["items"]}
         out[m["mountPath"]] = data
     return out
 

@@ -755,3 +755,26 @@ def test_cert_manager_certificate_covers_every_name_clients_dial():
     for svc in (f"{RELEASE}-ingester", f"{RELEASE}-querier"):
         assert f"{svc}.{dom}" in names
     assert cert["spec"]["secretName"] == f"{RELEASE}-tls"
+
+
+def test_limits_render_as_the_limits_file_of_the_roles_that_enforce_them():
+    import tomllib
+    values = values_of("secure")
+    objs = rendered_variant("secure")
+    cm = one(objs, "ConfigMap", f"{RELEASE}-limits")
+    parsed = tomllib.loads(cm["data"]["limits.toml"])
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        chart_defaults = yaml.safe_load(f)["limits"]["defaults"]
+    want = dict(chart_defaults, **values["limits"]["defaults"])
+    assert parsed == {"defaults": want, "tenants": values["limits"]["tenants"]}
+    # Integers stay integers (the file refuses 5000.0 for a count).
+    assert isinstance(parsed["tenants"]["helm-test"]["ingest_records_per_second"], int)
+    for w in workloads(objs):
+        c = pod_spec(w)["containers"][0]
+        enforces = c["args"][0] in ("serve", "ingester", "querier")
+        assert ("--limits-file=/etc/mira/limits/limits.toml" in c["args"]) == enforces, w["metadata"]["name"]
+        assert any(m["name"] == "limits" for m in c["volumeMounts"]) == enforces
+    # No limits values: no file, no flag.
+    assert not find(rendered_variant("default"), "ConfigMap")
+    assert not any("--limits-file" in a for w in workloads(rendered_variant("default"))
+                   for a in pod_spec(w)["containers"][0]["args"])

@@ -45,11 +45,15 @@ VALUES = {
     "test": {"tenant": "helm-test", "timeoutSeconds": 90},
 }
 # The same with tokens, TLS on every port (a certificate of the test's CA
-# for the Service and pod names) and an existing cluster secret.
+# for the Service and pod names), an existing cluster secret and limits.
 SECURE = dict(VALUES, security={"clusterSecret": {"existingSecret": "mira-cluster-secret", "key": "secret"},
                                 "auth": {"mode": "tokens", "tokensSecret": "mira-tokens"},
                                 "tls": {"enabled": True, "secretName": "mira-tls"}},
-              test=dict(VALUES["test"], tokenSecret="mira-smoke-token"))
+              test=dict(VALUES["test"], tokenSecret="mira-smoke-token"),
+              # A limits file every ingester and querier loads (generous:
+              # the test's own traffic stays under it).
+              limits={"defaults": {"ingest_records_per_second": 100000, "max_query_range": "721h"},
+                      "tenants": {"chart-e2e": {"max_series": 1000}}})
 
 
 def _rewrite(arg, ip, data_dir):

@@ -325,3 +325,30 @@ secureJsonData:
   {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Whether the chart renders a limits file. */}}
+{{- define "mira.limitsEnabled" -}}
+{{- $on := .Values.limits.tenants -}}
+{{- range $k, $v := .Values.limits.defaults }}
+{{- if not (has (toString $v) (list "0" "0s" "")) }}{{ $on = true }}{{ end }}
+{{- end }}
+{{- if $on }}true{{ end -}}
+{{- end }}
+
+{{/* One table of the limits file: numbers as integers, sizes and durations quoted. */}}
+{{- define "mira.limitsKeys" -}}
+{{- range $k, $v := . }}
+{{- if kindIs "string" $v }}
+{{ $k }} = {{ $v | quote }}
+{{- else }}
+{{ $k }} = {{ $v | int64 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The --limits-file flag (serve, ingester, querier), as a YAML list item. */}}
+{{- define "mira.limitsArgs" -}}
+{{- if include "mira.limitsEnabled" . }}
+- --limits-file=/etc/mira/limits/limits.toml
+{{- end }}
+{{- end }}

@@ -15,6 +15,7 @@ Arguments (a dict):
   startup    failureThreshold of the startup probe (10 s apart), optional
   objectStore  true: the object store's credentials are mounted
   auth       true: the role authenticates external ports (the tokens file is mounted)
+  limits     true: the role enforces per-tenant limits (the limits file is mounted)
 Every pod mounts the cluster secret and, with security.tls, the TLS Secret
 (mira.securityVolumes); its probes use HTTPS then.
 */}}
@@ -143,6 +144,11 @@ spec:
         - name: tmp
           mountPath: /tmp
         {{- include "mira.securityVolumeMounts" (dict "ctx" $ctx "auth" .auth) | nindent 8 }}
+        {{- if and .limits (include "mira.limitsEnabled" $ctx) }}
+        - name: limits
+          mountPath: /etc/mira/limits
+          readOnly: true
+        {{- end }}
         {{- with .mounts }}
         {{- . | nindent 8 }}
         {{- end }}
@@ -156,6 +162,11 @@ spec:
     - name: tmp
       emptyDir: {}
     {{- include "mira.securityVolumes" (dict "ctx" $ctx "auth" .auth) | nindent 4 }}
+    {{- if and .limits (include "mira.limitsEnabled" $ctx) }}
+    - name: limits
+      configMap:
+        name: {{ include "mira.fullname" $ctx }}-limits
+    {{- end }}
     {{- with .volumes }}
     {{- . | nindent 4 }}
     {{- end }}
