@@ -530,6 +530,12 @@ impl Limiter {
     }
 
     /// Checks a query's time range against `tenant`'s `max_query_range`.
+    /// The tenant's `max_query_range`, when it has one.
+    pub fn max_query_range(&self, tenant: &TenantId) -> Option<std::time::Duration> {
+        let limit = self.get(tenant).max_query_range;
+        (!limit.is_zero()).then_some(limit)
+    }
+
     pub fn check_range(&self, tenant: &TenantId, asked: std::time::Duration) -> Result<(), Refusal> {
         let limit = self.get(tenant).max_query_range;
         if !limit.is_zero() && asked > limit {

@@ -256,6 +256,19 @@ async fn a_tenant_over_its_limits_is_refused_naming_them_and_loses_nothing_ackno
         .await
         .expect("answer");
     assert_eq!(r.status, 200, "{}", r.text());
+    // Without `start`, slow's window is clamped to its 1h, not refused
+    // (Grafana's trace-by-id and label lookups send no range).
+    for path in [
+        "/api/mira/v1/logs?limit=10".to_owned(),
+        "/loki/api/v1/labels".to_owned(),
+        "/api/v1/labels".to_owned(),
+        format!("/api/traces/{}", "ab".repeat(16)),
+    ] {
+        let r = http::request("GET", &query, &path, &[("X-Scope-OrgID", "slow")], Vec::new())
+            .await
+            .expect("answer");
+        assert!(r.status == 200 || r.status == 404, "{path}: {} {}", r.status, r.text());
+    }
     assert!(metric(&query, "mira_limits_refusals_total").await >= 3);
 
     // Series: points of new series past metered's 3 are refused through

@@ -257,7 +257,7 @@ async fn query_range(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form)
 /// Label names (`name` None) or the values of `name`, of the series that
 /// match any `match[]` (every series without one).
 async fn names_or_values(q: &Arc<Querier>, headers: &HeaderMap, f: &Form, name: Option<&str>) -> Result<Response> {
-    let (start, end) = f.window(q.now_ns() / 1_000_000, q.config.max_range)?;
+    let (start, end) = f.window(q.now_ns() / 1_000_000, q.default_window())?;
     let (series, gaps) = q.metric_series(&tenant(headers)?, &f.matches(), start, end).await?;
     let warnings = gaps.warnings;
     let mut out = std::collections::BTreeSet::new();
@@ -292,7 +292,7 @@ async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> R
     if matches.is_empty() {
         return Err(bad("no match[] parameter provided".into()));
     }
-    let (start, end) = f.window(q.now_ns() / 1_000_000, q.config.max_range)?;
+    let (start, end) = f.window(q.now_ns() / 1_000_000, q.default_window())?;
     let (series, gaps) = q.metric_series(&tenant(&headers)?, &matches, start, end).await?;
     let mut warnings = gaps.warnings;
     let limit = f.limit()?.unwrap_or(usize::MAX);
@@ -315,7 +315,7 @@ async fn metadata(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) ->
         .unwrap_or(0)
         .saturating_add(FUTURE_MARGIN_MS as u64 * 1_000_000);
     let range =
-        (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX));
+        (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.default_window().as_nanos()).unwrap_or(u64::MAX));
     let metric = f.one("metric").filter(|m| !m.is_empty());
     let (found, gaps) = q
         .metric_metadata(&tenant(&headers)?, metric, end.saturating_sub(range), end)

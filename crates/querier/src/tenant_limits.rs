@@ -36,6 +36,17 @@ pub(crate) fn check_range(asked: std::time::Duration) -> Result<(), Refusal> {
         .unwrap_or(Ok(()))
 }
 
+/// The widest window a request of the current tenant may read: its
+/// `max_query_range` when set and narrower than `fallback` (the window a
+/// request without `start` gets, so it is clamped, not refused).
+pub(crate) fn window_cap(fallback: std::time::Duration) -> std::time::Duration {
+    CURRENT
+        .try_with(|c| c.limiter.max_query_range(&c.tenant))
+        .ok()
+        .flatten()
+        .map_or(fallback, |limit| limit.min(fallback))
+}
+
 /// Runs after the authentication middleware (which put the [`Principal`]
 /// in the request's extensions).
 pub(crate) async fn middleware(State(limiter): State<Arc<Limiter>>, req: Request, next: Next) -> Response {
