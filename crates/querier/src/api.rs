@@ -104,7 +104,9 @@ impl P {
     /// before it.
     pub(crate) fn range(&self, default_window: u64, now_ns: i64) -> Result<(u64, u64), QueryError> {
         let end = self.time("end")?.unwrap_or(now_ns.max(0) as u64);
-        let start = self.time("start")?.unwrap_or(end.saturating_sub(default_window));
+        let start = self
+            .time("start")?
+            .unwrap_or(end.saturating_sub(crate::tenant_limits::cap_ns(default_window)));
         if start > end {
             return Err(QueryError::BadRequest(format!("start ({start}) is after end ({end})")));
         }

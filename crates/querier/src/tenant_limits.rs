@@ -47,6 +47,11 @@ pub(crate) fn window_cap(fallback: std::time::Duration) -> std::time::Duration {
         .map_or(fallback, |limit| limit.min(fallback))
 }
 
+/// [`window_cap`] of a default window in nanoseconds.
+pub(crate) fn cap_ns(default_ns: u64) -> u64 {
+    u64::try_from(window_cap(std::time::Duration::from_nanos(default_ns)).as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Runs after the authentication middleware (which put the [`Principal`]
 /// in the request's extensions).
 pub(crate) async fn middleware(State(limiter): State<Arc<Limiter>>, req: Request, next: Next) -> Response {
