@@ -33,6 +33,9 @@ if [ -z "${MIRA_BIN:-}" ]; then
 fi
 BIN="$MIRA_BIN"
 work=$(mktemp -d)
+# Every process shares the cluster secret (docs/security.md).
+MIRA_CLUSTER_SECRET_FILE=$(scripts/cluster-secret.sh "$work")
+export MIRA_CLUSTER_SECRET_FILE
 cleanup() { kill -9 $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -24,6 +24,9 @@ fi
 BIN="$MIRA_BIN"
 LOADGEN="${LOADGEN_BIN:-$BIN}"
 work=$(mktemp -d)
+# Every process shares the cluster secret (docs/security.md).
+MIRA_CLUSTER_SECRET_FILE=$(scripts/cluster-secret.sh "$work")
+export MIRA_CLUSTER_SECRET_FILE
 cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -3,6 +3,7 @@
 into parsed objects, and the pods' command lines as Kubernetes would run
 them."""
 
+import base64
 import copy
 import functools
 import os
@@ -163,3 +164,83 @@ def command_line(obj, pod_name, env):
     c = pod_spec(obj)["containers"][0]
     assert "command" not in c, "the chart relies on the image's entrypoint"
     return [expand(a, env) for a in c["args"]]
+
+
+def mounted_secrets(objs, obj, provided=None):
+    """{mountPath: {file name: bytes}} for every Secret and ConfigMap volume
+    the pod's container mounts, as the kubelet would fill it: an object the
+    render makes from its data, any other Secret from `provided` (name ->
+    {key: bytes}); one from neither fails."""
+    provided = provided or {}
+    spec = pod_spec(obj)
+    c = spec["containers"][0]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    rendered = {("secret", o["metadata"]["name"]): {k: base64.b64decode(v) for k, v in o.get("data", {}).items()}
+                for o in objs if o["kind"] == "Secret"}
+    rendered.update({("configMap", o["metadata"]["name"]): {k: v.encode() for k, v in o.get("data", {}).items()}
+                     for o in objs if o["kind"] == "ConfigMap"})
+    out = {}
+    for m in c.get("volumeMounts", []):
+        v = volumes.get(m["name"], {})  # absent: a volumeClaimTemplate
+        kind = "secret" if "secret" in v else "configMap" if "configMap" in v else None
+        if kind is None:
+            continue
+        name = v[kind]["secretName" if kind == "secret" else "name"]
+        data = rendered.get((kind, name), provided.get(name) if kind == "secret" else None)
+        assert data is not None, f"{obj['metadata']['name']} mounts {kind} {name!r}, which neither the render nor the test provides"
+        if "items" in v[kind]:
+            data = {i["path"]: data[i["key"]] for i in v[kind]["items"]}
+        out[m["mountPath"]] = data
+    return out
+
+
+def write_mounts(mounts, root):
+    """Writes each mounted Secret's files under `root`; returns {mountPath: directory}."""
+    dirs = {}
+    for i, (path, files) in enumerate(sorted(mounts.items())):
+        d = os.path.join(root, f"mount{i}")
+        os.makedirs(d, exist_ok=True)
+        for name, data in files.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        dirs[path] = d
+    return dirs
+
+
+def rewrite_mounts(s, dirs):
+    """`s` with every mounted path moved to where write_mounts put it."""
+    for path, d in dirs.items():
+        s = s.replace(path.rstrip("/") + "/", d + "/")
+    return s
+
+
+# The Secrets ci/secure-values.yaml names, made by the test: a CA and a
+# certificate for the release's Service and pod names, a tokens file whose
+# one token may write and read SECURE_TENANT, that token for the helm test,
+# and a cluster secret.
+SECURE_TENANT = "helm-test"
+SECURE_TOKEN = "chart-test-token-0d6f1b2c9e8a7f3d"
+
+
+@functools.lru_cache(maxsize=None)
+def secure_secrets(release=RELEASE, namespace=NAMESPACE):
+    import hashlib
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+    from certs import Ca
+
+    ca = Ca("chart test CA")
+    dom = f"{namespace}.svc.cluster.local"
+    names = [f"{release}-ingester.{dom}", f"{release}-querier.{dom}", f"{release}.{dom}",
+             f"*.{release}-catalog-headless.{dom}", f"*.{release}-ingester-headless.{dom}"]
+    cert, key, _ = ca.leaf("mira", dns=names)
+    digest = hashlib.sha256(SECURE_TOKEN.encode()).hexdigest()
+    tokens = (f'[[token]]\nname = "chart-test"\nsha256 = "{digest}"\n'
+              f'tenants = ["{SECURE_TENANT}", "chart-e2e"]\nscopes = ["write", "read"]\n')
+    return {
+        "mira-tls": {"tls.crt": cert, "tls.key": key, "ca.crt": ca.pem()},
+        "mira-tokens": {"tokens.toml": tokens.encode()},
+        "mira-smoke-token": {"token": SECURE_TOKEN.encode() + b"\n"},
+        "mira-cluster-secret": {"secret": b"0123456789abcdef0123456789abcdef"},
+    }

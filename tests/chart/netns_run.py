@@ -12,6 +12,7 @@ report. Exit 0 when every step passed."""
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +21,10 @@ import urllib.parse
 import urllib.request
 
 DEADLINE_S = 90
+# Set by main() from the plan: the CA that signed the pods' certificate and
+# the credential to send (both empty without security values).
+CA_FILE = None
+AUTH = {}
 
 
 def log(*a):
@@ -40,10 +45,15 @@ def wait_until(what, check, timeout=DEADLINE_S):
     raise AssertionError(f"timed out waiting for {what} (last error: {last})")
 
 
-def get(url, headers=None):
-    req = urllib.request.Request(url, headers=headers or {})
+def get(url, headers=None, verify=True):
+    """GET with the plan's credential; https verified against its CA
+    (verify=False: the kubelet's probes, which check no certificate)."""
+    req = urllib.request.Request(url, headers={**AUTH, **(headers or {})})
+    ctx = None
+    if url.startswith("https://"):
+        ctx = ssl.create_default_context(cafile=CA_FILE) if verify else ssl._create_unverified_context()
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -78,13 +88,15 @@ def otel_export(otlp, tenant, marker):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    headers = {"X-Scope-OrgID": tenant}
+    headers = {"X-Scope-OrgID": tenant, **AUTH}
+    tls = {"certificate_file": CA_FILE} if CA_FILE else {}
     resource = Resource.create({"service.name": "chart-e2e"})
     tp = TracerProvider(resource=resource)
-    tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{otlp}/v1/traces", headers=headers)))
+    tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{otlp}/v1/traces", headers=headers, **tls)))
     lp = LoggerProvider(resource=resource)
-    lp.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{otlp}/v1/logs", headers=headers)))
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{otlp}/v1/metrics", headers=headers),
+    lp.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{otlp}/v1/logs", headers=headers,
+                                                                         **tls)))
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{otlp}/v1/metrics", headers=headers, **tls),
                                            export_interval_millis=3_600_000)
     mp = MeterProvider(resource=resource, metric_readers=[reader])
     logger = logging.getLogger("chart-e2e")
@@ -131,12 +143,15 @@ def read_back(query, tenant, marker, trace_id):
     # Another tenant sees none of it.
     s, b = get(f"{query}/loki/api/v1/query_range?{q}", {"X-Scope-OrgID": "someone-else"})
     other = [v for r in json.loads(b)["data"]["result"] for v in r["values"]] if s == 200 else None
-    return {"logs": found_logs, "metric_value": value, "other_tenant_logs": other}
+    return {"logs": found_logs, "metric_value": value, "other_tenant_logs": other, "other_tenant_status": s}
 
 
 def main():
+    global CA_FILE, AUTH
     with open(sys.argv[1]) as f:
         plan = json.load(f)
+    CA_FILE = plan["checks"].get("ca")
+    AUTH = plan["checks"].get("auth", {})
     setup_namespace(plan["hosts"])
     report = {"ok": False, "ready": [], "steps": []}
     procs = []
@@ -163,7 +178,7 @@ def main():
                 for name, proc in procs:
                     if name == p["name"] and proc.poll() is not None:
                         raise AssertionError(f"{p['name']} exited with {proc.returncode}")
-                return get(p["ready"])[0] == 200
+                return get(p["ready"], verify=False)[0] == 200
             wait_until(f"{p['name']} ready at {p['ready']}", ready)
             report["ready"].append(p["name"])
 

@@ -5,6 +5,7 @@ references between objects, immutable fields, and each feature's
 rendered shape. No cluster runs here (docs/operations.md#kubernetes says
 what that leaves untested)."""
 
+import base64
 import copy
 import difflib
 import json
@@ -45,6 +46,38 @@ SERVICE_MONITOR_SCHEMA = {
                     "properties": {"port": {"type": "string"}, "path": {"type": "string"},
                                    "interval": {"type": "string"}, "scrapeTimeout": {"type": "string"},
                                    "relabelings": {"type": "array"}, "metricRelabelings": {"type": "array"}}}},
+            },
+        },
+    },
+}
+
+
+CERTIFICATE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "cert-manager.io/v1"},
+        "kind": {"const": "Certificate"},
+        "metadata": {"type": "object", "required": ["name", "namespace", "labels"]},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["secretName", "issuerRef", "dnsNames"],
+            "properties": {
+                "secretName": {"type": "string"},
+                "duration": {"type": "string", "pattern": "^([0-9]+(h|m|s))+$"},
+                "renewBefore": {"type": "string", "pattern": "^([0-9]+(h|m|s))+$"},
+                "privateKey": {"type": "object", "additionalProperties": False, "properties": {
+                    "rotationPolicy": {"enum": ["Always", "Never"]}, "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
+                    "size": {"type": "integer"}}},
+                "usages": {"type": "array", "items": {"enum": ["server auth", "client auth", "digital signature",
+                                                               "key encipherment"]}},
+                "dnsNames": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                "ipAddresses": {"type": "array", "items": {"type": "string"}},
+                "issuerRef": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+                    "name": {"type": "string", "minLength": 1}, "kind": {"enum": ["Issuer", "ClusterIssuer"]},
+                    "group": {"type": "string"}}},
             },
         },
     },
@@ -133,6 +166,9 @@ def test_every_object_validates_strictly(variant):
         if doc["kind"] == "ServiceMonitor":
             jsonschema.validate(doc, SERVICE_MONITOR_SCHEMA)
             continue
+        if doc["kind"] == "Certificate":
+            jsonschema.validate(doc, CERTIFICATE_SCHEMA)
+            continue
         for version in KUBE_SCHEMA_VERSIONS:
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -169,8 +205,12 @@ _VOLATILE_LABELS = ("helm.sh/chart", "app.kubernetes.io/version")
 
 def _golden_text(objs):
     """The render sorted by kind/namespace/name, without what changes with
-    every release (chart and app version labels, image tags)."""
+    every release (chart and app version labels, image tags) or every render
+    (a Secret the chart generates at random)."""
     def clean(node):
+        if isinstance(node, dict) and node.get("kind") == "Secret" and \
+                node.get("metadata", {}).get("annotations", {}).get("mira.dev/generated"):
+            node = dict(node, data={k: "GENERATED" for k in node["data"]})
         if isinstance(node, dict):
             return {k: clean(v) for k, v in node.items() if k not in _VOLATILE_LABELS and k != "__template__"}
         if isinstance(node, list):
@@ -251,6 +291,11 @@ def _declared_external(values):
         if o.get(kind, {}).get("existingSecret"):
             out.add(o[kind]["existingSecret"])
     out |= set(values.get("compactor", {}).get("offload", {}).get("secrets", []))
+    sec = values.get("security", {})
+    for name in (sec.get("clusterSecret", {}).get("existingSecret"), sec.get("auth", {}).get("tokensSecret"),
+                 sec.get("tls", {}).get("secretName"), values.get("test", {}).get("tokenSecret")):
+        if name:
+            out.add(name)
     return out
 
 
@@ -259,6 +304,8 @@ def test_referenced_configmaps_secrets_claims_and_accounts_exist(variant):
     objs = rendered_variant(variant)
     values = values_of(variant)
     rendered = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    # cert-manager makes the Secret of a Certificate.
+    rendered |= {("Secret", c["spec"]["secretName"]) for c in find(objs, "Certificate")}
     external = _declared_external(values)
     for w in workloads(objs) + find(objs, "Pod"):
         spec = pod_spec(w)
@@ -555,9 +602,14 @@ def test_notes_name_the_endpoints_and_the_crd_step(variant):
     text = notes(values)
     otlp = f"{RELEASE}-ingester" if values.get("mode") == "distributed" else RELEASE
     query = f"{RELEASE}-querier" if values.get("mode") == "distributed" else RELEASE
-    assert f"http://{otlp}.{NAMESPACE}.svc.cluster.local:4318" in text
+    sec = values.get("security", {})
+    scheme = "https" if sec.get("tls", {}).get("enabled") else "http"
+    assert f"{scheme}://{otlp}.{NAMESPACE}.svc.cluster.local:4318" in text
     assert f"{otlp}.{NAMESPACE}.svc.cluster.local:4317" in text
-    assert f"http://{query}.{NAMESPACE}.svc.cluster.local:3100" in text
+    assert f"{scheme}://{query}.{NAMESPACE}.svc.cluster.local:3100" in text
+    mode = sec.get("auth", {}).get("mode", "none")
+    assert f"Authentication: {mode}" in text
+    assert ("Bearer <a token" in text) == (mode == "tokens")
     assert "kubectl apply --server-side -f deploy/helm/mira/crds/" in text
     assert f"helm test {RELEASE}" in text
 
@@ -614,9 +666,15 @@ def test_helm_test_hook(variant):
     assert ann["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
     args = pod["spec"]["containers"][0]["args"]
     assert args[0] == "smoke"
-    dist = values_of(variant).get("mode") == "distributed"
-    assert f"--otlp=http://{RELEASE}{'-ingester' if dist else ''}.{NAMESPACE}.svc.cluster.local:4318" in args
-    assert f"--query=http://{RELEASE}{'-querier' if dist else ''}.{NAMESPACE}.svc.cluster.local:3100" in args
+    values = values_of(variant)
+    dist = values.get("mode") == "distributed"
+    tls = values.get("security", {}).get("tls", {}).get("enabled", False)
+    scheme = "https" if tls else "http"
+    assert f"--otlp={scheme}://{RELEASE}{'-ingester' if dist else ''}.{NAMESPACE}.svc.cluster.local:4318" in args
+    assert f"--query={scheme}://{RELEASE}{'-querier' if dist else ''}.{NAMESPACE}.svc.cluster.local:3100" in args
+    assert ("--ca=/etc/mira/tls/ca.crt" in args) == tls
+    tokens = values.get("security", {}).get("auth", {}).get("mode") == "tokens"
+    assert ("--token-file=/etc/mira/smoke/token" in args) == tokens
 
 
 def test_extra_objects_are_rendered_through_tpl():
@@ -626,3 +684,97 @@ def test_extra_objects_are_rendered_through_tpl():
                                          "app.kubernetes.io/component": "extra", "app.kubernetes.io/managed-by": "Helm",
                                          "app.kubernetes.io/part-of": "mira"}}, "data": {"a": "b"}}]})
     assert one(objs, "ConfigMap", f"{RELEASE}-extra")["data"] == {"a": "b"}
+
+
+# ---- security --------------------------------------------------------------
+
+AUTH_ROLES = {"serve", "ingester", "querier", "compactor"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_role_has_the_cluster_secret_and_the_security_values_flags(variant):
+    values = values_of(variant)
+    sec = values.get("security", {})
+    mode = sec.get("auth", {}).get("mode", "none")
+    tls = sec.get("tls", {}).get("enabled", False)
+    key = sec.get("clusterSecret", {}).get("key", "cluster-secret")
+    objs = rendered_variant(variant)
+    for w in workloads(objs):
+        c = pod_spec(w)["containers"][0]
+        args, role = c["args"], c["args"][0]
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        assert f"--cluster-secret-file=/etc/mira/cluster/{key}" in args, w["metadata"]["name"]
+        assert "/etc/mira/cluster" in mounts
+        assert ("--tls-cert=/etc/mira/tls/tls.crt" in args) == tls
+        assert ("/etc/mira/tls" in mounts) == tls
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"]["scheme"] == ("HTTPS" if tls else "HTTP")
+        auth = [a for a in args if a.startswith("--auth")]
+        if role in AUTH_ROLES and mode != "none":
+            assert f"--auth={mode}" in auth
+            assert ("/etc/mira/tokens" in mounts) == (mode == "tokens")
+        else:
+            assert auth == [], f"{w['metadata']['name']}: {auth}"
+            assert "/etc/mira/tokens" not in mounts
+
+
+def test_the_generated_cluster_secret_is_random_and_named_by_every_pod():
+    def secret():
+        (s,) = [o for o in render({}) if o["kind"] == "Secret"]
+        return s
+    a, b = secret(), secret()
+    assert a["metadata"]["name"] == f"{RELEASE}-cluster"
+    value = base64.b64decode(a["data"]["cluster-secret"])
+    assert len(value) == 48 and value.isalnum()
+    # Random per install (an upgrade reads the installed one back through
+    # lookup, which needs a cluster: docs/operations.md).
+    assert a["data"] != b["data"]
+    sts = one(rendered_variant("default"), "StatefulSet", RELEASE)
+    vols = {v["name"]: v for v in pod_spec(sts)["volumes"]}
+    assert vols["cluster-secret"]["secret"]["secretName"] == f"{RELEASE}-cluster"
+    # An existing Secret: none is generated.
+    objs = render({"security": {"clusterSecret": {"existingSecret": "mine"}}})
+    assert not find(objs, "Secret")
+
+
+def test_cert_manager_certificate_covers_every_name_clients_dial():
+    objs = render({"mode": "distributed", "objectStore": {"type": "s3", "s3": {"bucket": "b"}},
+                   "security": {"tls": {"enabled": True, "certManager": {"enabled": True, "issuerRef": {"name": "ca"}}}}})
+    (cert,) = find(objs, "Certificate")
+    names = set(cert["spec"]["dnsNames"])
+    dom = f"{NAMESPACE}.svc.cluster.local"
+    for w in workloads(objs):
+        for a in pod_spec(w)["containers"][0]["args"]:
+            # Every host a role dials: catalog members and ingester pods
+            # (one label under a headless Service), the Services.
+            for flag in ("--catalog=", "--advertise="):
+                if a.startswith(flag):
+                    for ep in a[len(flag):].split(","):
+                        host = ep.rsplit(":", 1)[0].replace("$(POD_NAME)", "x").replace("$(POD_NAMESPACE)", NAMESPACE)
+                        assert host in names or "*." + host.split(".", 1)[1] in names, host
+    for svc in (f"{RELEASE}-ingester", f"{RELEASE}-querier"):
+        assert f"{svc}.{dom}" in names
+    assert cert["spec"]["secretName"] == f"{RELEASE}-tls"
+
+
+def test_limits_render_as_the_limits_file_of_the_roles_that_enforce_them():
+    import tomllib
+    values = values_of("secure")
+    objs = rendered_variant("secure")
+    cm = one(objs, "ConfigMap", f"{RELEASE}-limits")
+    parsed = tomllib.loads(cm["data"]["limits.toml"])
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        chart_defaults = yaml.safe_load(f)["limits"]["defaults"]
+    want = dict(chart_defaults, **values["limits"]["defaults"])
+    assert parsed == {"defaults": want, "tenants": values["limits"]["tenants"]}
+    # Integers stay integers (the file refuses 5000.0 for a count).
+    assert isinstance(parsed["tenants"]["helm-test"]["ingest_records_per_second"], int)
+    for w in workloads(objs):
+        c = pod_spec(w)["containers"][0]
+        enforces = c["args"][0] in ("serve", "ingester", "querier")
+        assert ("--limits-file=/etc/mira/limits/limits.toml" in c["args"]) == enforces, w["metadata"]["name"]
+        assert any(m["name"] == "limits" for m in c["volumeMounts"]) == enforces
+    # No limits values: no file, no flag.
+    assert not find(rendered_variant("default"), "ConfigMap")
+    assert not any("--limits-file" in a for w in workloads(rendered_variant("default"))
+                   for a in pod_spec(w)["containers"][0]["args"])

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from chart import MIRA, VARIANTS, command_line, pod_env, pod_names, rendered_variant, workloads
+from chart import (MIRA, VARIANTS, command_line, mounted_secrets, pod_env, pod_names, rendered_variant,
+                   rewrite_mounts, secure_secrets, workloads, write_mounts)
 
 # What the test supplies for the Secrets the values name as pre-existing.
 SECRETS = {
@@ -28,11 +29,18 @@ def cases():
 
 
 @pytest.mark.parametrize("variant,workload,pod,ordinal", cases())
-def test_rendered_command_line_passes_check_config(variant, workload, pod, ordinal):
-    (w,) = [o for o in rendered_variant(variant) if o["metadata"]["name"] == workload and o["kind"] in ("Deployment", "StatefulSet")]
+def test_rendered_command_line_passes_check_config(variant, workload, pod, ordinal, tmp_path):
+    objs = rendered_variant(variant)
+    (w,) = [o for o in objs if o["metadata"]["name"] == workload and o["kind"] in ("Deployment", "StatefulSet")]
     env = pod_env(w, pod, secrets=SECRETS, ordinal=ordinal)
-    argv = command_line(w, pod, env)
+    # Mounted Secrets (the cluster secret, tokens, TLS) as files, where the
+    # kubelet would put them; cert-manager's Secret made by the test.
+    # The ha-hpa variant's offload credentials: no file check-config reads.
+    provided = dict(secure_secrets(), **{"mira-archive": {}})
+    dirs = write_mounts(mounted_secrets(objs, w, provided), str(tmp_path))
+    argv = [rewrite_mounts(a, dirs) for a in command_line(w, pod, env)]
     assert not any("$(" in a for a in argv), f"unexpanded variable in {argv}"
+    assert not any("/etc/mira/" in a for a in argv), f"a path the test does not map: {argv}"
     # Only what the pod would have: its environment and a PATH.
     run_env = dict(env, PATH=os.environ.get("PATH", "/usr/bin:/bin"))
     r = subprocess.run([MIRA] + argv + ["--check-config"], env=run_env, capture_output=True, text=True, timeout=60)

@@ -22,8 +22,10 @@ import subprocess
 import sys
 import tempfile
 
-from chart import (MIRA, NAMESPACE, RELEASE, command_line, find, pod_env, pod_names, pod_spec, render,
-                   workloads)
+import pytest
+
+from chart import (MIRA, NAMESPACE, RELEASE, SECURE_TOKEN, command_line, find, mounted_secrets, pod_env, pod_names,
+                   pod_spec, render, rewrite_mounts, secure_secrets, workloads, write_mounts)
 
 DOMAIN = f"{NAMESPACE}.svc.cluster.local"
 MOTO_HOST = f"moto.storage.svc.cluster.local"
@@ -42,6 +44,16 @@ VALUES = {
     "operator": {"enabled": False},
     "test": {"tenant": "helm-test", "timeoutSeconds": 90},
 }
+# The same with tokens, TLS on every port (a certificate of the test's CA
+# for the Service and pod names), an existing cluster secret and limits.
+SECURE = dict(VALUES, security={"clusterSecret": {"existingSecret": "mira-cluster-secret", "key": "secret"},
+                                "auth": {"mode": "tokens", "tokensSecret": "mira-tokens"},
+                                "tls": {"enabled": True, "secretName": "mira-tls"}},
+              test=dict(VALUES["test"], tokenSecret="mira-smoke-token"),
+              # A limits file every ingester and querier loads (generous:
+              # the test's own traffic stays under it).
+              limits={"defaults": {"ingest_records_per_second": 100000, "max_query_range": "721h"},
+                      "tenants": {"chart-e2e": {"max_series": 1000}}})
 
 
 def _rewrite(arg, ip, data_dir):
@@ -53,7 +65,7 @@ def _rewrite(arg, ip, data_dir):
     return arg
 
 
-def _plan(objs, tmp):
+def _plan(objs, tmp, secure):
     addrs = (str(ipaddress.ip_address("127.0.1.1") + i) for i in range(200))
     hosts, pods, first_ip = [], [], {}
     services = {s["metadata"]["name"]: s for s in find(objs, "Service")}
@@ -68,10 +80,12 @@ def _plan(objs, tmp):
                 hosts.append([ip, f"{pod}.{w['spec']['serviceName']}.{DOMAIN}"])
             env = pod_env(w, pod, secrets=SECRET, ordinal=ordinal)
             data = os.path.join(tmp, pod)
-            argv = [_rewrite(a, ip, data) for a in command_line(w, pod, env)]
+            dirs = write_mounts(mounted_secrets(objs, w, secure_secrets()), os.path.join(tmp, "mounts", pod))
+            argv = [_rewrite(rewrite_mounts(a, dirs), ip, data) for a in command_line(w, pod, env)]
             pods.append({"name": pod, "argv": argv, "env": dict(env, PATH=os.environ.get("PATH", "/usr/bin:/bin"),
                                                                    MIRA_LOG="info,openraft=warn"),
-                         "dir": data, "ready": f"http://{ip}:{ports[probe['port']]}{probe['path']}"})
+                         "dir": data,
+                         "ready": f"{probe['scheme'].lower()}://{ip}:{ports[probe['port']]}{probe['path']}"})
     # A ClusterIP Service resolves to one of its pods (the first).
     for name, svc in services.items():
         if svc["spec"].get("clusterIP") == "None":
@@ -82,24 +96,34 @@ def _plan(objs, tmp):
     moto_ip = next(addrs)
     hosts.append([moto_ip, MOTO_HOST])
     (hook,) = find(objs, "Pod")
-    hook_argv = hook["spec"]["containers"][0]["args"]
+    hook_dirs = write_mounts(mounted_secrets(objs, hook, secure_secrets()), os.path.join(tmp, "mounts", "hook"))
+    hook_argv = [rewrite_mounts(a, hook_dirs) for a in hook["spec"]["containers"][0]["args"]]
+    scheme = "https" if secure else "http"
+    security = {}
+    if secure:
+        ca = os.path.join(tmp, "ca.crt")
+        with open(ca, "wb") as f:
+            f.write(secure_secrets()["mira-tls"]["ca.crt"])
+        security = {"ca": ca, "auth": {"Authorization": f"Bearer {SECURE_TOKEN}"}}
     return {
         "mira": MIRA,
         "hosts": hosts,
         "pods": pods,
         "moto": {"bin": os.path.join(os.path.dirname(sys.executable), "moto_server"), "ip": moto_ip, "port": 5000,
                  "bucket": "mira-blocks"},
-        "checks": {"otlp": f"http://{RELEASE}-ingester.{DOMAIN}:4318", "query": f"http://{RELEASE}-querier.{DOMAIN}:3100",
+        "checks": {"otlp": f"{scheme}://{RELEASE}-ingester.{DOMAIN}:4318",
+                   "query": f"{scheme}://{RELEASE}-querier.{DOMAIN}:3100",
                    "tenant": "chart-e2e", "marker": os.urandom(6).hex(), "smoke_argv": hook_argv,
-                   "smoke_env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}},
+                   "smoke_env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, **security},
     }
 
 
-def test_distributed_render_runs_and_answers_through_its_services():
-    objs = render(VALUES)
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "tokens-tls"])
+def test_distributed_render_runs_and_answers_through_its_services(secure):
+    objs = render(SECURE if secure else VALUES)
     tmp = tempfile.mkdtemp(prefix="mira-chart-e2e-")
     try:
-        plan = _plan(objs, tmp)
+        plan = _plan(objs, tmp, secure)
         roles = sorted({p["argv"][0] for p in plan["pods"]})
         assert roles == ["catalog", "compactor", "ingester", "querier"]
         assert sum(p["argv"][0] == "catalog" for p in plan["pods"]) == 3
@@ -117,7 +141,11 @@ def test_distributed_render_runs_and_answers_through_its_services():
         back = report["read_back"]
         assert len(back["logs"]) == 1 and plan["checks"]["marker"] in back["logs"][0]
         assert float(back["metric_value"]) == 3.0
-        assert back["other_tenant_logs"] == []
+        if secure:
+            # The token grants chart-e2e and helm-test only: another tenant is refused.
+            assert back["other_tenant_status"] == 403 and back["other_tenant_logs"] is None
+        else:
+            assert back["other_tenant_logs"] == []
         assert "ok: logs, traces and metrics written and read back" in report["smoke"]["stdout"]
         assert set(report["ingester_exit"].values()) == {0}
         assert report["after_publish"]["logs"] == back["logs"] and float(report["after_publish"]["metric_value"]) == 3.0

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use mira_common::cluster::{ClusterChannel, Dialer};
 use mira_common::retry::Backoff;
 use mira_proto::catalog as pb;
 use mira_proto::catalog::catalog_client::CatalogClient as Grpc;
@@ -16,12 +17,12 @@ use pb::write_request::Command;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::error::ClientError;
-use crate::network::endpoint_url;
 use crate::service::LEADER_HEADER;
+
+type Channel = ClusterChannel;
 
 /// The lease a lease command's reply carries.
 fn lease_of(reply: pb::WriteReply) -> Result<pb::Lease, ClientError> {
@@ -44,6 +45,9 @@ pub struct ClientConfig {
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     pub connect_timeout: Duration,
+    /// How to connect (TLS or not) and the cluster credential sent on
+    /// every call.
+    pub dialer: Dialer,
 }
 
 impl Default for ClientConfig {
@@ -54,6 +58,7 @@ impl Default for ClientConfig {
             backoff_initial: Duration::from_millis(25),
             backoff_max: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
+            dialer: Dialer::default(),
         }
     }
 }
@@ -91,6 +96,11 @@ impl CatalogClient {
         }
     }
 
+    /// How this client connects; the querier dials ingesters the same way.
+    pub fn dialer(&self) -> &Dialer {
+        &self.config.dialer
+    }
+
     fn routing(&self) -> std::sync::MutexGuard<'_, Routing> {
         self.routing.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -113,11 +123,11 @@ impl CatalogClient {
         let channel = match r.channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let c = Endpoint::from_shared(endpoint_url(addr))
-                    .map_err(|_| ClientError::Endpoint(addr.to_owned()))?
-                    .connect_timeout(self.config.connect_timeout)
-                    .tcp_nodelay(true)
-                    .connect_lazy();
+                let c = self
+                    .config
+                    .dialer
+                    .channel(addr, self.config.connect_timeout)
+                    .map_err(|_| ClientError::Endpoint(addr.to_owned()))?;
                 r.channels.insert(addr.to_owned(), c.clone());
                 c
             }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mira_common::cluster::{ClusterChannel, Dialer};
 use mira_proto::catalog::RaftRequest;
 use mira_proto::catalog::raft_client::RaftClient;
 use openraft::error::{
@@ -17,7 +18,6 @@ use openraft::raft::{
 use openraft::{AnyError, BasicNode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::types::{NodeId, TypeConfig};
 
@@ -29,11 +29,14 @@ pub const MAX_RAFT_MESSAGE: usize = 64 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct Network {
     cluster_id: String,
+    dialer: Dialer,
 }
 
 impl Network {
-    pub fn new(cluster_id: String) -> Network {
-        Network { cluster_id }
+    /// Connections to members of `cluster_id`, made by `dialer` (TLS and
+    /// the cluster credential).
+    pub fn new(cluster_id: String, dialer: Dialer) -> Network {
+        Network { cluster_id, dialer }
     }
 }
 
@@ -42,7 +45,8 @@ impl Network {
 pub struct Connection {
     target: NodeId,
     cluster_id: String,
-    client: Option<RaftClient<Channel>>,
+    dialer: Dialer,
+    client: Option<RaftClient<ClusterChannel>>,
     addr: String,
 }
 
@@ -53,6 +57,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Connection {
             target,
             cluster_id: self.cluster_id.clone(),
+            dialer: self.dialer.clone(),
             client: None,
             addr: node.addr.clone(),
         }
@@ -71,15 +76,15 @@ pub fn endpoint_url(addr: &str) -> String {
 }
 
 impl Connection {
-    fn client<E: std::error::Error>(&mut self) -> Result<RaftClient<Channel>, RpcErr<E>> {
+    fn client<E: std::error::Error>(&mut self) -> Result<RaftClient<ClusterChannel>, RpcErr<E>> {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(endpoint_url(&self.addr))
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true);
-        let client = RaftClient::new(endpoint.connect_lazy())
+        let channel = self
+            .dialer
+            .channel(&self.addr, Duration::from_secs(1))
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&AnyError::error(e))))?;
+        let client = RaftClient::new(channel)
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
         self.client = Some(client.clone());

@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mira_common::Process;
+use mira_common::http::HttpServer;
 use mira_proto::catalog::catalog_server::CatalogServer;
 use mira_proto::catalog::raft_server::RaftServer;
 use openraft::{BasicNode, Config, SnapshotPolicy};
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::client::{CatalogClient, ClientConfig};
@@ -231,13 +231,14 @@ fn peers_needed(members: usize) -> usize {
 }
 
 /// Asks every other member for its status once (each with a short timeout).
-async fn probe_peers(config: &NodeConfig) -> PeerView {
+async fn probe_peers(config: &NodeConfig, dialer: &mira_common::cluster::Dialer) -> PeerView {
     let mut view = PeerView::default();
     for (&id, addr) in config.peers.iter().filter(|(id, _)| **id != config.node_id) {
         let client = CatalogClient::new(
             vec![addr.clone()],
             ClientConfig {
                 timeout: Duration::from_millis(500),
+                dialer: dialer.clone(),
                 ..ClientConfig::default()
             },
         );
@@ -265,12 +266,12 @@ async fn probe_peers(config: &NodeConfig) -> PeerView {
 /// The check of a member starting on an empty data directory (see the
 /// module doc): waits until enough peers answered; refuses when one knows
 /// this id.
-async fn check_data_dir(config: &NodeConfig) -> Result<(), Error> {
+async fn check_data_dir(config: &NodeConfig, dialer: &mira_common::cluster::Dialer) -> Result<(), Error> {
     let need = peers_needed(config.peers.len());
     let mut backoff = mira_common::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
     let mut last_log = std::time::Instant::now();
     loop {
-        let view = probe_peers(config).await;
+        let view = probe_peers(config, dialer).await;
         if let Some((peer, incarnation)) = view.registered {
             return Err(Error::LostDataDir {
                 node_id: config.node_id,
@@ -293,7 +294,14 @@ async fn check_data_dir(config: &NodeConfig) -> Result<(), Error> {
 
 /// Registers this member's incarnation once it is part of a cluster with
 /// a leader; a conflict (another incarnation holds the id) closes the gate.
-async fn register(raft: Raft, config: NodeConfig, incarnation: String, replace: bool, gate: Arc<RaftGate>) {
+async fn register(
+    raft: Raft,
+    config: NodeConfig,
+    incarnation: String,
+    replace: bool,
+    gate: Arc<RaftGate>,
+    dialer: mira_common::cluster::Dialer,
+) {
     let mut metrics = raft.metrics();
     loop {
         let joined = {
@@ -307,7 +315,13 @@ async fn register(raft: Raft, config: NodeConfig, incarnation: String, replace: 
             return;
         }
     }
-    let client = CatalogClient::new(config.peers.values().cloned().collect(), ClientConfig::default());
+    let client = CatalogClient::new(
+        config.peers.values().cloned().collect(),
+        ClientConfig {
+            dialer,
+            ..ClientConfig::default()
+        },
+    );
     let mut backoff = mira_common::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         let cmd = mira_proto::catalog::write_request::Command::RegisterMember(mira_proto::catalog::RegisterMember {
@@ -343,8 +357,7 @@ pub struct CatalogNode {
     raft: Raft,
     catalog: Arc<Catalog>,
     local_addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
+    server: Option<HttpServer>,
     bootstrap: JoinHandle<()>,
     register: Option<JoinHandle<()>>,
 }
@@ -432,7 +445,7 @@ impl CatalogNode {
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            Network::new(config.cluster_id.clone()),
+            Network::new(config.cluster_id.clone(), process.security.dialer.clone()),
             log.clone(),
             sm,
         )
@@ -454,15 +467,24 @@ impl CatalogNode {
             cluster_id: config.cluster_id.clone(),
             gate: gate.clone(),
         };
+        // Both services answer cluster members only (refusals counted in
+        // mira_cluster_refused_total); the probes stay open.
+        let guard = &process.security.guard;
         let grpc = tonic::service::Routes::new(
-            CatalogServer::new(catalog_svc)
-                .max_decoding_message_size(16 * 1024 * 1024)
-                .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            guard.wrap(
+                "catalog",
+                CatalogServer::new(catalog_svc)
+                    .max_decoding_message_size(16 * 1024 * 1024)
+                    .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            ),
         )
         .add_service(
-            RaftServer::new(raft_svc)
-                .max_decoding_message_size(MAX_RAFT_MESSAGE)
-                .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            guard.wrap(
+                "raft",
+                RaftServer::new(raft_svc)
+                    .max_decoding_message_size(MAX_RAFT_MESSAGE)
+                    .max_encoding_message_size(MAX_RAFT_MESSAGE),
+            ),
         )
         .into_axum_router();
         let http_state = HttpState {
@@ -502,27 +524,16 @@ impl CatalogNode {
             addr: config.listen.to_string(),
             source: e,
         })?;
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        // Raft round trips are small request/response pairs: without
-        // TCP_NODELAY, Nagle plus delayed ACKs adds tens of ms to each.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(target: "mira::catalog", error = %e, "set TCP_NODELAY");
-            }
-        });
-        let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(target: "mira::catalog", error = %e, "catalog server stopped");
-            }
-        });
+        let server =
+            HttpServer::spawn(listener, app, "catalog", process.security.tls.clone()).map_err(|e| Error::Listen {
+                addr: config.listen.to_string(),
+                source: e,
+            })?;
+        let dialer = process.security.dialer.clone();
         let mut node = CatalogNode {
             raft: raft.clone(),
             catalog,
             local_addr,
-            stop: Some(stop_tx),
             server: Some(server),
             bootstrap: tokio::spawn(async {}),
             register: None,
@@ -531,7 +542,7 @@ impl CatalogNode {
             Some(inc) => inc,
             None if fresh => {
                 tracing::info!(target: "mira::catalog", node_id = config.node_id, "empty data directory: asking the peers whether this member id is new");
-                if let Err(e) = check_data_dir(&config).await {
+                if let Err(e) = check_data_dir(&config, &dialer).await {
                     tracing::error!(target: "mira::catalog", "{e}");
                     node.shutdown().await;
                     return Err(e);
@@ -549,9 +560,16 @@ impl CatalogNode {
                 inc
             }
         };
-        node.bootstrap = tokio::spawn(bootstrap(raft.clone(), config.clone()));
+        node.bootstrap = tokio::spawn(bootstrap(raft.clone(), config.clone(), dialer.clone()));
         if config.peers.len() > 1 {
-            node.register = Some(tokio::spawn(register(raft, config.clone(), incarnation, !fresh, gate)));
+            node.register = Some(tokio::spawn(register(
+                raft,
+                config.clone(),
+                incarnation,
+                !fresh,
+                gate,
+                dialer,
+            )));
         }
         tracing::info!(target: "mira::catalog", node_id = config.node_id, addr = %local_addr, "catalog member started");
         Ok(node)
@@ -593,19 +611,17 @@ impl CatalogNode {
         if let Some(r) = self.register.take() {
             r.abort();
         }
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        if let Some(s) = self.server.as_mut() {
+            s.stop();
         }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(target: "mira::catalog", error = %e, "raft shutdown");
         }
-        if let Some(mut server) = self.server.take() {
+        if let Some(server) = self.server.take() {
             // Watch streams keep connections open; do not wait for them
             // forever. Aborting drops the connections, which ends the
             // watch tasks (their receivers go away).
-            if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
-                server.abort();
-            }
+            server.shutdown_within(Duration::from_secs(5)).await;
         }
     }
 }
@@ -614,7 +630,7 @@ impl CatalogNode {
 /// initialized, enough peers answered ([`peers_needed`]) and none of them
 /// is; the others wait for the leader to reach them. An unreachable peer
 /// is never taken as an uninitialized one.
-async fn bootstrap(raft: Raft, config: NodeConfig) {
+async fn bootstrap(raft: Raft, config: NodeConfig, dialer: mira_common::cluster::Dialer) {
     let Some((&first, _)) = config.peers.first_key_value() else {
         return;
     };
@@ -626,7 +642,7 @@ async fn bootstrap(raft: Raft, config: NodeConfig) {
             Ok(true) | Err(_) => return,
             Ok(false) => {}
         }
-        let view = probe_peers(&config).await;
+        let view = probe_peers(&config, &dialer).await;
         if view.initialized {
             tracing::info!(target: "mira::catalog", "a peer already belongs to an initialized cluster; waiting to be reached");
             return;

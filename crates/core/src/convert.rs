@@ -18,7 +18,7 @@ pub mod traces;
 pub(crate) mod wire;
 
 pub(crate) use context::Grouper;
-pub use limits::{Appended, Limits, TimeWindow};
+pub use limits::{Appended, Limits, TimeWindow, gate_series};
 pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp, logs_to_otlp_in_row_order};
 pub use metrics::{PointsBuilder, points_to_otlp, points_to_otlp_in_row_order};
 pub use traces::{SpansBuilder, spans_to_otlp, spans_to_otlp_in_row_order, spans_to_otlp_rows};

@@ -48,6 +48,25 @@ pub enum IngestError {
     /// The WAL or a shard stopped (shutting down, disk failure). 503 / UNAVAILABLE.
     #[error("ingester unavailable: {0}")]
     Unavailable(String),
+    /// The request's credential or tenant was refused. 401 / 403 / 400.
+    #[error(transparent)]
+    Auth(#[from] mira_common::auth::AuthError),
+    /// The tenant is over its ingest rate (`--limits-file`). 429 /
+    /// RESOURCE_EXHAUSTED with a retry hint.
+    #[error(transparent)]
+    Limited(#[from] mira_common::limits::Refusal),
+}
+
+impl IngestError {
+    /// When the client should try again (`Retry-After`, RetryInfo), for
+    /// refusals that retrying later can cure.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            IngestError::Overloaded { .. } => Some(std::time::Duration::from_secs(1)),
+            IngestError::Limited(r) => r.retry_after(),
+            _ => None,
+        }
+    }
 }
 
 impl ServiceError for IngestError {
@@ -58,6 +77,8 @@ impl ServiceError for IngestError {
             IngestError::TooLarge { .. } => ErrorCode::TooLarge,
             IngestError::Timeout(_) => ErrorCode::Timeout,
             IngestError::Unavailable(_) => ErrorCode::Unavailable,
+            IngestError::Auth(e) => e.error_code(),
+            IngestError::Limited(e) => e.error_code(),
         }
     }
 }

@@ -204,9 +204,18 @@ impl IngesterNode {
         )
         .await?;
         tracing::info!(target: "mira::ingester", frames = replayed.frames, skipped = replayed.skipped, generations = replayed.generations, last_seq, epoch, "WAL recovered");
-        let pipeline = Arc::new(Pipeline::start(config.pipeline, wal.clone(), dest));
+        let series = Arc::new(crate::series::ActiveSeries::new(
+            process.security.limits.clone(),
+            process.clock.clone(),
+        ));
+        let pipeline = Arc::new(Pipeline::start_with_series(config.pipeline, wal.clone(), dest, series));
 
-        let receivers = Receivers::new(pipeline.clone(), config.receivers.clone());
+        let receivers = Receivers::new(
+            pipeline.clone(),
+            config.receivers.clone(),
+            process.security.auth.clone(),
+            process.security.limits.clone(),
+        );
         let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
             .await
             .map_err(|e| crate::error::StartError::Listen(config.grpc_listen.to_string(), e))?;
@@ -220,8 +229,11 @@ impl IngesterNode {
             .local_addr()
             .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
         let http = http_router(receivers.clone()).merge(process.telemetry.router());
-        let recent = tonic::service::Routes::new(mira_proto::ingester::recent_server::RecentServer::new(
-            crate::recent::RecentService::new(pipeline.clone()),
+        // Recent data answers cluster members only (the querier's dialer
+        // sends the cluster credential).
+        let recent = tonic::service::Routes::new(process.security.guard.wrap(
+            "recent",
+            mira_proto::ingester::recent_server::RecentServer::new(crate::recent::RecentService::new(pipeline.clone())),
         ))
         .into_axum_router();
         // An advertised address with port 0 (a test binding any port) names
@@ -234,10 +246,18 @@ impl IngesterNode {
         // Registered before the first export is taken: a querier that asks
         // the catalog for live ingesters after an ack finds this one.
         register(&catalog, &config, &health, &clock).await;
+        let tls = process.security.tls.clone();
+        process.security.warn_if_open("ingester", grpc_addr);
+        process.security.warn_if_open("ingester", http_addr);
         let servers = vec![
-            HttpServer::spawn(grpc_listener, grpc_router(receivers).merge(recent), "ingester")
-                .map_err(|e| crate::error::StartError::Listen(grpc_addr.to_string(), e))?,
-            HttpServer::spawn(http_listener, http, "ingester")
+            HttpServer::spawn(
+                grpc_listener,
+                grpc_router(receivers).merge(recent),
+                "ingester",
+                tls.clone(),
+            )
+            .map_err(|e| crate::error::StartError::Listen(grpc_addr.to_string(), e))?,
+            HttpServer::spawn(http_listener, http, "ingester", tls)
                 .map_err(|e| crate::error::StartError::Listen(http_addr.to_string(), e))?,
         ];
 

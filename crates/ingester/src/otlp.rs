@@ -1,6 +1,14 @@
 //! The OTLP receivers: gRPC (`/opentelemetry.proto.collector.*.v1.*Service/Export`)
 //! and HTTP (`POST /v1/logs`, `/v1/traces`, `/v1/metrics`, protobuf or
-//! JSON). Both hand the request to the [`Pipeline`] as OTLP protobuf bytes:
+//! JSON). Both authenticate the request first ([`mira_common::auth`]: the
+//! tenant it writes to comes from there), before it takes an in-flight slot
+//! or a byte of its body is read, then charge the tenant's ingest rates
+//! ([`mira_common::limits`]): bytes from `Content-Length` before the body
+//! is read (gRPC, and HTTP without it: right after the body is read,
+//! before it is decoded), records counted on the wire
+//! ([`crate::records`]) before the request reaches a shard, so a refused
+//! request writes nothing and holds its in-flight slot only for the check;
+//! then hand it to the [`Pipeline`] as OTLP protobuf bytes:
 //! gRPC bodies are never decoded into structs here (the shard's builder
 //! reads them straight from the wire), JSON bodies are decoded and
 //! re-encoded once.
@@ -14,6 +22,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BufMut, Bytes};
+use mira_common::auth::{Authenticator, Principal, Scope};
+use mira_common::limits::Limiter;
+use mira_common::tls::PeerInfo;
 use mira_core::convert::{Appended, Limits};
 use mira_core::ids::{Signal, TenantId};
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -34,7 +45,7 @@ use crate::error::{IngestError, ServiceError};
 use crate::pipeline::Pipeline;
 
 /// The tenant header (Loki/Mimir/Tempo convention).
-pub const TENANT_HEADER: &str = "x-scope-orgid";
+pub use mira_common::auth::TENANT_HEADER;
 
 /// Receiver settings.
 #[derive(Clone, Debug)]
@@ -84,6 +95,8 @@ impl Drop for Slot {
 pub struct Receivers {
     pub pipeline: Arc<Pipeline>,
     pub config: ReceiverConfig,
+    auth: Arc<Authenticator>,
+    limits: Arc<Limiter>,
     inflight: Arc<Semaphore>,
 }
 
@@ -94,12 +107,38 @@ impl std::fmt::Debug for Receivers {
 }
 
 impl Receivers {
-    pub fn new(pipeline: Arc<Pipeline>, config: ReceiverConfig) -> Receivers {
+    pub fn new(
+        pipeline: Arc<Pipeline>,
+        config: ReceiverConfig,
+        auth: Arc<Authenticator>,
+        limits: Arc<Limiter>,
+    ) -> Receivers {
         Receivers {
             inflight: Arc::new(Semaphore::new(config.max_inflight.max(1))),
             pipeline,
             config,
+            auth,
+            limits,
         }
+    }
+
+    /// Charges `tenant`'s records rate for `payload` (counted on the
+    /// wire, before any shard sees it) and submits it; the records are
+    /// given back when the request is not accepted, so a refused request
+    /// costs its tenant nothing.
+    async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
+        if !self.limits.enabled() {
+            return self.pipeline.submit(signal, tenant, payload).await;
+        }
+        // A request that does not count will not decode either: the shard
+        // refuses it with the decoder's message.
+        let records = crate::records::count(signal, &payload).unwrap_or(0);
+        self.limits.take_records(&tenant, records)?;
+        let result = self.pipeline.submit(signal, tenant.clone(), payload).await;
+        if result.is_err() {
+            self.limits.give_back_records(&tenant, records);
+        }
+        result
     }
 
     /// Takes an in-flight slot, waiting up to the admission wait; held
@@ -124,14 +163,14 @@ impl Receivers {
         }
     }
 
-    fn tenant(&self, value: Option<&str>) -> Result<TenantId, IngestError> {
-        match value.map(str::trim).filter(|v| !v.is_empty()) {
-            Some(v) => TenantId::new(v).map_err(|e| IngestError::Invalid(format!("X-Scope-OrgID: {e}"))),
-            None if self.config.require_tenant => Err(IngestError::Invalid(
-                "X-Scope-OrgID is required by this ingester".to_owned(),
-            )),
-            None => Ok(TenantId::default_tenant()),
-        }
+    /// The tenant a request writes to (or why it may not): the one check
+    /// of both receivers, made on the headers alone.
+    fn authorize(&self, parts: &axum::http::request::Parts) -> Result<TenantId, IngestError> {
+        let peer = PeerInfo::of(&parts.extensions).map(|p| p.addr.ip());
+        Ok(self
+            .auth
+            .authorize(&parts.headers, peer, Scope::Write, self.config.require_tenant)?
+            .tenant)
     }
 }
 
@@ -241,10 +280,10 @@ fn http_error(e: &IngestError, format: Format) -> Response {
             (status, [(header::CONTENT_TYPE, "application/x-protobuf")], buf).into_response()
         }
     };
-    if matches!(e, IngestError::Overloaded { .. }) {
+    if let Some(after) = e.retry_after() {
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
     }
     response
 }
@@ -252,6 +291,7 @@ fn http_error(e: &IngestError, format: Format) -> Response {
 async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
+    let authorized = receivers.authorize(&parts);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -280,7 +320,7 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let result = async {
-        let tenant = receivers.tenant(headers.get(TENANT_HEADER).and_then(|v| v.to_str().ok()))?;
+        let tenant = authorized?;
         // Refused on its declared length before a byte of it is read.
         if let Some(n) = declared.filter(|n| *n > limit as u64) {
             return Err(IngestError::TooLarge {
@@ -288,36 +328,57 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
                 limit,
             });
         }
-        let _slot = receivers.enter().await?;
-        let timeout = receivers.config.body_timeout;
-        let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
-            .await
-            .map_err(|_| IngestError::Timeout(format!("the request body did not arrive within {timeout:?}")))?
-            .map_err(|e| {
-                let limited = e.into_inner();
-                if limited.is::<http_body_util::LengthLimitError>() {
-                    IngestError::TooLarge {
-                        bytes: limit.saturating_add(1),
-                        limit,
+        // The tenant's bytes rate, on the declared length: before the
+        // request takes an in-flight slot or its body is read.
+        if let Some(n) = declared {
+            receivers.limits.take_bytes(&tenant, n)?;
+        }
+        let mut charged = declared.unwrap_or(0);
+        let result = async {
+            let _slot = receivers.enter().await?;
+            let timeout = receivers.config.body_timeout;
+            let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
+                .await
+                .map_err(|_| IngestError::Timeout(format!("the request body did not arrive within {timeout:?}")))?
+                .map_err(|e| {
+                    let limited = e.into_inner();
+                    if limited.is::<http_body_util::LengthLimitError>() {
+                        IngestError::TooLarge {
+                            bytes: limit.saturating_add(1),
+                            limit,
+                        }
+                    } else {
+                        IngestError::Invalid(format!("reading the request body: {limited}"))
                     }
-                } else {
-                    IngestError::Invalid(format!("reading the request body: {limited}"))
-                }
-            })?;
-        let encoding =
-            parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok())).map_err(body_error)?;
-        let body = decode_body(
-            body,
-            encoding,
-            receivers.config.max_wire_bytes,
-            receivers.config.max_message_bytes,
-        )
-        .map_err(body_error)?;
-        let payload = match format {
-            Format::Protobuf => body,
-            Format::Json => json_to_protobuf(signal, &body)?,
-        };
-        receivers.pipeline.submit(signal, tenant, payload).await
+                })?;
+            if declared.is_none() {
+                // No Content-Length (chunked): charged once read, before
+                // it is decoded.
+                let n = body.len() as u64;
+                receivers.limits.take_bytes(&tenant, n)?;
+                charged = n;
+            }
+            let encoding = parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))
+                .map_err(body_error)?;
+            let body = decode_body(
+                body,
+                encoding,
+                receivers.config.max_wire_bytes,
+                receivers.config.max_message_bytes,
+            )
+            .map_err(body_error)?;
+            let payload = match format {
+                Format::Protobuf => body,
+                Format::Json => json_to_protobuf(signal, &body)?,
+            };
+            receivers.submit(signal, tenant.clone(), payload).await
+        }
+        .await;
+        if result.is_err() {
+            // Not accepted: its bytes are not charged.
+            receivers.limits.give_back_bytes(&tenant, charged);
+        }
+        result
     }
     .await;
     match result {
@@ -425,14 +486,23 @@ impl tonic::server::UnaryService<Bytes> for Export {
         let receivers = self.receivers.clone();
         let signal = self.signal;
         Box::pin(async move {
-            let tenant = request
-                .metadata()
-                .get(TENANT_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
             let result = async {
-                let tenant = receivers.tenant(tenant.as_deref())?;
-                receivers.pipeline.submit(signal, tenant, request.into_inner()).await
+                // Authorized before the body was read (GrpcExport).
+                let tenant = request
+                    .extensions()
+                    .get::<Principal>()
+                    .map(|p| p.tenant.clone())
+                    .ok_or_else(|| IngestError::Unavailable("the request was not authorized".to_owned()))?;
+                // The bytes rate on the message as received (tonic reads
+                // it whole before this call), before it is decoded.
+                let payload = request.into_inner();
+                let bytes = payload.len() as u64;
+                receivers.limits.take_bytes(&tenant, bytes)?;
+                let result = receivers.submit(signal, tenant.clone(), payload).await;
+                if result.is_err() {
+                    receivers.limits.give_back_bytes(&tenant, bytes);
+                }
+                result
             }
             .await;
             match result {
@@ -446,26 +516,29 @@ impl tonic::server::UnaryService<Bytes> for Export {
     }
 }
 
-/// The gRPC status for `e`; overload carries a RetryInfo-style hint.
+/// The gRPC status for `e`; a refusal that retrying can cure (overload,
+/// a tenant over its rate) carries a `google.rpc.RetryInfo` detail, as the
+/// OTLP specification asks for throttling and the Collector honours.
 pub fn grpc_status(e: &IngestError) -> tonic::Status {
-    let mut status = tonic::Status::new(e.error_code().grpc_code(), e.to_string());
-    if matches!(e, IngestError::Overloaded { .. }) {
-        // google.rpc.RetryInfo { Duration retry_delay = 1 } in the details,
-        // which the Collector's exporter honours.
-        let mut delay = Vec::new();
-        prost::encoding::int64::encode(1, &1i64, &mut delay);
-        let mut retry_info = Vec::new();
-        prost::encoding::bytes::encode(1, &delay, &mut retry_info);
-        let mut any = Vec::new();
-        prost::encoding::string::encode(1, &"type.googleapis.com/google.rpc.RetryInfo".to_owned(), &mut any);
-        prost::encoding::bytes::encode(2, &retry_info, &mut any);
-        let mut details = Vec::new();
-        prost::encoding::int32::encode(1, &(e.error_code().grpc_code() as i32), &mut details);
-        prost::encoding::string::encode(2, &e.to_string(), &mut details);
-        prost::encoding::bytes::encode(3, &any, &mut details);
-        status = tonic::Status::with_details(e.error_code().grpc_code(), e.to_string(), Bytes::from(details));
-    }
-    status
+    let code = e.error_code().grpc_code();
+    let Some(after) = e.retry_after() else {
+        return tonic::Status::new(code, e.to_string());
+    };
+    // google.rpc.RetryInfo { google.protobuf.Duration retry_delay = 1 }
+    // (Duration { int64 seconds = 1 }) in a google.rpc.Status's details.
+    let seconds = i64::try_from(after.as_secs().max(1)).unwrap_or(i64::MAX);
+    let mut delay = Vec::new();
+    prost::encoding::int64::encode(1, &seconds, &mut delay);
+    let mut retry_info = Vec::new();
+    prost::encoding::bytes::encode(1, &delay, &mut retry_info);
+    let mut any = Vec::new();
+    prost::encoding::string::encode(1, &"type.googleapis.com/google.rpc.RetryInfo".to_owned(), &mut any);
+    prost::encoding::bytes::encode(2, &retry_info, &mut any);
+    let mut details = Vec::new();
+    prost::encoding::int32::encode(1, &(code as i32), &mut details);
+    prost::encoding::string::encode(2, &e.to_string(), &mut details);
+    prost::encoding::bytes::encode(3, &any, &mut details);
+    tonic::Status::with_details(code, e.to_string(), Bytes::from(details))
 }
 
 /// A tower service answering one export path.
@@ -495,6 +568,20 @@ impl tower_service::Service<axum::http::Request<Body>> for GrpcExport {
         let svc = self.inner.clone();
         let max = svc.receivers.config.max_message_bytes;
         Box::pin(async move {
+            // Who and which tenant, from the headers alone.
+            let (mut parts, body) = req.into_parts();
+            let peer = PeerInfo::of(&parts.extensions).map(|p| p.addr.ip());
+            let principal = match svc.receivers.auth.authorize(
+                &parts.headers,
+                peer,
+                Scope::Write,
+                svc.receivers.config.require_tenant,
+            ) {
+                Ok(p) => p,
+                Err(e) => return Ok(grpc_status(&IngestError::from(e)).into_http::<Body>()),
+            };
+            parts.extensions.insert(principal);
+            let req = axum::http::Request::from_parts(parts, body);
             // A slot before the body is read: waiting requests hold only
             // their headers (and what HTTP/2 flow control lets in).
             let _slot = match svc.receivers.enter().await {

@@ -87,6 +87,20 @@ impl Pipeline {
     /// Starts the shards and uploaders (after the WAL was recovered: every
     /// frame on disk is published, see [`crate::recover`]).
     pub fn start(config: PipelineConfig, wal: Wal, dest: Destination) -> Pipeline {
+        let series = Arc::new(crate::series::ActiveSeries::new(
+            mira_common::limits::Limiter::unlimited(),
+            dest.clock.clone(),
+        ));
+        Pipeline::start_with_series(config, wal, dest, series)
+    }
+
+    /// [`Pipeline::start`] with the per-tenant active-series limit.
+    pub fn start_with_series(
+        config: PipelineConfig,
+        wal: Wal,
+        dest: Destination,
+        series: Arc<crate::series::ActiveSeries>,
+    ) -> Pipeline {
         let metrics = dest.metrics.clone();
         let health = dest.health.clone();
         let on_refusal = if wal.mode() == crate::wal::WalMode::Off {
@@ -117,6 +131,7 @@ impl Pipeline {
                     clock: dest.clock.clone(),
                     sealed: sealed_tx,
                     published: published_rx,
+                    series: series.clone(),
                 };
                 tasks.push(tokio::spawn(shard.run(rx)));
                 tasks.push(tokio::spawn(upload::run(
@@ -176,6 +191,10 @@ impl Pipeline {
                 Err(IngestError::TooLarge { .. }) => "too_large",
                 Err(IngestError::Timeout(_)) => "timeout",
                 Err(IngestError::Unavailable(_)) => "unavailable",
+                // Refused before submit (mira_auth_requests_total counts them).
+                Err(IngestError::Auth(_)) => "refused",
+                // Refused before submit (mira_limits_refusals_total counts them).
+                Err(IngestError::Limited(_)) => "limited",
             },
         };
         self.metrics.requests.get_or_create(&labels).inc();

@@ -48,6 +48,24 @@ impl AnyBuilder {
         }
     }
 
+    /// [`AnyBuilder::append`] with, for metrics, a series gate between
+    /// the limits and the append (see [`crate::series`]).
+    pub fn append_gated(
+        &mut self,
+        buf: &[u8],
+        limits: &Limits,
+        gate: Option<
+            impl FnOnce(
+                &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+            ) -> (usize, u64),
+        >,
+    ) -> Result<Appended, mira_core::convert::ConvertError> {
+        match (self, gate) {
+            (AnyBuilder::Metrics(b), Some(gate)) => b.append_gated(buf, limits, gate),
+            (this, _) => this.append(buf, limits),
+        }
+    }
+
     pub fn rows(&self) -> usize {
         match self {
             AnyBuilder::Logs(b) => b.rows(),
@@ -250,6 +268,8 @@ pub struct Shard {
     pub clock: Clock,
     pub sealed: mpsc::Sender<Sealed>,
     pub published: watch::Receiver<Progress>,
+    /// The per-tenant active-series limit (metrics).
+    pub series: Arc<crate::series::ActiveSeries>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -306,7 +326,17 @@ impl Shard {
             window: Some(window_at(&self.clock, self.window)),
             ..self.limits
         };
-        let appended = b.append(&payload, &limits);
+        let series_limit = if self.signal == Signal::Metrics {
+            self.series.limit(&tenant)
+        } else {
+            0
+        };
+        let gate = (series_limit > 0).then_some(
+            |req: &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest| {
+                self.series.gate(&tenant, series_limit, req)
+            },
+        );
+        let appended = b.append_gated(&payload, &limits, gate);
         let took = t.elapsed();
         self.metrics
             .append

@@ -5,10 +5,15 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use mira_catalog::{CatalogClient, CatalogNode, ClientConfig, Settings, parse_peers, proto};
+use mira_catalog::{CatalogNode, ClientConfig, Settings, parse_peers, proto};
 use mira_common::config::{ConfigError, Duration};
 
-use crate::flags::{ConfigFlags, DataDirFlag, Effective, StoreSettings, set_given};
+use mira_common::security::{Exposure, SecuritySettings};
+
+use crate::flags::{
+    ClusterFlags, ConfigFlags, DataDirFlag, Effective, SecurityFlags, StoreSettings, catalog_client_with, secured,
+    set_given,
+};
 
 /// Flags of `mira catalog`; defaults are [`Settings::default`]'s.
 #[derive(Debug, Args)]
@@ -51,14 +56,18 @@ pub struct CatalogArgs {
     #[command(flatten)]
     pub data: DataDirFlag,
     #[command(flatten)]
+    pub security: SecurityFlags,
+    #[command(flatten)]
     pub config: ConfigFlags,
 }
 
 impl CatalogArgs {
-    /// The effective data directory and catalog settings, validated.
-    pub fn settings(&self) -> Result<(StoreSettings, Settings), ConfigError> {
+    /// The effective data directory, catalog and security settings, validated.
+    pub fn settings(&self) -> Result<(StoreSettings, Settings, SecuritySettings), ConfigError> {
         let file = self.config.load()?;
-        let (mut store, mut s) = (file.store, file.catalog);
+        let (mut store, mut s, mut sec) = (file.store, file.catalog, file.security);
+        self.security.apply(&mut sec);
+        sec.validate(Exposure::Member)?;
         self.data.apply(&mut store);
         set_given!(
             self,
@@ -79,24 +88,26 @@ impl CatalogArgs {
             s.election_timeout = Duration::from_millis(ms);
         }
         s.validate()?;
-        Ok((store, s))
+        Ok((store, s, sec))
     }
 }
 
 /// Runs a member until SIGINT/SIGTERM.
 pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
-    let (store, settings) = args.settings()?;
+    let (store, settings, security) = args.settings()?;
     if args.config.check_config {
         Effective {
             store: Some(&store),
             catalog: Some(&settings),
+            security: Some(&security),
             ..Effective::default()
         }
         .print();
         return Ok(());
     }
     let data_dir = std::path::absolute(&store.data_dir)?;
-    let node = CatalogNode::start(settings.build(&data_dir)?, &crate::process()?).await?;
+    let process = secured(crate::process()?, &security, Exposure::Member)?;
+    let node = CatalogNode::start(settings.build(&data_dir)?, &process).await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::catalog", "stopping");
     node.shutdown().await;
@@ -109,6 +120,8 @@ pub struct AdminArgs {
     /// Catalog members to talk to, comma separated host:port.
     #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400")]
     pub catalog: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     #[command(subcommand)]
     pub command: AdminCommand,
 }
@@ -140,14 +153,9 @@ pub enum AdminCommand {
 }
 
 pub async fn admin(args: AdminArgs) -> anyhow::Result<()> {
-    let endpoints = args
-        .catalog
-        .split(',')
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect();
-    let client = CatalogClient::new(
-        endpoints,
+    let client = catalog_client_with(
+        &args.catalog,
+        &args.cluster.dialer()?,
         ClientConfig {
             timeout: std::time::Duration::from_secs(60),
             attempt_timeout: std::time::Duration::from_secs(30),

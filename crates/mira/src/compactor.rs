@@ -14,7 +14,11 @@ use mira_compactor::planner::Plan;
 use mira_compactor::settings::Settings;
 use mira_compactor::{Compactor, CompactorConfig};
 
-use crate::flags::{ConfigFlags, Effective, StoreFlags, StoreSettings, catalog_client, set_given};
+use mira_common::security::{Exposure, SecuritySettings};
+
+use crate::flags::{
+    ConfigFlags, Effective, SecurityFlags, StoreFlags, StoreSettings, catalog_client, secured, set_given,
+};
 
 /// Flags of `mira compactor`.
 #[derive(Debug, Args)]
@@ -36,6 +40,8 @@ pub struct CompactorArgs {
     /// yield the CPU to ingest on a shared machine [default: 10].
     #[arg(long, env = "MIRA_COMPACTOR_NICE")]
     pub nice: Option<i32>,
+    #[command(flatten)]
+    pub security: SecurityFlags,
     #[command(flatten)]
     pub config: ConfigFlags,
 }
@@ -178,16 +184,18 @@ impl CompactFlags {
 }
 
 impl CompactorArgs {
-    /// The effective store and compactor settings, validated.
-    pub fn settings(&self) -> Result<(StoreSettings, Settings), ConfigError> {
+    /// The effective store, compactor and security settings, validated.
+    pub fn settings(&self) -> Result<(StoreSettings, Settings, SecuritySettings), ConfigError> {
         let file = self.config.load()?;
-        let (mut store, mut s) = (file.store, file.compactor);
+        let (mut store, mut s, mut sec) = (file.store, file.compactor, file.security);
+        self.security.apply(&mut sec);
+        sec.validate(Exposure::Client)?;
         self.store.apply(&mut store)?;
         set_given!(self, s, catalog, nice);
         self.compact.apply(&mut s);
         store.validate()?;
         s.validate()?;
-        Ok((store, s))
+        Ok((store, s, sec))
     }
 }
 
@@ -276,23 +284,24 @@ fn lower_priority(nice: i32) -> anyhow::Result<()> {
 }
 
 pub async fn run(args: CompactorArgs) -> anyhow::Result<()> {
-    let (store_settings, settings) = args.settings()?;
+    let (store_settings, settings, security) = args.settings()?;
     if args.config.check_config {
         Effective {
             store: Some(&store_settings),
             compactor: Some(&settings),
+            security: Some(&security),
             ..Effective::default()
         }
         .print();
         return Ok(());
     }
     lower_priority(settings.nice)?;
-    let process = crate::process()?;
+    let process = secured(crate::process()?, &security, Exposure::Client)?;
     let (_, store) = store_settings.open()?;
     let mut config = settings.build()?;
     config.once = args.once;
     config.dry_run = args.dry_run;
-    let catalog = catalog_client(&settings.catalog);
+    let catalog = catalog_client(&settings.catalog, &process.security.dialer);
     if args.dry_run {
         let compactor = Compactor::new(config, &process, store, catalog)?;
         let (plan, _) = compactor.plan().await?;

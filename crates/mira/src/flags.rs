@@ -17,7 +17,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use mira_catalog::{CatalogClient, ClientConfig};
-use mira_common::config::{ConfigError, read_toml, to_toml};
+use mira_common::Process;
+use mira_common::auth::AuthMode;
+use mira_common::cluster::Dialer;
+use mira_common::config::{ConfigError, Duration, read_toml, to_toml};
+use mira_common::security::{Exposure, SecuritySettings};
 use serde::{Deserialize, Serialize};
 
 /// Overwrites each `$s.$field` with `$f.$field` where the flag (or its
@@ -29,11 +33,18 @@ macro_rules! set_given {
 }
 pub(crate) use set_given;
 
+/// Like [`set_given`], for settings that are themselves optional.
+macro_rules! set_some {
+    ($f:expr, $s:expr, $($field:ident),+ $(,)?) => {
+        $(if $f.$field.is_some() { $s.$field.clone_from(&$f.$field); })+
+    };
+}
+
 /// `--config` and `--check-config`, on every role command.
 #[derive(Debug, Args)]
 pub struct ConfigFlags {
     /// A TOML file of settings (tables [store], [catalog], [ingester],
-    /// [querier], [compactor], [serve], [operator]); variables and flags override it.
+    /// [querier], [compactor], [serve], [operator], [security]); variables and flags override it.
     #[arg(long, env = "MIRA_CONFIG")]
     pub config: Option<PathBuf>,
     /// Parse and validate everything, print the effective configuration as
@@ -82,6 +93,7 @@ pub struct FileConfig {
     pub querier: mira_querier::settings::Settings,
     pub compactor: mira_compactor::settings::Settings,
     pub serve: ServeSettings,
+    pub security: SecuritySettings,
     pub operator: mira_operator::Settings,
 }
 
@@ -101,6 +113,7 @@ pub struct Effective<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serve: Option<&'a ServeSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub security: Option<&'a SecuritySettings>,
     pub operator: Option<&'a mira_operator::Settings>,
 }
 
@@ -221,16 +234,132 @@ impl DataDirFlag {
     }
 }
 
-/// A catalog client for comma-separated member addresses.
-pub fn catalog_client(members: &str) -> Arc<CatalogClient> {
+/// A catalog client for comma-separated member addresses, connecting
+/// with `dialer` (TLS and the cluster credential).
+pub fn catalog_client(members: &str, dialer: &Dialer) -> Arc<CatalogClient> {
+    catalog_client_with(members, dialer, ClientConfig::default())
+}
+
+/// [`catalog_client`] with its own timeouts.
+pub fn catalog_client_with(members: &str, dialer: &Dialer, config: ClientConfig) -> Arc<CatalogClient> {
     Arc::new(CatalogClient::new(
         members
             .split(',')
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .collect(),
-        ClientConfig::default(),
+        ClientConfig {
+            dialer: dialer.clone(),
+            ..config
+        },
     ))
+}
+
+fn parse_auth(s: &str) -> Result<AuthMode, String> {
+    s.parse()
+}
+
+/// How an internal client connects to the catalog and the ingesters:
+/// every role, and the CLI tools that talk to the catalog.
+#[derive(Debug, Args)]
+pub struct ClusterFlags {
+    /// The cluster secret, a file of at least 16 visible ASCII characters
+    /// (e.g. `openssl rand -hex 32`): sent on every internal call, and
+    /// required by the internal services (catalog, Raft, recent data).
+    #[arg(long, env = "MIRA_CLUSTER_SECRET_FILE", global = true)]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// CA of the internal servers' certificates: set, internal calls use TLS.
+    #[arg(long, env = "MIRA_TLS_CA", global = true)]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS certificate (PEM) of this process's ports, also presented as
+    /// the client certificate of its internal calls; reloaded on change.
+    #[arg(long, env = "MIRA_TLS_CERT", global = true)]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert; reloaded on change.
+    #[arg(long, env = "MIRA_TLS_KEY", global = true)]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl ClusterFlags {
+    pub fn apply(&self, s: &mut SecuritySettings) {
+        set_some!(self, s, cluster_secret_file, tls_ca, tls_cert, tls_key);
+    }
+
+    /// The dialer of a CLI tool (no server of its own).
+    pub fn dialer(&self) -> anyhow::Result<Dialer> {
+        let mut s = SecuritySettings::default();
+        self.apply(&mut s);
+        let t = mira_common::telemetry::Telemetry::new();
+        Ok(s.build(Exposure::Client, mira_common::clock::Clock::system(), &t)?
+            .dialer)
+    }
+}
+
+/// Who may use the process's ports (docs/security.md); every role.
+#[derive(Debug, Args)]
+pub struct SecurityFlags {
+    /// Authentication of the external ports (OTLP, query APIs, compactor
+    /// status): none, tokens (bearer tokens or basic auth with the token as
+    /// password, from --auth-tokens-file) or trusted-header (X-Scope-OrgID
+    /// only from --auth-trusted-proxies) [default: none].
+    #[arg(long, env = "MIRA_AUTH", value_parser = parse_auth)]
+    pub auth: Option<AuthMode>,
+    /// The tokens file (TOML; SHA-256 of each token, its tenants and
+    /// scopes); reloaded on change.
+    #[arg(long, env = "MIRA_AUTH_TOKENS_FILE")]
+    pub auth_tokens_file: Option<PathBuf>,
+    /// Addresses or networks of the gateway whose X-Scope-OrgID is
+    /// believed (--auth trusted-header), comma separated.
+    #[arg(long, env = "MIRA_AUTH_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub auth_trusted_proxies: Vec<String>,
+    /// Per-tenant limits (TOML: [defaults] and [tenants.<id>] with ingest
+    /// rates and bursts, max_series, query concurrency and range; see
+    /// docs/security.md); reloaded on change. None: unlimited.
+    #[arg(long, env = "MIRA_LIMITS_FILE")]
+    pub limits_file: Option<PathBuf>,
+    /// How often the tokens, limits and TLS files are checked for changes [default: 5s].
+    #[arg(long, env = "MIRA_RELOAD_INTERVAL")]
+    pub reload_interval: Option<Duration>,
+    /// Require client certificates signed by this CA (PEM) on every port.
+    #[arg(long, env = "MIRA_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Client certificates signed by this CA (PEM) make the caller a
+    /// cluster member on the internal services (mutual TLS instead of, or
+    /// besides, the cluster secret).
+    #[arg(long, env = "MIRA_CLUSTER_CA")]
+    pub cluster_ca: Option<PathBuf>,
+    /// Accept internal calls (catalog, Raft, recent data) without a
+    /// cluster credential: anyone who reaches the ports is a member.
+    #[arg(long, env = "MIRA_INSECURE_CLUSTER", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure_cluster: Option<bool>,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+}
+
+impl SecurityFlags {
+    pub fn apply(&self, s: &mut SecuritySettings) {
+        set_given!(self, s, reload_interval, insecure_cluster, auth);
+        set_some!(self, s, tls_client_ca, cluster_ca, limits_file);
+        if self.auth_tokens_file.is_some() {
+            s.tokens_file.clone_from(&self.auth_tokens_file);
+        }
+        if !self.auth_trusted_proxies.is_empty() {
+            s.trusted_proxies = self
+                .auth_trusted_proxies
+                .iter()
+                .filter(|p| !p.trim().is_empty())
+                .cloned()
+                .collect();
+        }
+        self.cluster.apply(s);
+    }
+}
+
+/// The process with its security built from `settings` (reading the
+/// tokens, TLS and secret files, and following their changes).
+pub fn secured(process: Process, settings: &SecuritySettings, exposure: Exposure) -> anyhow::Result<Process> {
+    let security = settings.build(exposure, process.clock.clone(), &process.telemetry)?;
+    Ok(process.with_security(security))
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@ use mira_common::Process;
 use mira_common::config::{ByteSize, ConfigError, Duration};
 use mira_ingester::{IngesterNode, Settings, WalMode};
 
-use crate::flags::{ConfigFlags, Effective, StoreFlags, catalog_client, set_given};
+use mira_common::security::{Exposure, SecuritySettings};
+
+use crate::flags::{ConfigFlags, Effective, SecurityFlags, StoreFlags, catalog_client, secured, set_given};
 
 /// Flags of `mira ingester`.
 #[derive(Debug, Args)]
@@ -29,6 +31,8 @@ pub struct IngesterArgs {
     pub store: StoreFlags,
     #[command(flatten)]
     pub ingest: IngestFlags,
+    #[command(flatten)]
+    pub security: SecurityFlags,
     #[command(flatten)]
     pub config: ConfigFlags,
 }
@@ -218,10 +222,12 @@ impl IngestFlags {
 }
 
 impl IngesterArgs {
-    /// The effective store and ingester settings (file < variables < flags), validated.
-    pub fn settings(&self) -> Result<(crate::flags::StoreSettings, Settings), ConfigError> {
+    /// The effective store, ingester and security settings (file < variables < flags), validated.
+    pub fn settings(&self) -> Result<(crate::flags::StoreSettings, Settings, SecuritySettings), ConfigError> {
         let file = self.config.load()?;
-        let (mut store, mut s) = (file.store, file.ingester);
+        let (mut store, mut s, mut sec) = (file.store, file.ingester, file.security);
+        self.security.apply(&mut sec);
+        sec.validate(Exposure::Member)?;
         self.store.apply(&mut store)?;
         set_given!(self, s, id, catalog);
         if self.advertise.is_some() {
@@ -230,7 +236,7 @@ impl IngesterArgs {
         self.ingest.apply(&mut s);
         store.validate()?;
         s.validate()?;
-        Ok((store, s))
+        Ok((store, s, sec))
     }
 }
 
@@ -249,19 +255,21 @@ pub async fn start(
 }
 
 pub async fn run(args: IngesterArgs) -> anyhow::Result<()> {
-    let (store_settings, settings) = args.settings()?;
+    let (store_settings, settings, security) = args.settings()?;
     if args.config.check_config {
         Effective {
             store: Some(&store_settings),
             ingester: Some(&settings),
+            security: Some(&security),
             ..Effective::default()
         }
         .print();
         return Ok(());
     }
-    let process = crate::process()?;
+    let process = secured(crate::process()?, &security, Exposure::Member)?;
     let (data_dir, store) = store_settings.open()?;
-    let node = start(&settings, &process, data_dir, store, catalog_client(&settings.catalog)).await?;
+    let catalog = catalog_client(&settings.catalog, &process.security.dialer);
+    let node = start(&settings, &process, data_dir, store, catalog).await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::ingester", "stopping: sealing and publishing open blocks");
     node.shutdown().await;

@@ -62,6 +62,9 @@ pub struct LoadgenArgs {
     /// Tenant (X-Scope-OrgID).
     #[arg(long, default_value = "default")]
     pub tenant: String,
+    /// A bearer token sent with every request (an ingester with `--auth tokens`).
+    #[arg(long, env = "MIRA_LOADGEN_TOKEN")]
+    pub token: Option<String>,
     /// High-cardinality corpus (unique ids, more resources).
     #[arg(long)]
     pub high_cardinality: bool,
@@ -203,9 +206,10 @@ impl HttpConn {
         })
     }
 
-    async fn post(&mut self, path: &str, tenant: &str, body: &[u8]) -> std::io::Result<u16> {
+    async fn post(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<u16> {
+        let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: mira\r\nContent-Type: application/x-protobuf\r\nX-Scope-OrgID: {tenant}\r\nContent-Length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nHost: mira\r\nContent-Type: application/x-protobuf\r\n{extra}Content-Length: {}\r\n\r\n",
             body.len()
         );
         let s = self.stream.get_mut();
@@ -262,13 +266,11 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..args.conns {
         let (pool, totals, next, stop) = (pool.clone(), totals.clone(), next.clone(), stop.clone());
-        let (target, tenant, protocol, signal, batch) = (
-            args.target.clone(),
-            args.tenant.clone(),
-            args.protocol,
-            args.signal,
-            args.batch,
-        );
+        let mut headers = vec![(mira_ingester::otlp::TENANT_HEADER, args.tenant.clone())];
+        if let Some(t) = &args.token {
+            headers.push(("authorization", format!("Bearer {t}")));
+        }
+        let (target, protocol, signal, batch) = (args.target.clone(), args.protocol, args.signal, args.batch);
         tasks.push(tokio::spawn(async move {
             let mut grpc: Option<tonic::client::Grpc<tonic::transport::Channel>> = None;
             let mut http: Option<HttpConn> = None;
@@ -291,7 +293,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
                             http = HttpConn::connect(&target).await.ok();
                         }
                         match http.as_mut() {
-                            Some(c) => match c.post(path, &tenant, &body).await {
+                            Some(c) => match c.post(path, &headers, &body).await {
                                 Ok(s) => s == 200,
                                 Err(_) => {
                                     http = None;
@@ -308,7 +310,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
                                 .map(|e| tonic::client::Grpc::new(e.tcp_nodelay(true).connect_lazy()));
                         }
                         match grpc.as_mut() {
-                            Some(g) => grpc_export(g, path, &tenant, body.clone()).await,
+                            Some(g) => grpc_export(g, path, &headers, body.clone()).await,
                             None => false,
                         }
                     }
@@ -371,15 +373,17 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
 async fn grpc_export(
     g: &mut tonic::client::Grpc<tonic::transport::Channel>,
     path: &'static str,
-    tenant: &str,
+    headers: &[(&'static str, String)],
     body: Bytes,
 ) -> bool {
     if g.ready().await.is_err() {
         return false;
     }
     let mut req = tonic::Request::new(body);
-    if let Ok(v) = tenant.parse() {
-        req.metadata_mut().insert(mira_ingester::otlp::TENANT_HEADER, v);
+    for (k, v) in headers {
+        if let Ok(v) = v.parse() {
+            req.metadata_mut().insert(*k, v);
+        }
     }
     g.unary(
         req,

@@ -22,7 +22,7 @@ use mira_compactor::targets::Targets;
 use mira_core::ids::{BlockId, Signal, TenantId};
 use serde::Serialize;
 
-use crate::flags::{DataDirFlag, StoreFlags, StoreSettings, catalog_client};
+use crate::flags::{ClusterFlags, DataDirFlag, StoreFlags, StoreSettings, catalog_client};
 
 /// Exit codes of `mira offload restore`.
 pub const EXIT_FAILED: i32 = 1;
@@ -78,6 +78,8 @@ pub struct ListArgs {
     /// Catalog members, comma separated host:port.
     #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400")]
     pub catalog: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     /// Only this tenant [default: every tenant].
     #[arg(long, value_parser = parse_tenant, conflicts_with = "all_tenants")]
     pub tenant: Option<TenantId>,
@@ -101,6 +103,8 @@ pub struct RestoreArgs {
     /// Catalog members, comma separated host:port.
     #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400")]
     pub catalog: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     /// The primary object store the blocks are restored to: the ingesters' and compactors' --object-store.
     #[arg(long, env = "MIRA_OBJECT_STORE", required_unless_present = "dry_run")]
     pub object_store: Option<String>,
@@ -454,7 +458,7 @@ async fn list(args: ListArgs) -> anyhow::Result<i32> {
         Ok(s) => s,
         Err(e) => return Ok(usage(&e)),
     };
-    let plan = restore::select(&catalog_client(&args.catalog), &sel).await?;
+    let plan = restore::select(&catalog_client(&args.catalog, &args.cluster.dialer()?), &sel).await?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     render_list(&mut out, &plan, args.blocks, args.output)?;
@@ -483,7 +487,7 @@ async fn restore(args: RestoreArgs) -> anyhow::Result<i32> {
     };
     let rate = args.rate.bytes();
     let mode = Mode::detect(args.output == RestoreOutput::Json);
-    let catalog = catalog_client(&args.catalog);
+    let catalog = catalog_client(&args.catalog, &args.cluster.dialer()?);
     let progress = Arc::new(Mutex::new(Progress::stdio(mode)));
     let lock = || progress.lock().unwrap_or_else(PoisonError::into_inner);
 

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use mira_common::config::ConfigError;
+use mira_common::security::{Exposure, SecuritySettings};
 use mira_operator::Settings;
 
-use crate::flags::{ConfigFlags, Effective, set_given};
+use crate::flags::{ConfigFlags, Effective, SecurityFlags, secured, set_given};
 
 /// Flags of `mira operator`.
 #[derive(Debug, Args)]
@@ -45,13 +46,18 @@ pub struct OperatorArgs {
     #[arg(long, env = "MIRA_OPERATOR_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
+    pub security: SecurityFlags,
+    #[command(flatten)]
     pub config: ConfigFlags,
 }
 
 impl OperatorArgs {
-    /// The effective settings, validated.
-    pub fn settings(&self) -> Result<Settings, ConfigError> {
-        let mut s = self.config.load()?.operator;
+    /// The effective operator and security settings, validated.
+    pub fn settings(&self) -> Result<(Settings, SecuritySettings), ConfigError> {
+        let file = self.config.load()?;
+        let (mut s, mut sec) = (file.operator, file.security);
+        self.security.apply(&mut sec);
+        sec.validate(Exposure::Client)?;
         set_given!(
             self,
             s,
@@ -69,21 +75,22 @@ impl OperatorArgs {
             s.kubeconfig.clone_from(&self.kubeconfig);
         }
         s.validate()?;
-        Ok(s)
+        Ok((s, sec))
     }
 }
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
-    let settings = args.settings()?;
+    let (settings, security) = args.settings()?;
     if args.config.check_config {
         Effective {
             operator: Some(&settings),
+            security: Some(&security),
             ..Effective::default()
         }
         .print();
         return Ok(());
     }
-    let process = crate::process()?;
+    let process = secured(crate::process()?, &security, Exposure::Client)?;
     mira_operator::run::run(settings, &process, crate::shutdown_signal()).await?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use mira_catalog::{CatalogClient, ClientError};
 use mira_common::config::Duration;
 use serde_json::{Map, Value, json};
 
-use crate::flags::catalog_client;
+use crate::flags::{ClusterFlags, catalog_client};
 
 /// `mira policy`.
 #[derive(Debug, Args)]
@@ -22,6 +22,8 @@ pub struct PolicyArgs {
     /// Catalog members, comma separated host:port.
     #[arg(long, env = "MIRA_CATALOG", default_value = "127.0.0.1:7400", global = true)]
     pub catalog: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     #[command(subcommand)]
     pub command: PolicyCommand,
 }
@@ -168,7 +170,7 @@ pub fn body_from_flags(a: &SetArgs) -> Result<String, String> {
 
 /// Runs a policy command; returns the exit code (2: refused or usage).
 pub async fn run(args: PolicyArgs) -> anyhow::Result<i32> {
-    let client = catalog_client(&args.catalog);
+    let client = catalog_client(&args.catalog, &args.cluster.dialer()?);
     match args.command {
         PolicyCommand::Set(a) => set(&client, *a).await,
         PolicyCommand::List(a) => list(&client, a).await,

@@ -12,7 +12,11 @@ use mira_querier::server::QuerierServer;
 use mira_querier::settings::Settings;
 use mira_querier::{Querier, QuerierConfig};
 
-use crate::flags::{ConfigFlags, Effective, StoreFlags, StoreSettings, catalog_client, set_given};
+use mira_common::security::{Exposure, SecuritySettings};
+
+use crate::flags::{
+    ConfigFlags, Effective, SecurityFlags, StoreFlags, StoreSettings, catalog_client, secured, set_given,
+};
 
 /// Flags of `mira querier`.
 #[derive(Debug, Args)]
@@ -24,6 +28,8 @@ pub struct QuerierArgs {
     pub store: StoreFlags,
     #[command(flatten)]
     pub query: QueryFlags,
+    #[command(flatten)]
+    pub security: SecurityFlags,
     #[command(flatten)]
     pub config: ConfigFlags,
 }
@@ -117,16 +123,18 @@ impl QueryFlags {
 }
 
 impl QuerierArgs {
-    /// The effective store and querier settings, validated.
-    pub fn settings(&self) -> Result<(StoreSettings, Settings), ConfigError> {
+    /// The effective store, querier and security settings, validated.
+    pub fn settings(&self) -> Result<(StoreSettings, Settings, SecuritySettings), ConfigError> {
         let file = self.config.load()?;
-        let (mut store, mut s) = (file.store, file.querier);
+        let (mut store, mut s, mut sec) = (file.store, file.querier, file.security);
+        self.security.apply(&mut sec);
+        sec.validate(Exposure::Client)?;
         self.store.apply(&mut store)?;
         set_given!(self, s, catalog);
         self.query.apply(&mut s);
         store.validate()?;
         s.validate()?;
-        Ok((store, s))
+        Ok((store, s, sec))
     }
 }
 
@@ -145,27 +153,22 @@ pub async fn start(
 }
 
 pub async fn run(args: QuerierArgs) -> anyhow::Result<()> {
-    let (store_settings, settings) = args.settings()?;
+    let (store_settings, settings, security) = args.settings()?;
     if args.config.check_config {
         Effective {
             store: Some(&store_settings),
             querier: Some(&settings),
+            security: Some(&security),
             ..Effective::default()
         }
         .print();
         return Ok(());
     }
-    let process = crate::process()?;
+    let process = secured(crate::process()?, &security, Exposure::Client)?;
     let (data_dir, store) = store_settings.open()?;
     let config = settings.build(&data_dir)?;
-    let server = start(
-        settings.listen,
-        config,
-        &process,
-        store,
-        catalog_client(&settings.catalog),
-    )
-    .await?;
+    let catalog = catalog_client(&settings.catalog, &process.security.dialer);
+    let server = start(settings.listen, config, &process, store, catalog).await?;
     crate::shutdown_signal().await;
     tracing::info!(target: "mira::querier", "stopping");
     server.shutdown().await;

@@ -13,7 +13,9 @@ use mira_catalog::{CatalogNode, NodeConfig};
 use mira_common::config::ConfigError;
 
 use crate::compactor::CompactFlags;
-use crate::flags::{ConfigFlags, Effective, FileConfig, StoreFlags, catalog_client};
+use mira_common::security::Exposure;
+
+use crate::flags::{ConfigFlags, Effective, FileConfig, SecurityFlags, StoreFlags, catalog_client, secured};
 use crate::ingester::IngestFlags;
 use crate::querier::QueryFlags;
 
@@ -35,6 +37,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub compact: CompactFlags,
     #[command(flatten)]
+    pub security: SecurityFlags,
+    #[command(flatten)]
     pub config: ConfigFlags,
 }
 
@@ -53,6 +57,8 @@ impl ServeArgs {
         self.ingest.apply(&mut c.ingester);
         self.query.apply(&mut c.querier);
         self.compact.apply(&mut c.compactor);
+        self.security.apply(&mut c.security);
+        c.security.validate(Exposure::AllInOne)?;
         c.ingester.id = "serve".to_owned();
         c.ingester.catalog = c.serve.catalog_listen.to_string();
         c.querier.catalog.clone_from(&c.ingester.catalog);
@@ -74,12 +80,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             querier: Some(&c.querier),
             compactor: Some(&c.compactor),
             serve: Some(&c.serve),
+            security: Some(&c.security),
             ..Effective::default()
         }
         .print();
         return Ok(());
     }
-    let process = crate::process()?;
+    // Without --cluster-secret-file, a secret made for this process (its
+    // own roles send it) and callers on loopback are trusted (local tools).
+    let process = secured(crate::process()?, &c.security, Exposure::AllInOne)?;
     let (data_dir, store) = c.store.open()?;
     let query_config = c.querier.build(&data_dir)?;
     let catalog = CatalogNode::start(
@@ -89,7 +98,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     .await?;
     let catalog_addr = catalog.local_addr();
     catalog.wait_for_leader(std::time::Duration::from_secs(30)).await?;
-    let client = catalog_client(&catalog_addr.to_string());
+    let client = catalog_client(&catalog_addr.to_string(), &process.security.dialer);
     let ingester =
         crate::ingester::start(&c.ingester, &process, data_dir.clone(), store.clone(), client.clone()).await?;
     let (stop_compactor, stopped) = tokio::sync::watch::channel(false);

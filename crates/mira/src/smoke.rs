@@ -43,6 +43,15 @@ pub struct SmokeArgs {
     /// How long to keep trying before failing.
     #[arg(long, env = "MIRA_SMOKE_TIMEOUT", default_value = "120s")]
     pub timeout: mira_common::config::Duration,
+    /// A file holding the bearer token to send (a Mira with `--auth
+    /// tokens`; the token needs the `write` and `read` scopes for
+    /// `--tenant`). Surrounding whitespace is ignored.
+    #[arg(long, env = "MIRA_SMOKE_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// CA (PEM) that signed the ports' certificates, for https:// URLs
+    /// (otherwise the system's roots).
+    #[arg(long, env = "MIRA_SMOKE_CA")]
+    pub ca: Option<std::path::PathBuf>,
 }
 
 /// One check's result, for the report.
@@ -63,6 +72,40 @@ fn base_url(flag: &str, s: &str) -> anyhow::Result<String> {
         anyhow::bail!("--{flag} {s:?}: expected a base URL such as http://host:port");
     }
     Ok(trimmed.to_owned())
+}
+
+/// The bearer token of `--token-file`: visible ASCII, one line.
+fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let meta = std::fs::metadata(path).with_context(|| format!("--token-file {}", path.display()))?;
+    if meta.len() > 4096 {
+        anyhow::bail!("--token-file {}: {} bytes, more than a token (4096)", path.display(), meta.len());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("--token-file {}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        anyhow::bail!(
+            "--token-file {}: expected one token of visible ASCII characters",
+            path.display()
+        );
+    }
+    Ok(token.to_owned())
+}
+
+/// The HTTP client: the `--ca` roots added when given.
+fn http_client(args: &SmokeArgs) -> anyhow::Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(ca) = &args.ca {
+        let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| anyhow::anyhow!("--ca {}: not a PEM certificate bundle: {e}", ca.display()))?;
+        if certs.is_empty() {
+            anyhow::bail!("--ca {}: no certificate in the file", ca.display());
+        }
+        for c in certs {
+            b = b.add_root_certificate(c);
+        }
+    }
+    b.build().context("HTTP client")
 }
 
 /// Checks the flags (exit 2 on a bad one, before anything is sent).
@@ -193,11 +236,22 @@ fn excerpt(body: &[u8]) -> String {
 struct Smoke {
     http: reqwest::Client,
     tenant: String,
+    /// `Authorization: Bearer …`, when `--token-file` is given.
+    auth: Option<String>,
     deadline: Instant,
     started: Instant,
 }
 
 impl Smoke {
+    /// A request with the tenant and the credential.
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, url).header("x-scope-orgid", &self.tenant);
+        match &self.auth {
+            Some(a) => r.header("authorization", a),
+            None => r,
+        }
+    }
+
     /// POSTs one export, retrying (with the one backoff) while the
     /// ingester is unreachable or answers 429/5xx; a 4xx other than 429
     /// fails at once (the export itself is wrong).
@@ -205,10 +259,8 @@ impl Smoke {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         loop {
             let sent = self
-                .http
-                .post(url)
+                .request(reqwest::Method::POST, url)
                 .header("content-type", "application/x-protobuf")
-                .header("x-scope-orgid", &self.tenant)
                 .body(body.to_vec())
                 .send()
                 .await;
@@ -243,9 +295,7 @@ impl Smoke {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
         loop {
             let last = match self
-                .http
-                .get(url)
-                .header("x-scope-orgid", &self.tenant)
+                .request(reqwest::Method::GET, url)
                 .header("accept", accept)
                 .send()
                 .await
@@ -308,7 +358,14 @@ fn percent(s: &str) -> String {
 
 /// Runs the check; returns the process exit code.
 pub async fn run(args: SmokeArgs) -> anyhow::Result<i32> {
-    let (otlp, query) = match validate(&args) {
+    let checked = validate(&args).and_then(|(otlp, query)| {
+        let auth = match &args.token_file {
+            Some(p) => Some(format!("Bearer {}", read_token(p)?)),
+            None => None,
+        };
+        Ok((otlp, query, auth, http_client(&args)?))
+    });
+    let (otlp, query, auth, http) = match checked {
         Ok(v) => v,
         Err(e) => {
             eprintln!("mira smoke: {e:#}");
@@ -320,11 +377,9 @@ pub async fn run(args: SmokeArgs) -> anyhow::Result<i32> {
     let m = marked(now_ns);
     let started = Instant::now();
     let smoke = Smoke {
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .context("HTTP client")?,
+        http,
         tenant: args.tenant.clone(),
+        auth,
         deadline: started + args.timeout.0,
         started,
     };

@@ -408,7 +408,8 @@ async fn a_member_restored_from_a_backup_snapshot_serves_what_the_backup_held() 
     let client = c.client();
     let before: Vec<pb::Block> = (0..50).map(|i| block(TENANT, i)).collect();
     client.publish(before.clone(), None).await.expect("publish");
-    let out = std::process::Command::new(procs::bin())
+    let out = c
+        .cli()
         .args(["catalog-admin", "--catalog", &c[0].addr, "snapshot"])
         .output()
         .expect("catalog-admin");

@@ -9,12 +9,11 @@
 #[path = "support/procs.rs"]
 mod procs;
 
-use std::process::Command;
 use std::time::Duration;
 
 use mira_catalog::proto as pb;
 use mira_testkit::net::wait_for;
-use procs::{Procs, bin, child_exit};
+use procs::{Procs, child_exit};
 
 fn cluster() -> Procs {
     Procs::catalogs(
@@ -64,7 +63,8 @@ async fn live_blocks(c: &Procs, i: usize) -> Option<usize> {
 
 fn admin(c: &Procs, members: &[usize]) -> String {
     let list: Vec<String> = members.iter().map(|&i| format!("{}={}", c[i].id, c[i].addr)).collect();
-    let out = Command::new(bin())
+    let out = c
+        .cli()
         .args([
             "catalog-admin",
             "--catalog",

@@ -15,6 +15,9 @@ fn mira(args: &[&str], env: &[(&str, &str)]) -> Output {
             c.env_remove(k);
         }
     }
+    // Members need a cluster credential (tests/security.rs covers it);
+    // these tests are about the other settings.
+    c.env("MIRA_INSECURE_CLUSTER", "true");
     c.envs(env.iter().copied());
     c.output().expect("run mira")
 }
@@ -173,6 +176,24 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
             &["serve", "--catalog-max-staleness", "0s"][..],
             "querier.catalog_max_staleness",
         ),
+        (&["querier", "--auth", "tokens"][..], "security.tokens_file"),
+        (&["serve", "--auth", "trusted-header"][..], "security.trusted_proxies"),
+        (
+            &[
+                "ingester",
+                "--auth",
+                "trusted-header",
+                "--auth-trusted-proxies",
+                "gateway",
+            ][..],
+            "security.trusted_proxies",
+        ),
+        (&["querier", "--tls-cert", "/tls/tls.crt"][..], "security.tls_key"),
+        (
+            &["catalog", "--tls-client-ca", "/tls/ca.crt"][..],
+            "security.tls_client_ca",
+        ),
+        (&["serve", "--reload-interval", "0s"][..], "security.reload_interval"),
     ] {
         let mut with_check = args.to_vec();
         with_check.push("--check-config");

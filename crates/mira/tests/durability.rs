@@ -253,7 +253,13 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
     let _ = child.wait();
     // Nothing of it was published and no watermark moved past its frames.
     assert!(published_bodies_of(&p, "good").await.is_empty());
-    let client = CatalogClient::new(vec![p.catalog_addr().to_owned()], ClientConfig::default());
+    let client = CatalogClient::new(
+        vec![p.catalog_addr().to_owned()],
+        ClientConfig {
+            dialer: p.dialer(),
+            ..ClientConfig::default()
+        },
+    );
     let marks = client
         .get_watermarks(pb::GetWatermarksRequest {
             ingester_id: "ingester-0".into(),
@@ -600,7 +606,13 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     assert_eq!(v["lines"].as_array().map(Vec::len), Some(3), "{body}");
     p.kill_ingester();
     // Wait until the catalog no longer counts the ingester live.
-    let client = CatalogClient::new(vec![p.catalog_addr().to_owned()], ClientConfig::default());
+    let client = CatalogClient::new(
+        vec![p.catalog_addr().to_owned()],
+        ClientConfig {
+            dialer: p.dialer(),
+            ..ClientConfig::default()
+        },
+    );
     wait_for(
         "the crashed ingester's lease to lapse",
         Duration::from_secs(60),
@@ -625,7 +637,8 @@ async fn a_query_missing_a_crashed_ingesters_open_rows_is_partial() {
     assert!(body.contains("ingester-0"), "the warning names the ingester: {body}");
     // An operator who knows the ingester is gone for good forgets it: the
     // answers are whole again (without its unpublished rows, by choice).
-    let out = std::process::Command::new(procs::bin())
+    let out = p
+        .cli()
         .args([
             "catalog-admin",
             "--catalog",

@@ -136,7 +136,7 @@ async fn a_compactor_killed_while_offloading_loses_nothing_and_a_rerun_finishes(
     // round); `mira policy set` says so until then.
     let policy = |p: &Procs| {
         let catalogs = p.catalog_addrs().join(",");
-        std::process::Command::new(procs::bin())
+        p.cli()
             .args([
                 "policy",
                 "set",

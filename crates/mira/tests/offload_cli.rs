@@ -107,7 +107,7 @@ impl Env {
     /// `mira offload ARGS` with the catalog's address, stdin not a
     /// terminal, and `env`.
     fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut cmd = Command::new(bin());
+        let mut cmd = self.p.cli();
         cmd.arg("offload")
             .args(args)
             .args(["--catalog", self.p.catalog_addr()])
@@ -423,7 +423,9 @@ async fn ctrl_c_finishes_what_is_in_flight_releases_leases_and_exits_130() {
         .expect("test step");
     let objects = env.objects_url();
     let target = env.target_spec();
-    let mut child = Command::new(bin())
+    let mut child = env
+        .p
+        .cli()
         .args(["offload", "restore", "--catalog", env.p.catalog_addr()])
         .args(["--object-store", &objects, "--offload-target", &target])
         .args(["--tenant", "acme", "--concurrency", "1", "--output", "json"])

@@ -467,10 +467,16 @@ async fn an_ingester_that_does_not_answer_makes_the_answer_partial_not_an_error(
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_nanos() as i64;
-    CatalogClient::new(vec![p.catalog_addr().to_owned()], ClientConfig::default())
-        .heartbeat("ghost", &ghost.local_addr().expect("addr").to_string(), now, 600_000)
-        .await
-        .expect("lease");
+    CatalogClient::new(
+        vec![p.catalog_addr().to_owned()],
+        ClientConfig {
+            dialer: p.dialer(),
+            ..ClientConfig::default()
+        },
+    )
+    .heartbeat("ghost", &ghost.local_addr().expect("addr").to_string(), now, 600_000)
+    .await
+    .expect("lease");
     let (_, q) = querier(&mut p, &["--recent-timeout", "300ms"]).await;
     let (status, a) = get(&q, &logs_path(10)).await;
     assert_eq!(status, 200, "{a}");

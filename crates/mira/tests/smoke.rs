@@ -126,6 +126,116 @@ async fn smoke_fails_at_once_when_the_export_is_refused() {
     );
 }
 
+/// `mira serve --auth tokens` over TLS, with a tokens file granting
+/// `smoke-a` to the returned token.
+fn serve_with_tokens_and_tls() -> (Procs, String, std::path::PathBuf) {
+    use mira_testkit::certs::Ca;
+    use sha2::Digest;
+    let mut p = Procs::new();
+    let dir = p.root.path().join("secrets");
+    std::fs::create_dir_all(&dir).expect("test setup");
+    let ca = Ca::new("smoke CA");
+    let ca_file = ca.write(&dir, "ca.crt");
+    let (cert, key) = ca.leaf("mira").write(&dir, "server");
+    let token = "smoke-token-5f1c0e9a7b3d4c2e8a6f";
+    let digest: String = sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tokens = dir.join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!("[[token]]\nname = \"smoke\"\nsha256 = \"{digest}\"\ntenants = [\"smoke-a\"]\nscopes = [\"write\", \"read\"]\n"),
+    )
+    .expect("test setup");
+    let s = |p: &std::path::Path| p.display().to_string();
+    let flags = [
+        "--auth".to_owned(),
+        "tokens".to_owned(),
+        "--auth-tokens-file".to_owned(),
+        s(&tokens),
+        "--tls-cert".to_owned(),
+        s(&cert),
+        "--tls-key".to_owned(),
+        s(&key),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let i = p.add(Role::Serve, &flags);
+    p.start(i);
+    (p, token.to_owned(), ca_file)
+}
+
+#[tokio::test]
+async fn smoke_sends_its_token_and_trusts_its_ca_over_tls() {
+    let (p, token, ca) = serve_with_tokens_and_tls();
+    wait_ready(&p[0].addr).await;
+    let dir = p.root.path().join("secrets");
+    let token_file = dir.join("smoke-token");
+    std::fs::write(&token_file, format!("{token}\n")).expect("test setup");
+    let otlp = format!("https://{}", p[0].http);
+    let query = format!("https://{}", p[0].addr);
+    let ca = ca.display().to_string();
+    let tf = token_file.display().to_string();
+    let base = ["--otlp", &otlp, "--query", &query, "--tenant", "smoke-a", "--timeout", "60s"];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        smoke(&a)
+    };
+    let (code, out, err) = with(&["--token-file", &tf, "--ca", &ca]);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}\n{}", p.logs());
+    assert!(out.contains("ok: logs, traces and metrics"), "{out}");
+    // Without the token: the ingester's 401 fails the export at once.
+    let (code, _, err) = with(&["--ca", &ca]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("refused: HTTP 401"), "{err}");
+    // A tenant the token does not grant: 403.
+    let mut a = base.to_vec();
+    a[5] = "smoke-b";
+    a.extend_from_slice(&["--token-file", &tf, "--ca", &ca]);
+    let (code, _, err) = smoke(&a);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("refused: HTTP 403"), "{err}");
+    // Without the CA the server's certificate is not trusted: nothing is
+    // accepted before the timeout, and the answer names the TLS failure.
+    let (code, _, err) = smoke(&[
+        "--otlp", &otlp, "--query", &query, "--tenant", "smoke-a", "--timeout", "2s", "--token-file", &tf,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("did not succeed before the timeout"), "{err}");
+}
+
+#[test]
+fn bad_token_and_ca_files_are_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).expect("test setup");
+        p.display().to_string()
+    };
+    let empty = write("empty", b"  \n");
+    let two = write("two", b"one two\n");
+    let huge = write("huge", &vec![b'a'; 10_000]);
+    let not_pem = write("ca.txt", b"not a certificate");
+    let missing = dir.path().join("missing").display().to_string();
+    let base = ["--otlp", "http://h:1", "--query", "http://h:1"];
+    for (flag, file) in [
+        ("--token-file", &empty),
+        ("--token-file", &two),
+        ("--token-file", &huge),
+        ("--token-file", &missing),
+        ("--ca", &not_pem),
+        ("--ca", &missing),
+    ] {
+        let mut a = base.to_vec();
+        a.extend_from_slice(&[flag, file]);
+        let (code, out, err) = smoke(&a);
+        assert_eq!(code, 2, "{flag} {file}: {out} {err}");
+        assert!(err.contains(flag), "{flag} {file}: {err}");
+        assert!(!out.contains("sent:"));
+    }
+}
+
 #[test]
 fn bad_flags_are_refused_by_name_before_anything_is_sent() {
     let long_tenant = "t".repeat(200);

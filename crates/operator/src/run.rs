@@ -72,12 +72,17 @@ pub async fn run(settings: Settings, process: &Process, shutdown: impl Future<Ou
             }
         });
     }
-    let server = HttpServer::bind(settings.listen, process.telemetry.router(), "operator")
-        .await
-        .map_err(|source| Error::Listen {
-            addr: settings.listen,
-            source,
-        })?;
+    let server = HttpServer::bind(
+        settings.listen,
+        process.telemetry.router(),
+        "operator",
+        process.security.tls.clone(),
+    )
+    .await
+    .map_err(|source| Error::Listen {
+        addr: settings.listen,
+        source,
+    })?;
     tracing::info!(target: "mira::operator", addr = %server.addr(), "operator http");
     let result = operate(&settings, process, metrics, crd_ok, shutdown).await;
     server.shutdown().await;
@@ -109,6 +114,7 @@ async fn operate(
             timeout,
             attempt_timeout: timeout.min(Duration::from_secs(3)),
             connect_timeout: timeout.min(Duration::from_secs(1)),
+            dialer: process.security.dialer.clone(),
             ..ClientConfig::default()
         },
     ));

@@ -18,8 +18,11 @@ pub enum ErrorCode {
     /// Valid, but the current state does not allow it (a lease held by
     /// someone else, a block no longer live, a fenced epoch).
     Conflict,
+    /// The request carries no credential, or one that is not valid
+    /// (unknown, expired, revoked); the message never says which.
+    Unauthenticated,
     /// The caller may not do this (a Raft message from a member of
-    /// another cluster).
+    /// another cluster, a tenant or scope its credential does not grant).
     Forbidden,
     /// The request itself is over a size limit.
     TooLarge,
@@ -43,6 +46,7 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             ErrorCode::BadRequest => 400,
+            ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::Timeout => 408,
@@ -60,6 +64,7 @@ impl ErrorCode {
     pub fn grpc_code(self) -> tonic::Code {
         match self {
             ErrorCode::BadRequest | ErrorCode::UnsupportedMediaType => tonic::Code::InvalidArgument,
+            ErrorCode::Unauthenticated => tonic::Code::Unauthenticated,
             ErrorCode::Forbidden => tonic::Code::PermissionDenied,
             ErrorCode::NotFound => tonic::Code::NotFound,
             ErrorCode::AlreadyExists => tonic::Code::AlreadyExists,
@@ -113,6 +118,7 @@ mod tests {
             ErrorCode::NotFound,
             ErrorCode::AlreadyExists,
             ErrorCode::Conflict,
+            ErrorCode::Unauthenticated,
             ErrorCode::Forbidden,
             ErrorCode::TooLarge,
             ErrorCode::TooBig,
@@ -129,6 +135,7 @@ mod tests {
                 | ErrorCode::NotFound
                 | ErrorCode::AlreadyExists
                 | ErrorCode::Conflict
+                | ErrorCode::Unauthenticated
                 | ErrorCode::Forbidden
                 | ErrorCode::TooLarge
                 | ErrorCode::TooBig

@@ -104,7 +104,9 @@ impl P {
     /// before it.
     pub(crate) fn range(&self, default_window: u64, now_ns: i64) -> Result<(u64, u64), QueryError> {
         let end = self.time("end")?.unwrap_or(now_ns.max(0) as u64);
-        let start = self.time("start")?.unwrap_or(end.saturating_sub(default_window));
+        let start = self
+            .time("start")?
+            .unwrap_or(end.saturating_sub(crate::tenant_limits::cap_ns(default_window)));
         if start > end {
             return Err(QueryError::BadRequest(format!("start ({start}) is after end ({end})")));
         }
@@ -170,6 +172,7 @@ async fn logs(
             return Err(bad_param("direction", other, "expected backward or forward"));
         }
     };
+    let cursor = p.one("cursor").map(|c| LineKey::decode_for(c, &tenant)).transpose()?;
     let answer = q
         .logs(LogsQuery {
             tenant,
@@ -181,7 +184,7 @@ async fn logs(
             trace_id: None,
             limit: p.num("limit")?.unwrap_or(DEFAULT_LOG_LIMIT),
             order,
-            cursor: p.one("cursor").map(LineKey::decode).transpose()?,
+            cursor,
         })
         .await?;
     Ok(ok_json(&answer))
@@ -196,7 +199,7 @@ async fn trace(
     let p = P(params);
     let tenant = tenant(&headers)?;
     let id = parse_trace_id(&id)?;
-    let (start, end) = p.range(q.config.max_range.as_nanos() as u64, q.now_ns())?;
+    let (start, end) = p.range(q.default_window().as_nanos() as u64, q.now_ns())?;
     let answer = q.trace(&tenant, id, start, end).await?;
     Ok(match p.one("format") {
         Some("otlp") => ok_json(&answer.body.trace),

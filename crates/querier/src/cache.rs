@@ -141,6 +141,22 @@ pub struct SectionCache {
     pub counters: CacheCounters,
 }
 
+/// A block's footer must name the tenant and block id of its object key:
+/// every cache below the manifest (sections on disk, decoded tables) is
+/// keyed by block id, so this ties each entry to the tenant-prefixed key
+/// a plan for that tenant listed, and a misplaced or forged object is an
+/// error (corrupt), never another tenant's rows.
+fn check_key(key: &str, manifest: &Manifest) -> Result<(), BlockError> {
+    let loc = mira_core::block::parse_block_path(&Path::from(key))?;
+    if loc.tenant != manifest.meta.tenant || loc.block_id != manifest.meta.block_id {
+        return Err(BlockError::InvalidPath {
+            path: key.chars().take(512).collect(),
+            reason: "the block's footer names another tenant or block id than its object key",
+        });
+    }
+    Ok(())
+}
+
 /// Where a section's bytes came from.
 fn file_name(block: BlockId, index: usize) -> String {
     format!("{block}.{index}")
@@ -211,6 +227,7 @@ impl SectionCache {
         }
         let _permit = self.fetches.acquire().await;
         let block = RemoteBlock::open(store.clone(), &Path::from(key), self.verify.clone()).await?;
+        check_key(key, block.manifest())?;
         let manifest = Arc::new(block.manifest().clone());
         stats.add_store_bytes(manifest.tail_len());
         self.manifests.insert(key, manifest.clone());
@@ -317,7 +334,51 @@ impl SectionCache {
 
 #[cfg(test)]
 mod tests {
-    use super::Lru;
+    use super::*;
+
+    #[tokio::test]
+    async fn a_block_under_another_tenants_key_is_refused() {
+        use mira_core::convert::{LogsBuilder, SignalBuilder};
+        use mira_core::{Signal, TenantId};
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![LogRecord {
+                        time_unix_nano: 1_800_000_000_000_000_000,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut b = LogsBuilder::default();
+        b.append(&req).expect("test setup");
+        let tables = b.finish().expect("test setup");
+        let (acme, beta) = (TenantId::new("acme").expect("t"), TenantId::new("beta").expect("t"));
+        let id = BlockId::new();
+        let bytes = mira_core::tables::write_hot(&tables, id, acme.clone()).expect("test setup");
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let t = 1_800_000_000_000_000_000;
+        let own = mira_core::block::block_path(&acme, Signal::Logs, t, id);
+        let misplaced = mira_core::block::block_path(&beta, Signal::Logs, t, id);
+        for p in [&own, &misplaced] {
+            object_store::ObjectStoreExt::put(store.as_ref(), p, bytes.clone().into())
+                .await
+                .expect("test setup");
+        }
+        let dir = tempfile::tempdir().expect("test setup");
+        let cache = SectionCache::open(dir.path(), 1 << 20, 4).expect("test setup");
+        let stats = Stats::default();
+        cache.manifest(&store, own.as_ref(), &stats).await.expect("its own key");
+        let e = cache
+            .manifest(&store, misplaced.as_ref(), &stats)
+            .await
+            .expect_err("another tenant's key");
+        assert!(e.to_string().contains("another tenant"), "{e}");
+    }
 
     #[test]
     fn lru_evicts_least_recently_used_first_by_bytes() {

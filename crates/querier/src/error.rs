@@ -88,6 +88,10 @@ pub enum QueryError {
     /// A fault of ours with nothing underneath (a broken invariant).
     #[error("{0}")]
     Internal(String),
+    /// The tenant's limits (`--limits-file`): too many concurrent queries
+    /// (429 with `Retry-After`) or a range over its `max_query_range` (400).
+    #[error(transparent)]
+    Limited(#[from] mira_common::limits::Refusal),
 }
 
 impl ServiceError for QueryError {
@@ -107,6 +111,7 @@ impl ServiceError for QueryError {
             | QueryError::Cache { .. }
             | QueryError::ScanPool(_)
             | QueryError::Internal(_) => ErrorCode::Internal,
+            QueryError::Limited(r) => r.error_code(),
         }
     }
 }
@@ -127,6 +132,18 @@ impl QueryError {
             | QueryError::Cache { .. }
             | QueryError::ScanPool(_)
             | QueryError::Internal(_) => "internal",
+            QueryError::Limited(r) => match r.error_code() {
+                ErrorCode::Overloaded => "too_many_requests",
+                _ => "bad_data",
+            },
+        }
+    }
+
+    /// When to try again, for refusals that retrying later can cure.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            QueryError::Limited(r) => r.retry_after(),
+            _ => None,
         }
     }
 
@@ -183,6 +200,11 @@ impl IntoResponse for QueryError {
             "errorType": self.kind(),
             "error": self.public_message(),
         });
-        (status, axum::Json(body)).into_response()
+        let mut r = (status, axum::Json(body)).into_response();
+        if let Some(after) = self.retry_after() {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, after.as_secs().max(1).into());
+        }
+        r
     }
 }

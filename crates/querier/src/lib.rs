@@ -38,6 +38,7 @@ pub mod server;
 pub mod settings;
 pub mod stats;
 pub mod tempo_api;
+mod tenant_limits;
 pub mod traceql;
 pub mod traces;
 
@@ -140,6 +141,7 @@ impl Querier {
             .thread_name(|i| format!("mira-scan-{i}"))
             .build()
             .map_err(QueryError::ScanPool)?;
+        let recent = recent::RecentClients::new(catalog.dialer().clone());
         Ok(Arc::new(Querier {
             store,
             mirror: Mirror::start(catalog.clone()),
@@ -147,7 +149,7 @@ impl Querier {
             cache,
             decoded: Arc::new(mira_core::decoded::DecodedCache::new(config.decoded_cache_bytes)),
             pool,
-            recent: recent::RecentClients::default(),
+            recent,
             config,
             clock,
             resolutions: Default::default(),

@@ -57,6 +57,36 @@ impl LineKey {
         let row = parts.next().and_then(|r| r.parse().ok()).ok_or_else(bad)?;
         Ok(LineKey { time, block, row })
     }
+
+    /// The cursor handed to `tenant`: [`LineKey::encode`] and a tag of the
+    /// tenant (`{time}-{block}-{row}.{tag}`), so another tenant presenting
+    /// it is refused.
+    pub fn encode_for(&self, tenant: &str) -> String {
+        format!("{}.{}", self.encode(), tenant_tag(tenant))
+    }
+
+    /// Decodes a cursor `tenant` presents: one [`LineKey::encode_for`]
+    /// made for it (or an untagged one of earlier releases, which names
+    /// only a position).
+    pub fn decode_for(s: &str, tenant: &str) -> Result<LineKey, QueryError> {
+        match s.rsplit_once('.') {
+            None => LineKey::decode(s),
+            Some((key, tag)) if tag == tenant_tag(tenant) => LineKey::decode(key),
+            Some(_) => Err(QueryError::BadRequest(format!(
+                "cursor {:?} was not issued to this tenant",
+                trunc(s)
+            ))),
+        }
+    }
+}
+
+/// 16 hex digits of the SHA-256 of a tenant's name.
+fn tenant_tag(tenant: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(tenant.as_bytes())[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn trunc(s: &str) -> String {
@@ -207,7 +237,7 @@ impl Querier {
             });
             hits.truncate(q.limit);
         }
-        let cursor = (hits.len() == q.limit).then(|| hits[q.limit - 1].key.encode());
+        let cursor = (hits.len() == q.limit).then(|| hits[q.limit - 1].key.encode_for(&q.tenant));
         let lines = self.materialize(planned, hits, stats).await?;
         Ok(LogLines { lines, cursor })
     }
@@ -400,6 +430,14 @@ mod tests {
             row: 3,
         };
         assert_eq!(LineKey::decode(&k.encode()).expect("decode"), k);
+        // A tenant's cursor is refused to another; an untagged one (earlier
+        // releases) names a position only.
+        let acme = k.encode_for("acme");
+        assert_eq!(LineKey::decode_for(&acme, "acme").expect("own cursor"), k);
+        let e = LineKey::decode_for(&acme, "beta").expect_err("another tenant's cursor");
+        assert!(e.to_string().contains("not issued to this tenant"), "{e}");
+        assert_eq!(LineKey::decode_for(&k.encode(), "beta").expect("untagged"), k);
+        assert!(LineKey::decode_for(&format!("{acme}x"), "acme").is_err());
         for bad in [
             "",
             "x",
@@ -517,7 +555,7 @@ mod tests {
                 trace_id: None,
                 limit,
                 order,
-                cursor: cursor.map(|c| LineKey::decode(c).expect("cursor")),
+                cursor: cursor.map(|c| LineKey::decode_for(c, tenant).expect("cursor")),
             };
             let answer = self.querier.logs(q).await.expect("query");
             let bodies = answer

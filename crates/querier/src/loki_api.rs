@@ -133,7 +133,7 @@ fn time(p: &P, name: &str) -> Result<Option<u64>> {
 /// before it).
 fn window(q: &Querier, p: &P, window: u64) -> Result<(u64, u64)> {
     let end = time(p, "end")?.unwrap_or_else(|| now(q));
-    let start = time(p, "start")?.unwrap_or(end.saturating_sub(window));
+    let start = time(p, "start")?.unwrap_or(end.saturating_sub(crate::tenant_limits::cap_ns(window)));
     if start > end {
         return Err(bad(format!(
             "the query time range is reversed: start ({start}) is after end ({end})"

@@ -44,13 +44,15 @@ pub(crate) struct Plan {
 }
 
 impl Querier {
-    /// Checks a time range against the configured limit.
+    /// Checks a time range against the configured limit and the
+    /// requesting tenant's `max_query_range` ([`crate::tenant_limits`]).
     pub(crate) fn check_range(&self, start: u64, end: u64) -> Result<(), QueryError> {
         if start > end {
             return Err(QueryError::BadRequest(format!(
                 "time range start {start} is after its end {end}"
             )));
         }
+        crate::tenant_limits::check_range(std::time::Duration::from_nanos(end - start))?;
         let max = self.config.max_range.as_nanos() as u64;
         if end - start > max {
             return Err(QueryError::TooBig(format!(
@@ -60,6 +62,13 @@ impl Querier {
             )));
         }
         Ok(())
+    }
+
+    /// The window a request without `start` reads back from its end:
+    /// `--max-query-range`, or the tenant's `max_query_range` when that is
+    /// narrower.
+    pub(crate) fn default_window(&self) -> std::time::Duration {
+        crate::tenant_limits::window_cap(self.config.max_range)
     }
 
     /// Checks a `limit` against the configured maximum.

@@ -71,12 +71,18 @@ impl IntoResponse for PromError {
             400 => (StatusCode::BAD_REQUEST, "bad_data"),
             404 => (StatusCode::NOT_FOUND, "not_found"),
             422 => (StatusCode::UNPROCESSABLE_ENTITY, "execution"),
+            429 => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             503 => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             504 => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = json!({"status": "error", "errorType": kind, "error": e.public_message()});
-        (status, axum::Json(body)).into_response()
+        let mut r = (status, axum::Json(body)).into_response();
+        if let Some(after) = e.retry_after() {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, after.as_secs().max(1).into());
+        }
+        r
     }
 }
 
@@ -251,7 +257,7 @@ async fn query_range(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form)
 /// Label names (`name` None) or the values of `name`, of the series that
 /// match any `match[]` (every series without one).
 async fn names_or_values(q: &Arc<Querier>, headers: &HeaderMap, f: &Form, name: Option<&str>) -> Result<Response> {
-    let (start, end) = f.window(q.now_ns() / 1_000_000, q.config.max_range)?;
+    let (start, end) = f.window(q.now_ns() / 1_000_000, q.default_window())?;
     let (series, gaps) = q.metric_series(&tenant(headers)?, &f.matches(), start, end).await?;
     let warnings = gaps.warnings;
     let mut out = std::collections::BTreeSet::new();
@@ -286,7 +292,7 @@ async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> R
     if matches.is_empty() {
         return Err(bad("no match[] parameter provided".into()));
     }
-    let (start, end) = f.window(q.now_ns() / 1_000_000, q.config.max_range)?;
+    let (start, end) = f.window(q.now_ns() / 1_000_000, q.default_window())?;
     let (series, gaps) = q.metric_series(&tenant(&headers)?, &matches, start, end).await?;
     let mut warnings = gaps.warnings;
     let limit = f.limit()?.unwrap_or(usize::MAX);
@@ -309,7 +315,7 @@ async fn metadata(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) ->
         .unwrap_or(0)
         .saturating_add(FUTURE_MARGIN_MS as u64 * 1_000_000);
     let range =
-        (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX));
+        (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.default_window().as_nanos()).unwrap_or(u64::MAX));
     let metric = f.one("metric").filter(|m| !m.is_empty());
     let (found, gaps) = q
         .metric_metadata(&tenant(&headers)?, metric, end.saturating_sub(range), end)

@@ -1,14 +1,16 @@
 //! Fan-out to the live ingesters' recent-data service
-//! (`proto/ingester.proto`), each bounded by a timeout.
+//! (`proto/ingester.proto`), each bounded by a timeout, dialled like the
+//! catalog (TLS and the cluster credential: the service answers cluster
+//! members only).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use mira_catalog::proto as cpb;
+use mira_common::cluster::{ClusterChannel, Dialer};
 use mira_core::Signal;
 use mira_proto::ingester as ipb;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::stats::Stats;
 
@@ -18,24 +20,24 @@ const MAX_REPLY: usize = 1 << 30;
 /// Channels to ingesters, by address, made once and reused.
 #[derive(Debug, Default)]
 pub struct RecentClients {
-    channels: Mutex<HashMap<String, Channel>>,
+    dialer: Dialer,
+    channels: Mutex<HashMap<String, ClusterChannel>>,
 }
 
 impl RecentClients {
-    fn channel(&self, address: &str) -> Result<Channel, String> {
+    pub fn new(dialer: Dialer) -> RecentClients {
+        RecentClients {
+            dialer,
+            channels: Mutex::default(),
+        }
+    }
+
+    fn channel(&self, address: &str) -> Result<ClusterChannel, String> {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = channels.get(address) {
             return Ok(c.clone());
         }
-        let uri = if address.contains("://") {
-            address.to_owned()
-        } else {
-            format!("http://{address}")
-        };
-        let channel = Endpoint::from_shared(uri)
-            .map_err(|e| format!("bad address {address:?}: {e}"))?
-            .connect_timeout(Duration::from_secs(2))
-            .connect_lazy();
+        let channel = self.dialer.channel(address, Duration::from_secs(2))?;
         channels.insert(address.to_owned(), channel.clone());
         Ok(channel)
     }

@@ -1,7 +1,9 @@
-//! The querier's HTTP server: the API routes, its metrics (query counts and
-//! durations by endpoint, cache counters) in the process's registry, its
-//! readiness (the catalog copy is complete), and the process's probe
-//! router (`/metrics`, `/ready`, `/live`).
+//! The querier's HTTP server: the API routes behind the one authentication
+//! ([`mira_common::auth`], scope `read`: the tenant every handler reads
+//! from `X-Scope-OrgID` is the one the credential was checked for), its
+//! metrics (query counts and durations by endpoint, cache counters) in the
+//! process's registry, its readiness (the catalog copy is complete), and
+//! the process's probe router (`/metrics`, `/ready`, `/live`, open).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use mira_common::Process;
 use mira_common::http::HttpServer;
 use prometheus_client::collector::Collector;
@@ -131,6 +133,31 @@ async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Respons
     response
 }
 
+/// Authenticates every API request and sets `X-Scope-OrgID` to the tenant
+/// it was authorized for (a single-tenant token may omit the header; what
+/// a client sent is replaced, never trusted). The per-tenant query limits
+/// ([`crate::tenant_limits`]) run right after it.
+async fn authenticate(
+    State(auth): State<Arc<mira_common::auth::Authenticator>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let peer = mira_common::tls::PeerInfo::of(req.extensions()).map(|p| p.addr.ip());
+    match auth.authorize(req.headers(), peer, mira_common::auth::Scope::Read, false) {
+        Ok(p) => {
+            match axum::http::HeaderValue::from_str(p.tenant.as_str()) {
+                Ok(v) => {
+                    req.headers_mut().insert(mira_common::auth::TENANT_HEADER, v);
+                }
+                Err(_) => return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+            req.extensions_mut().insert(p);
+            next.run(req).await
+        }
+        Err(e) => e.http_response(),
+    }
+}
+
 /// A running querier HTTP server.
 #[derive(Debug)]
 pub struct QuerierServer(HttpServer);
@@ -160,9 +187,20 @@ impl QuerierServer {
             .merge(crate::prom_api::router(querier.clone()))
             .merge(crate::loki_api::router(querier.clone()))
             .merge(crate::tempo_api::router(querier))
+            .layer(axum::middleware::from_fn_with_state(
+                process.security.limits.clone(),
+                crate::tenant_limits::middleware,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                process.security.auth.clone(),
+                authenticate,
+            ))
             .route_layer(axum::middleware::from_fn_with_state(state, observe))
             .merge(process.telemetry.router());
-        Ok(QuerierServer(HttpServer::bind(listen, app, "querier").await?))
+        process.security.warn_if_open("querier", listen);
+        Ok(QuerierServer(
+            HttpServer::bind(listen, app, "querier", process.security.tls.clone()).await?,
+        ))
     }
 
     pub fn addr(&self) -> SocketAddr {

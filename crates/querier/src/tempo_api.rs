@@ -95,7 +95,7 @@ fn window(q: &Querier, p: &[(String, String)], default_ns: u64) -> Result<(u64, 
     };
     let now = u64::try_from(q.now_ns()).unwrap_or(0);
     let end = secs("end")?.map_or(now, |e| e.saturating_add(1_000_000_000));
-    let start = secs("start")?.unwrap_or(end.saturating_sub(default_ns));
+    let start = secs("start")?.unwrap_or(end.saturating_sub(crate::tenant_limits::cap_ns(default_ns)));
     if start > end {
         return Err(QueryError::BadRequest(format!("start ({start}) is after end ({end})")).into());
     }
@@ -136,7 +136,7 @@ async fn spans(
 ) -> Result<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest> {
     let tenant = tenant(headers)?;
     let id = trace_id(id)?;
-    let range = u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX);
+    let range = u64::try_from(q.default_window().as_nanos()).unwrap_or(u64::MAX);
     let (start, end) = window(q, p, range)?;
     Ok(q.trace(&tenant, id, start, end).await?.body.trace)
 }

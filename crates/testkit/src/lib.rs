@@ -16,6 +16,8 @@
 //! - [`http`]: an HTTP client for the servers under test (`reqwest`), waiting for `/ready`, and a
 //!   raw socket writer for the hostile requests no real client sends.
 //! - [`otlp`]: small hand-written exports whose records the tests name.
+//! - [`certs`]: certificate authorities and the certificates they sign (`rcgen`), written to files
+//!   the way cert-manager rotates them, for the TLS tests (behind the `certs` feature).
 //!
 //! And two times: [`recent_base_time`], the clock-relative base of test record times, and
 //! [`EPOCH_NS`] (with [`EPOCH_S`]), the fixed instant of tests that need a date, not the clock.
@@ -26,6 +28,8 @@
 
 #[cfg(feature = "arb")]
 pub mod arb;
+#[cfg(feature = "certs")]
+pub mod certs;
 pub mod corpus;
 pub mod flatten;
 #[cfg(feature = "http")]

@@ -95,8 +95,13 @@ pub struct Appended {
     pub too_old: usize,
     /// Root rows refused for a time after the window.
     pub too_new: usize,
-    /// When the window refused rows: the request re-encoded without them
-    /// (what a WAL keeps).
+    /// Metric data points of new series refused by a series gate (an
+    /// ingester's per-tenant `max_series`, [`gate_series`]).
+    pub series_refused: usize,
+    /// The series limit that refused them (for the message).
+    pub series_limit: u64,
+    /// When the window or a series gate refused rows: the request
+    /// re-encoded without them (what a WAL keeps).
     pub kept: Option<Vec<u8>>,
 }
 
@@ -123,6 +128,12 @@ impl Appended {
                 self.rejected, limits.max_attrs, limits.max_value_bytes
             ));
         }
+        if self.series_refused > 0 {
+            parts.push(format!(
+                "{} data points rejected: their series are new and the tenant already has its limit of {} active series (max_series, per ingester)",
+                self.series_refused, self.series_limit
+            ));
+        }
         if self.dropped_attrs > 0 {
             parts.push(format!(
                 "{} attributes dropped over the limit of {} per item (counted in dropped_attributes_count)",
@@ -142,7 +153,7 @@ impl Appended {
 impl Appended {
     /// Root rows refused for any reason (an OTLP partial success's count).
     pub fn rejected_total(&self) -> usize {
-        self.rejected + self.too_old + self.too_new
+        self.rejected + self.too_old + self.too_new + self.series_refused
     }
 
     fn count(&mut self, fit: Fit) -> bool {
@@ -374,6 +385,68 @@ impl Limits {
         out.rejected = rejected;
         out
     }
+}
+
+/// Hashes bytes into a series identity (stable within a process: the
+/// active-series sets it keys live in memory only).
+fn hash_bytes(h: u64, bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut s = std::hash::DefaultHasher::new();
+    s.write_u64(h);
+    s.write(bytes);
+    s.finish()
+}
+
+/// Keeps the metric data points whose series `admit` takes, removing the
+/// others; returns how many were removed. A series is its resource, its
+/// metric's name and its point attributes (in any order), as the block's
+/// series id. `admit` is called once per point; nothing is allocated per
+/// point (attributes are encoded into one reused buffer).
+pub fn gate_series(req: &mut ExportMetricsServiceRequest, admit: &mut dyn FnMut(u64) -> bool) -> usize {
+    let mut refused = 0usize;
+    let mut scratch = Vec::new();
+    for rm in &mut req.resource_metrics {
+        scratch.clear();
+        if let Some(r) = &rm.resource {
+            // Resource attributes in any order: summed per attribute.
+            let mut h = 0u64;
+            for kv in &r.attributes {
+                scratch.clear();
+                let _ = kv.encode(&mut scratch);
+                h = h.wrapping_add(hash_bytes(1, &scratch));
+            }
+            scratch.clear();
+            scratch.extend_from_slice(&h.to_le_bytes());
+        }
+        let resource = hash_bytes(0, &scratch);
+        for sm in &mut rm.scope_metrics {
+            for m in &mut sm.metrics {
+                let metric = hash_bytes(resource, m.name.as_bytes());
+                let mut keep = |attrs: &[KeyValue]| {
+                    let mut h = metric;
+                    for kv in attrs {
+                        scratch.clear();
+                        let _ = kv.encode(&mut scratch);
+                        h = h.wrapping_add(hash_bytes(2, &scratch));
+                    }
+                    let ok = admit(h);
+                    if !ok {
+                        refused += 1;
+                    }
+                    ok
+                };
+                match m.data.as_mut() {
+                    Some(Data::Gauge(g)) => g.data_points.retain(|p| keep(&p.attributes)),
+                    Some(Data::Sum(s)) => s.data_points.retain(|p| keep(&p.attributes)),
+                    Some(Data::Histogram(h)) => h.data_points.retain(|p| keep(&p.attributes)),
+                    Some(Data::ExponentialHistogram(h)) => h.data_points.retain(|p| keep(&p.attributes)),
+                    Some(Data::Summary(s)) => s.data_points.retain(|p| keep(&p.attributes)),
+                    None => {}
+                }
+            }
+        }
+    }
+    refused
 }
 
 #[cfg(test)]

@@ -325,6 +325,29 @@ impl std::fmt::Debug for PointsBuilder {
     }
 }
 
+impl PointsBuilder {
+    /// [`SignalBuilder::append_limited`], with `gate` deciding which
+    /// points' series may be added ([`super::gate_series`]) between the
+    /// limits and the append; the points it refuses are counted in
+    /// `series_refused` and left out of `kept`. `gate` is called once per
+    /// request (hold a lock in it, not across the append).
+    pub fn append_gated(
+        &mut self,
+        buf: &[u8],
+        limits: &Limits,
+        gate: impl FnOnce(&mut ExportMetricsServiceRequest) -> (usize, u64),
+    ) -> Result<Appended, ConvertError> {
+        let mut req = ExportMetricsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+        let mut out = Self::apply_limits(limits, &mut req);
+        (out.series_refused, out.series_limit) = gate(&mut req);
+        out.rows = self.append(&req)?;
+        if out.too_old + out.too_new + out.series_refused > 0 {
+            out.kept = Some(req.encode_to_vec());
+        }
+        Ok(out)
+    }
+}
+
 impl SignalBuilder for PointsBuilder {
     type Request = ExportMetricsServiceRequest;
     const SIGNAL: Signal = Signal::Metrics;

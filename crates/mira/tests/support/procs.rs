@@ -4,8 +4,10 @@
 //! the binary under test, each with its ports and data directory fixed for
 //! its life, so one killed (-9) or stopped (SIGTERM) starts again on its
 //! data and its peers still find it. Every ingester and querier shares one
-//! file object store and the harness's catalog members. Helpers read back
-//! what was published, from the catalog and the object store itself.
+//! file object store and the harness's catalog members. Every process
+//! gets the harness's cluster secret (`MIRA_CLUSTER_SECRET_FILE`), and the
+//! harness's own catalog clients send it ([`Procs::dialer`]). Helpers read
+//! back what was published, from the catalog and the object store itself.
 
 #![allow(dead_code)]
 
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use mira_catalog::proto as pb;
 use mira_catalog::{CatalogClient, ClientConfig};
+use mira_common::cluster::{ClusterSecret, Dialer};
 use mira_testkit::net::{free_port, wait_for};
 
 /// The `mira` binary under test: this build's, or `MIRA_TEST_BIN` (to run
@@ -173,6 +176,10 @@ impl IndexMut<usize> for Procs {
     }
 }
 
+/// The cluster secret's file under the root, and its variable.
+const SECRET_FILE: &str = "cluster-secret";
+pub const SECRET_ENV: &str = "MIRA_CLUSTER_SECRET_FILE";
+
 /// In [`Procs::with_ingester`]: the catalog member and the ingester.
 pub const CATALOG: usize = 0;
 pub const INGESTER: usize = 1;
@@ -180,11 +187,31 @@ pub const INGESTER: usize = 1;
 impl Procs {
     /// No process yet.
     pub fn new() -> Procs {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::write(root.path().join(SECRET_FILE), "harness-cluster-secret-0123456789\n").expect("secret");
         Procs {
-            root: tempfile::tempdir().expect("tempdir"),
+            root,
             procs: Vec::new(),
             starts: 0,
         }
+    }
+
+    /// The cluster secret file every process is given.
+    pub fn secret_file(&self) -> PathBuf {
+        self.root.path().join(SECRET_FILE)
+    }
+
+    /// How the harness's own clients connect: with the cluster secret.
+    pub fn dialer(&self) -> Dialer {
+        Dialer::new(None, Some(ClusterSecret::load(&self.secret_file()).expect("secret")))
+    }
+
+    /// `mira ARGS...` (a CLI tool against this harness's processes), with
+    /// the cluster secret.
+    pub fn cli(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.env(SECRET_ENV, self.secret_file());
+        c
     }
 
     /// A catalog member ([`CATALOG`], started) and an ingester
@@ -253,8 +280,19 @@ impl Procs {
         let objects = format!("file://{}", self.objects().display());
         let p = &self.procs[i];
         let log = std::fs::File::create(self.root.path().join(format!("{}.{}.log", p.name, self.starts))).expect("log");
-        let child = p
-            .command(&catalogs, &peers, &objects)
+        let mut cmd = p.command(&catalogs, &peers, &objects);
+        // The harness's secret unless the process's environment names
+        // another (an empty value: none at all).
+        match p.env.iter().find(|(k, _)| k == SECRET_ENV) {
+            None => {
+                cmd.env(SECRET_ENV, self.root.path().join(SECRET_FILE));
+            }
+            Some((_, v)) if v.is_empty() => {
+                cmd.env_remove(SECRET_ENV);
+            }
+            Some(_) => {}
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -319,6 +357,7 @@ impl Procs {
             self.catalog_addrs(),
             ClientConfig {
                 timeout: Duration::from_secs(30),
+                dialer: self.dialer(),
                 ..ClientConfig::default()
             },
         ))
@@ -332,6 +371,7 @@ impl Procs {
             ClientConfig {
                 timeout: Duration::from_secs(2),
                 attempt_timeout: Duration::from_secs(1),
+                dialer: self.dialer(),
                 ..ClientConfig::default()
             },
         )
@@ -487,7 +527,13 @@ pub async fn published_tables(p: &Procs, signal: pb::Signal) -> Vec<mira_core::c
 
 /// Every live block of `tenant`'s `signal` the catalog lists (linearizable).
 pub async fn published_blocks(p: &Procs, tenant: &str, signal: pb::Signal) -> Vec<pb::Block> {
-    let client = CatalogClient::new(p.catalog_addrs(), ClientConfig::default());
+    let client = CatalogClient::new(
+        p.catalog_addrs(),
+        ClientConfig {
+            dialer: p.dialer(),
+            ..ClientConfig::default()
+        },
+    );
     client
         .list_blocks(pb::ListBlocksRequest {
             tenant: tenant.into(),

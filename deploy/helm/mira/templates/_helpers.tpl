@@ -219,3 +219,136 @@ az://{{ $o.azure.container }}{{ with $o.azure.prefix }}/{{ trimAll "/" . }}{{ en
 {{- include "mira.distributed" . -}}
 {{- else if .Values.networkPolicy.enabled -}}true{{- end -}}
 {{- end }}
+
+{{/* The Secret holding the cluster secret. */}}
+{{- define "mira.clusterSecretName" -}}
+{{- default (printf "%s-cluster" (include "mira.fullname" .)) .Values.security.clusterSecret.existingSecret -}}
+{{- end }}
+
+{{/* The kubernetes.io/tls Secret of every port (security.tls). */}}
+{{- define "mira.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "mira.fullname" .)) .Values.security.tls.secretName -}}
+{{- end }}
+
+{{/* http or https: the scheme of every Mira URL the chart writes. */}}
+{{- define "mira.scheme" -}}
+{{- if .Values.security.tls.enabled }}https{{ else }}http{{ end -}}
+{{- end }}
+
+{{/*
+Security flags of a role, as YAML list items: (dict "ctx" $ "auth" true).
+Every role sends and requires the cluster secret and, with TLS, serves
+its ports with the certificate and trusts ca.crt on its internal calls;
+"auth" roles (serve, ingester, querier, compactor) also authenticate
+their external ports.
+*/}}
+{{- define "mira.securityArgs" -}}
+{{- $s := .ctx.Values.security -}}
+- --cluster-secret-file=/etc/mira/cluster/{{ $s.clusterSecret.key }}
+{{- if $s.tls.enabled }}
+- --tls-cert=/etc/mira/tls/tls.crt
+- --tls-key=/etc/mira/tls/tls.key
+- --tls-ca=/etc/mira/tls/ca.crt
+{{- end }}
+{{- if .auth }}
+{{- if ne $s.auth.mode "none" }}
+- --auth={{ $s.auth.mode }}
+{{- end }}
+{{- if eq $s.auth.mode "tokens" }}
+- --auth-tokens-file=/etc/mira/tokens/{{ $s.auth.tokensKey }}
+{{- else if eq $s.auth.mode "trusted-header" }}
+- --auth-trusted-proxies={{ join "," $s.auth.trustedProxies }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret volumes securityArgs reads: (dict "ctx" $ "auth" true). */}}
+{{- define "mira.securityVolumes" -}}
+{{- $s := .ctx.Values.security -}}
+- name: cluster-secret
+  secret:
+    secretName: {{ include "mira.clusterSecretName" .ctx }}
+    defaultMode: 0440
+{{- if $s.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "mira.tlsSecretName" .ctx }}
+    defaultMode: 0440
+{{- end }}
+{{- if and .auth (eq $s.auth.mode "tokens") }}
+- name: auth-tokens
+  secret:
+    secretName: {{ $s.auth.tokensSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "mira.securityVolumeMounts" -}}
+{{- $s := .ctx.Values.security -}}
+- name: cluster-secret
+  mountPath: /etc/mira/cluster
+  readOnly: true
+{{- if $s.tls.enabled }}
+- name: tls
+  mountPath: /etc/mira/tls
+  readOnly: true
+{{- end }}
+{{- if and .auth (eq $s.auth.mode "tokens") }}
+- name: auth-tokens
+  mountPath: /etc/mira/tokens
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Grafana data sources: jsonData and secureJsonData items of the tenant and credentials. */}}
+{{- define "mira.grafanaJsonData" -}}
+{{- $g := .Values.grafana.datasources -}}
+{{- if $g.tenant }}
+httpHeaderName1: X-Scope-OrgID
+{{- end }}
+{{- if $g.credentials.caFile }}
+tlsAuthWithCACert: true
+{{- end }}
+{{- end }}
+{{- define "mira.grafanaSecure" -}}
+{{- $g := .Values.grafana.datasources -}}
+{{- if or $g.tenant $g.credentials.tokenFile $g.credentials.caFile }}
+secureJsonData:
+  {{- if $g.tenant }}
+  httpHeaderValue1: {{ $g.tenant | quote }}
+  {{- end }}
+  {{- with $g.credentials.tokenFile }}
+  basicAuthPassword: {{ printf "$__file{%s}" . | quote }}
+  {{- end }}
+  {{- with $g.credentials.caFile }}
+  tlsCACert: {{ printf "$__file{%s}" . | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the chart renders a limits file. */}}
+{{- define "mira.limitsEnabled" -}}
+{{- $on := .Values.limits.tenants -}}
+{{- range $k, $v := .Values.limits.defaults }}
+{{- if not (has (toString $v) (list "0" "0s" "")) }}{{ $on = true }}{{ end }}
+{{- end }}
+{{- if $on }}true{{ end -}}
+{{- end }}
+
+{{/* One table of the limits file: numbers as integers, sizes and durations quoted. */}}
+{{- define "mira.limitsKeys" -}}
+{{- range $k, $v := . }}
+{{- if kindIs "string" $v }}
+{{ $k }} = {{ $v | quote }}
+{{- else }}
+{{ $k }} = {{ $v | int64 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The --limits-file flag (serve, ingester, querier), as a YAML list item. */}}
+{{- define "mira.limitsArgs" -}}
+{{- if include "mira.limitsEnabled" . }}
+- --limits-file=/etc/mira/limits/limits.toml
+{{- end }}
+{{- end }}

@@ -14,6 +14,10 @@ Arguments (a dict):
   grace      terminationGracePeriodSeconds, optional
   startup    failureThreshold of the startup probe (10 s apart), optional
   objectStore  true: the object store's credentials are mounted
+  auth       true: the role authenticates external ports (the tokens file is mounted)
+  limits     true: the role enforces per-tenant limits (the limits file is mounted)
+Every pod mounts the cluster secret and, with security.tls, the TLS Secret
+(mira.securityVolumes); its probes use HTTPS then.
 */}}
 {{- define "mira.podTemplate" -}}
 {{- $ctx := .ctx -}}
@@ -111,12 +115,14 @@ spec:
       {{- end }}
       startupProbe:
         httpGet:
+          scheme: {{ upper (include "mira.scheme" $ctx) }}
           path: /live
           port: {{ .probePort }}
         periodSeconds: 10
         failureThreshold: {{ .startup | default 30 }}
       livenessProbe:
         httpGet:
+          scheme: {{ upper (include "mira.scheme" $ctx) }}
           path: /live
           port: {{ .probePort }}
         periodSeconds: 10
@@ -124,6 +130,7 @@ spec:
         failureThreshold: 6
       readinessProbe:
         httpGet:
+          scheme: {{ upper (include "mira.scheme" $ctx) }}
           path: /ready
           port: {{ .probePort }}
         periodSeconds: 5
@@ -136,6 +143,12 @@ spec:
       volumeMounts:
         - name: tmp
           mountPath: /tmp
+        {{- include "mira.securityVolumeMounts" (dict "ctx" $ctx "auth" .auth) | nindent 8 }}
+        {{- if and .limits (include "mira.limitsEnabled" $ctx) }}
+        - name: limits
+          mountPath: /etc/mira/limits
+          readOnly: true
+        {{- end }}
         {{- with .mounts }}
         {{- . | nindent 8 }}
         {{- end }}
@@ -148,6 +161,12 @@ spec:
   volumes:
     - name: tmp
       emptyDir: {}
+    {{- include "mira.securityVolumes" (dict "ctx" $ctx "auth" .auth) | nindent 4 }}
+    {{- if and .limits (include "mira.limitsEnabled" $ctx) }}
+    - name: limits
+      configMap:
+        name: {{ include "mira.fullname" $ctx }}-limits
+    {{- end }}
     {{- with .volumes }}
     {{- . | nindent 4 }}
     {{- end }}

@@ -8,5 +8,6 @@
 {{- range $name, $url := .Values.compactor.offload.targets }}
 - --offload-target={{ $name }}={{ $url }}
 {{- end }}
+{{- include "mira.securityArgs" (dict "ctx" . "auth" true) | nindent 0 }}
 {{- include "mira.extraArgs" .Values.compactor.extraArgs }}
 {{- end }}

@@ -10,5 +10,7 @@
 - --wal={{ .Values.ingester.wal }}
 {{- include "mira.objectStoreArgs" . }}
 {{- include "mira.ingestArgs" . }}
+{{- include "mira.limitsArgs" . }}
+{{- include "mira.securityArgs" (dict "ctx" . "auth" true) | nindent 0 }}
 {{- include "mira.extraArgs" .Values.ingester.extraArgs }}
 {{- end }}

@@ -16,5 +16,6 @@
 - --identity=$(POD_NAME)
 - --requeue-s={{ $v.requeueSeconds }}
 - --catalog-timeout-ms={{ $v.catalogTimeoutMs }}
+{{- include "mira.securityArgs" (dict "ctx" . "auth" false) | nindent 0 }}
 {{- include "mira.extraArgs" $v.extraArgs }}
 {{- end }}

@@ -6,6 +6,8 @@
 - --cache-dir=/data/cache
 - --cache-size={{ div (mul (include "mira.quantityMiB" .Values.querier.cache.size | int64) 9) 10 }}MiB
 {{- include "mira.objectStoreArgs" . }}
+{{- include "mira.limitsArgs" . }}
+{{- include "mira.securityArgs" (dict "ctx" . "auth" true) | nindent 0 }}
 {{- include "mira.extraArgs" .Values.querier.extraArgs }}
 {{- end }}
 

@@ -7,6 +7,8 @@
 - --catalog-listen=0.0.0.0:7400
 {{- include "mira.objectStoreArgs" . }}
 {{- include "mira.ingestArgs" . }}
+{{- include "mira.limitsArgs" . }}
+{{- include "mira.securityArgs" (dict "ctx" . "auth" true) | nindent 0 }}
 {{- include "mira.extraArgs" .Values.single.extraArgs }}
 {{- end }}
 
