@@ -242,8 +242,8 @@ mod tests {
     #[test]
     fn the_highest_sequence_is_corrupt() {
         let bytes = [
-            0x0f, 0x00, 0x00, 0x00, 0x16, 0x1b, 0x82, 0xae, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
-            0x00, 0x00, 0x03, 0x74, 0x65, 0x61,
+            0x0f, 0x00, 0x00, 0x00, 0x16, 0x1b, 0x82, 0xae, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00,
+            0x00, 0x03, 0x74, 0x65, 0x61,
         ];
         let mut r = FrameReader::new(&bytes, 0);
         assert_eq!(
@@ -255,8 +255,18 @@ mod tests {
         );
         assert_eq!(r.offset(), 0);
         let mut below = Vec::new();
-        encode_frame(&mut below, u64::MAX - 1, Signal::Logs, 0, &TenantId::new("tea").expect("t"), b"");
-        assert_eq!(FrameReader::new(&below, 0).next_frame().map(|f| f.map(|f| f.seq)), Some(Ok(u64::MAX - 1)));
+        encode_frame(
+            &mut below,
+            u64::MAX - 1,
+            Signal::Logs,
+            0,
+            &TenantId::new("tea").expect("t"),
+            b"",
+        );
+        assert_eq!(
+            FrameReader::new(&below, 0).next_frame().map(|f| f.map(|f| f.seq)),
+            Some(Ok(u64::MAX - 1))
+        );
     }
 
     #[test]

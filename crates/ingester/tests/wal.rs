@@ -315,7 +315,9 @@ fn a_frame_with_the_highest_sequence_is_corrupt_not_an_overflow() {
     let mut config = WalConfig::new(wal_dir.clone(), WalMode::Off);
     let err = Wal::open(&config).expect_err("the frame is corrupt").to_string();
     assert!(
-        err.contains(&seg.display().to_string()) && err.contains("offset 0") && err.contains("sequence number out of range"),
+        err.contains(&seg.display().to_string())
+            && err.contains("offset 0")
+            && err.contains("sequence number out of range"),
         "{err}"
     );
     config.skip_corrupt = true;
