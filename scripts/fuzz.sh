@@ -87,12 +87,12 @@ failed=()
 printf '%-8s %8s %12s %8s %8s %8s %10s %s\n' target seconds execs exec/s cov ft corpus result
 for t in "${targets[@]}"; do
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/mira-fuzz-$t.XXXXXX")
-  mkdir -p "fuzz/artifacts/$t"
+  mkdir -p "fuzz/artifacts/$t" "$scratch/corpus" "$scratch/tmp"
   log="fuzz/artifacts/$t.log"
   rc=0
   # New inputs go to the scratch directory (the first); the committed
   # seeds are read only.
-  "$bin_dir/$t" "$scratch" "fuzz/corpus/$t" \
+  TMPDIR="$scratch/tmp" "$bin_dir/$t" "$scratch/corpus" "fuzz/corpus/$t" \
     -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
     -max_len="$(max_len "$t")" -print_final_stats=1 \
     -artifact_prefix="fuzz/artifacts/$t/" >"$log" 2>&1 || rc=$?

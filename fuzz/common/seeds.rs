@@ -17,6 +17,7 @@ pub fn write_if_asked(make: impl FnOnce() -> Vec<(String, Vec<u8>)>) {
 }
 
 /// `sel` followed by `body`.
+#[allow(dead_code)] // not every target has a selector byte
 pub fn with_selector(sel: u8, body: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(body.len() + 1);
     v.push(sel);

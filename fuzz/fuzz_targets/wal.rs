@@ -30,15 +30,12 @@ use mira_ingester::{Wal, WalConfig, WalMode};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use prost::Message;
 
+/// A directory of this process under `$TMPDIR` (scripts/fuzz.sh points
+/// it at the run's scratch directory, removed after the run).
 fn dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("mira-fuzz-wal-{}", std::process::id()));
+        let d = std::env::temp_dir().join(format!("mira-fuzz-wal-{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("a scratch directory");
         d
     })
