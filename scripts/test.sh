@@ -2,9 +2,10 @@
 # The test command: format check, clippy with warnings as errors, the whole
 # workspace test suite, then the end-to-end tests with real OTLP clients
 # (Python, in .venv, set up by scripts/python-env.sh), then a three-trial
-# crash soak. Run from anywhere inside the repository. Everything builds
-# once, in the debug profile, with the test-only fault hooks on
-# (`mira/fault-hooks`).
+# crash soak, then every fuzz target for a few seconds (scripts/fuzz.sh).
+# Run from anywhere inside the repository. Everything but the fuzz targets
+# (nightly, their own build in fuzz/target) builds once, in the debug
+# profile, with the test-only fault hooks on (`mira/fault-hooks`).
 set -euo pipefail
 export CARGO_TERM_COLOR=never
 cd "$(dirname "$0")/.."
@@ -36,6 +37,9 @@ soaklog=$(mktemp)
 trap 'rm -f "$log" "$pylog" "$soaklog"' EXIT
 MIRA_BIN="$PWD/target/debug/mira" TRIALS=3 LOAD_S=6 LEADER_EVERY=3 BATCH=200 RATE=40 \
   scripts/measure/crash-soak.sh 2>&1 | tee "$soaklog"
+
+echo "== fuzz targets (5 s each; the 10-minute runs are in docs/security.md#fuzzing)"
+scripts/fuzz.sh 5
 
 # One closing line for the whole suite (cargo prints one per test binary,
 # and the last of those is a doc-test run that may hold no tests; pytest

@@ -284,13 +284,30 @@ impl FromStr for TimeArg {
             .ok()
             .and_then(|d| i64::try_from(d.as_nanos()).ok())
             .ok_or_else(|| bad("out of range"))?;
-        Ok(TimeArg::At(ns - offset_s * 1_000_000_000))
+        // A time just inside the range with an offset west of UTC lands
+        // past it.
+        ns.checked_sub(offset_s * 1_000_000_000)
+            .map(TimeArg::At)
+            .ok_or_else(|| bad("out of range"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found while writing the `text` fuzz target: the last second before
+    /// i64 nanoseconds run out, west of UTC, overflowed (a panic in debug
+    /// builds, a time in 1677 in release ones).
+    #[test]
+    fn a_time_past_the_range_after_its_offset_is_refused() {
+        let e = "2262-04-11T23:47:16-23:59"
+            .parse::<TimeArg>()
+            .expect_err("past i64 nanoseconds");
+        assert!(e.contains("out of range"), "{e}");
+        assert!("2262-04-11T23:47:16+23:59".parse::<TimeArg>().is_ok());
+        assert!("2262-04-11T00:00:00-01:00".parse::<TimeArg>().is_ok());
+    }
 
     #[test]
     fn durations_parse_one_way_and_print_back() {

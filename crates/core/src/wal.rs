@@ -131,6 +131,12 @@ impl<'a> FrameReader<'a> {
         }
         let corrupt = |reason| Some(Err(FrameError::Corrupt { offset, reason }));
         let seq = u64::from_le_bytes(body[0..8].try_into().unwrap_or([0; 8]));
+        if seq == u64::MAX {
+            // No writer gets here (sequences start at 1 and count up by
+            // one), and the WAL's next sequence would wrap to 0, at or
+            // below every published watermark.
+            return corrupt("sequence number out of range");
+        }
         let Some(signal) = Signal::from_code(body[8]) else {
             return corrupt("unknown signal");
         };
@@ -229,6 +235,38 @@ mod tests {
             }
             assert!(n < 3, "a flipped bit at {i} went unnoticed");
         }
+    }
+
+    /// Found by the `wal` fuzz target: a CRC-valid frame with sequence
+    /// `u64::MAX` made `Wal::open` overflow computing the next sequence.
+    #[test]
+    fn the_highest_sequence_is_corrupt() {
+        let bytes = [
+            0x0f, 0x00, 0x00, 0x00, 0x16, 0x1b, 0x82, 0xae, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00,
+            0x00, 0x03, 0x74, 0x65, 0x61,
+        ];
+        let mut r = FrameReader::new(&bytes, 0);
+        assert_eq!(
+            r.next_frame(),
+            Some(Err(FrameError::Corrupt {
+                offset: 0,
+                reason: "sequence number out of range"
+            }))
+        );
+        assert_eq!(r.offset(), 0);
+        let mut below = Vec::new();
+        encode_frame(
+            &mut below,
+            u64::MAX - 1,
+            Signal::Logs,
+            0,
+            &TenantId::new("tea").expect("t"),
+            b"",
+        );
+        assert_eq!(
+            FrameReader::new(&below, 0).next_frame().map(|f| f.map(|f| f.seq)),
+            Some(Ok(u64::MAX - 1))
+        );
     }
 
     #[test]

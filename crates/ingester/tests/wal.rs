@@ -296,3 +296,31 @@ async fn segments_record_the_limits_their_frames_were_acknowledged_under() {
     .expect("replay");
     assert_eq!(limits, vec![config.limits; 2]);
 }
+
+/// Found by the `wal` fuzz target (its crashing input, cut to the frame
+/// that mattered): a CRC-valid frame with sequence `u64::MAX` made the
+/// open overflow computing the next sequence (a panic in debug builds, a
+/// wrap to sequence 0 in release ones). It is a corrupt frame now.
+#[test]
+fn a_frame_with_the_highest_sequence_is_corrupt_not_an_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal_dir = dir.path().join("wal");
+    std::fs::create_dir_all(&wal_dir).expect("mkdir");
+    let seg = wal_dir.join(format!("{:020}.wal", 1));
+    let frame: [u8; 23] = [
+        0x0f, 0x00, 0x00, 0x00, 0x16, 0x1b, 0x82, 0xae, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00,
+        0x00, 0x03, 0x74, 0x65, 0x61,
+    ];
+    std::fs::write(&seg, frame).expect("write");
+    let mut config = WalConfig::new(wal_dir.clone(), WalMode::Off);
+    let err = Wal::open(&config).expect_err("the frame is corrupt").to_string();
+    assert!(
+        err.contains(&seg.display().to_string())
+            && err.contains("offset 0")
+            && err.contains("sequence number out of range"),
+        "{err}"
+    );
+    config.skip_corrupt = true;
+    let (_, last_seq, stats) = Wal::open(&config).expect("skipped");
+    assert_eq!((last_seq, stats.corrupt_segments), (0, 1));
+}
