@@ -719,6 +719,7 @@ mod tests {
                     attributes: vec![KeyValue {
                         key: "service.name".into(),
                         value: text(if i % 2 == 0 { "api" } else { "web" }.into()),
+                        ..Default::default()
                     }],
                     ..Default::default()
                 }),
@@ -766,7 +767,10 @@ mod tests {
         };
         vec![
             base.clone(),
-            LogsQuery { limit: 5, ..base.clone() },
+            LogsQuery {
+                limit: 5,
+                ..base.clone()
+            },
             LogsQuery {
                 limit: 7,
                 order: Order::OldestFirst,
@@ -812,8 +816,16 @@ mod tests {
             let first = ask(&rig.querier, q).await;
             let second = ask(&rig.querier, q).await;
             let plain = ask(&rig.plain, q).await;
-            assert_eq!((&first.0, &first.1), (&plain.0, &plain.1), "{when}, query {n}, first run");
-            assert_eq!((&second.0, &second.1), (&plain.0, &plain.1), "{when}, query {n}, second run");
+            assert_eq!(
+                (&first.0, &first.1),
+                (&plain.0, &plain.1),
+                "{when}, query {n}, first run"
+            );
+            assert_eq!(
+                (&second.0, &second.1),
+                (&plain.0, &plain.1),
+                "{when}, query {n}, second run"
+            );
             let s = &second.2;
             assert_eq!(s.result_cache_misses, 0, "{when}, query {n}: {s:?}");
             assert!(s.result_cache_hits >= 1, "{when}, query {n}: {s:?}");
@@ -834,7 +846,9 @@ mod tests {
         let tenant = "rcache";
         let open = |b: &bytes::Bytes| Block::from_bytes(b.clone(), Arc::new(VerifyCache::new(8))).expect("open");
         // Block i: 20 lines from T + i * 1000.
-        let raw: Vec<bytes::Bytes> = (0..4).map(|i| timed_block(tenant, i, T + i as u64 * 1000, 20)).collect();
+        let raw: Vec<bytes::Bytes> = (0..4)
+            .map(|i| timed_block(tenant, i, T + i as u64 * 1000, 20))
+            .collect();
         let mut entries = Vec::new();
         for b in &raw {
             entries.push(rig.put(b.clone()).await);
@@ -842,7 +856,9 @@ mod tests {
         let v = rig.client.publish(entries.clone(), None).await.expect("publish");
         rig.seen(v).await;
         // Another tenant's identical blocks never hit this tenant's entries.
-        let other: Vec<bytes::Bytes> = (0..4).map(|i| timed_block("other", i, T + i as u64 * 1000, 20)).collect();
+        let other: Vec<bytes::Bytes> = (0..4)
+            .map(|i| timed_block("other", i, T + i as u64 * 1000, 20))
+            .collect();
         let mut others = Vec::new();
         for b in &other {
             others.push(rig.put(b.clone()).await);
@@ -904,12 +920,13 @@ mod tests {
         // Retention: block 3's lines before T + 3100 dropped, rewritten
         // under a new id.
         let cutoff = T + 3100;
-        let kept = mira_core::compact::merge_blocks_filtered(&[open(&raw[3])], BlockId::new(), Level::Hot, &|_, tables| {
-            let root = tables.get(mira_core::convert::root_table(Signal::Logs))?;
-            let times = mira_core::scan::record_times(Signal::Logs, root)?;
-            Ok(times.iter().map(|&t| t >= cutoff).collect())
-        })
-        .expect("rewrite");
+        let kept =
+            mira_core::compact::merge_blocks_filtered(&[open(&raw[3])], BlockId::new(), Level::Hot, &|_, tables| {
+                let root = tables.get(mira_core::convert::root_table(Signal::Logs))?;
+                let times = mira_core::scan::record_times(Signal::Logs, root)?;
+                Ok(times.iter().map(|&t| t >= cutoff).collect())
+            })
+            .expect("rewrite");
         let r = rig.put(kept.bytes.expect("rows kept")).await;
         let v = rig
             .client
@@ -938,7 +955,9 @@ mod tests {
         use proptest::strategy::ValueTree;
         let rig = Rig::start().await;
         let tenant = "prop";
-        let raw: Vec<bytes::Bytes> = (0..4).map(|i| timed_block(tenant, i, T + i as u64 * 1000, 25)).collect();
+        let raw: Vec<bytes::Bytes> = (0..4)
+            .map(|i| timed_block(tenant, i, T + i as u64 * 1000, 25))
+            .collect();
         let mut entries = Vec::new();
         for b in &raw {
             entries.push(rig.put(b.clone()).await);
@@ -956,7 +975,11 @@ mod tests {
         let matcher = (prop::sample::select(vec!["api", "web", "x"]), any::<bool>()).prop_map(|(v, neg)| AttrMatcher {
             scope: AttrScope::Resource,
             key: "service.name".into(),
-            op: if neg { MatchOp::Ne(v.into()) } else { MatchOp::Eq(v.into()) },
+            op: if neg {
+                MatchOp::Ne(v.into())
+            } else {
+                MatchOp::Eq(v.into())
+            },
         });
         let query = (
             prop::collection::vec(line, 0..3),
@@ -990,14 +1013,19 @@ mod tests {
                     let want = ask(&rig.plain, q).await;
                     for run in 0..2 {
                         let got = ask(&rig.querier, q).await;
-                        assert_eq!((&got.0, &got.1), (&want.0, &want.1), "{when}, case {n} run {run}: {q:?}");
+                        assert_eq!(
+                            (&got.0, &got.1),
+                            (&want.0, &want.1),
+                            "{when}, case {n} run {run}: {q:?}"
+                        );
                     }
                 }
             }
         };
         check("blocks as sealed").await;
         let open = |b: &bytes::Bytes| {
-            mira_core::block::Block::from_bytes(b.clone(), Arc::new(mira_core::block::VerifyCache::new(8))).expect("open")
+            mira_core::block::Block::from_bytes(b.clone(), Arc::new(mira_core::block::VerifyCache::new(8)))
+                .expect("open")
         };
         let merged = mira_core::compact::merge_blocks(&[open(&raw[2]), open(&raw[1])], BlockId::new()).expect("merge");
         let m = rig.put(merged).await;
@@ -1015,4 +1043,3 @@ mod tests {
         check("compacted").await;
     }
 }
-

@@ -58,7 +58,7 @@ use crate::stats::Stats;
 pub struct ResultKey {
     tenant: String,
     block: BlockId,
-    /// The canonical request (JSON).
+    /// The canonical request.
     what: String,
 }
 
@@ -125,11 +125,11 @@ pub fn scan_key(tenant: &str, block: BlockId, signal: Signal, req: &ScanRequest,
         Order::OldestFirst => "oldest",
         Order::Stored => "stored",
     };
-    let what = serde_json::json!([
-        "scan",
+    // Debug forms: strings quoted and escaped, so fields cannot run into
+    // each other (and cheaper than building a JSON tree per block).
+    let what = format!(
+        "scan {} {order} {time:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
         signal.as_str(),
-        order,
-        time,
         sorted(p.attrs.iter().map(attr_text).collect()),
         sorted(p.lines.iter().map(line_text).collect()),
         p.min_severity,
@@ -138,11 +138,11 @@ pub fn scan_key(tenant: &str, block: BlockId, signal: Signal, req: &ScanRequest,
         p.min_duration,
         p.max_duration,
         p.metric_name,
-    ]);
+    );
     ResultKey {
         tenant: tenant.to_owned(),
         block,
-        what: what.to_string(),
+        what,
     }
 }
 
@@ -217,11 +217,12 @@ struct Slot {
     tick: u64,
 }
 
-/// Entries by key and keys by last use.
+/// Entries by key and keys by last use (keys shared, not copied, on a
+/// hit).
 #[derive(Debug, Default)]
 struct Lru {
-    entries: HashMap<ResultKey, Slot>,
-    by_tick: BTreeMap<u64, ResultKey>,
+    entries: HashMap<Arc<ResultKey>, Slot>,
+    by_tick: BTreeMap<u64, Arc<ResultKey>>,
     total: u64,
     tick: u64,
 }
@@ -230,10 +231,11 @@ impl Lru {
     fn get(&mut self, key: &ResultKey) -> Option<(Arc<Cached>, u64)> {
         self.tick += 1;
         let tick = self.tick;
+        let (shared, old) = self.entries.get_key_value(key).map(|(k, s)| (k.clone(), s.tick))?;
+        self.by_tick.remove(&old);
+        self.by_tick.insert(tick, shared);
         let slot = self.entries.get_mut(key)?;
-        self.by_tick.remove(&slot.tick);
         slot.tick = tick;
-        self.by_tick.insert(tick, key.clone());
         Some((slot.value.clone(), slot.weight))
     }
 
@@ -244,6 +246,7 @@ impl Lru {
             self.by_tick.remove(&old.tick);
             self.total -= old.weight;
         }
+        let key = Arc::new(key);
         self.tick += 1;
         self.by_tick.insert(self.tick, key.clone());
         self.entries.insert(
@@ -258,7 +261,7 @@ impl Lru {
         let mut evicted = 0;
         while self.total > capacity {
             let Some((_, k)) = self.by_tick.pop_first() else { break };
-            if let Some(s) = self.entries.remove(&k) {
+            if let Some(s) = self.entries.remove(&*k) {
                 self.total -= s.weight;
                 evicted += 1;
             }
@@ -437,8 +440,14 @@ mod tests {
         let (min, max) = (1_000, 2_000);
         let key = |r: &ScanRequest| scan_key("acme", b, Signal::Logs, r, min, max);
         let a = req(
-            vec![attr("service.name", MatchOp::Eq("api".into())), attr("env", MatchOp::Re(re("p.*")))],
-            vec![LineFilter::Contains("error".into()), LineFilter::NotContains("debug".into())],
+            vec![
+                attr("service.name", MatchOp::Eq("api".into())),
+                attr("env", MatchOp::Re(re("p.*"))),
+            ],
+            vec![
+                LineFilter::Contains("error".into()),
+                LineFilter::NotContains("debug".into()),
+            ],
             (0, 10_000),
             Some(100),
         );
@@ -450,25 +459,44 @@ mod tests {
                 attr("service.name", MatchOp::Eq("api".into())),
                 attr("env", MatchOp::Re(re("p.*"))),
             ],
-            vec![LineFilter::NotContains("debug".into()), LineFilter::Contains("error".into())],
+            vec![
+                LineFilter::NotContains("debug".into()),
+                LineFilter::Contains("error".into()),
+            ],
             (500, 2_001),
             Some(5),
         );
         assert_eq!(key(&a), key(&b2));
         // A range cutting the block keys on the cut, clamped to the block.
-        let cut1 = req(a.predicate.attrs.clone(), a.predicate.lines.clone(), (1_500, 10_000), None);
-        let cut2 = req(a.predicate.attrs.clone(), a.predicate.lines.clone(), (1_500, 99_999), None);
+        let cut1 = req(
+            a.predicate.attrs.clone(),
+            a.predicate.lines.clone(),
+            (1_500, 10_000),
+            None,
+        );
+        let cut2 = req(
+            a.predicate.attrs.clone(),
+            a.predicate.lines.clone(),
+            (1_500, 99_999),
+            None,
+        );
         assert_eq!(key(&cut1), key(&cut2));
         assert_ne!(key(&a), key(&cut1));
         // Different predicates do not share a key.
         let other_value = req(
-            vec![attr("service.name", MatchOp::Eq("web".into())), attr("env", MatchOp::Re(re("p.*")))],
+            vec![
+                attr("service.name", MatchOp::Eq("web".into())),
+                attr("env", MatchOp::Re(re("p.*"))),
+            ],
             a.predicate.lines.clone(),
             (0, 10_000),
             None,
         );
         let other_op = req(
-            vec![attr("service.name", MatchOp::Ne("api".into())), attr("env", MatchOp::Re(re("p.*")))],
+            vec![
+                attr("service.name", MatchOp::Ne("api".into())),
+                attr("env", MatchOp::Re(re("p.*"))),
+            ],
             a.predicate.lines.clone(),
             (0, 10_000),
             None,
@@ -508,7 +536,10 @@ mod tests {
         );
         assert_ne!(key(&[a.clone()], 0, 1_000_000), key(&[other.clone()], 0, 1_000_000));
         assert_ne!(key(&[a.clone()], 0, 1_000_000), key(&[a.clone()], 90_000, 1_000_000));
-        assert_eq!(key(&[a.clone()], 90_000, 1_000_000), key(&[a.clone()], 90_000, 2_000_000));
+        assert_eq!(
+            key(&[a.clone()], 90_000, 1_000_000),
+            key(&[a.clone()], 90_000, 2_000_000)
+        );
         assert_ne!(
             key(&[a.clone()], 0, 1_000_000),
             series_key("beta", b, &[a], 0, 1_000_000, min, max)
@@ -562,7 +593,16 @@ mod tests {
     #[test]
     fn the_cache_stays_within_its_bytes_evicting_least_recently_used_first() {
         let b = BlockId::new();
-        let key = |i: u64| scan_key("a", b, Signal::Logs, &req(Vec::new(), Vec::new(), (i, i + 1), None), 0, 1 << 40);
+        let key = |i: u64| {
+            scan_key(
+                "a",
+                b,
+                Signal::Logs,
+                &req(Vec::new(), Vec::new(), (i, i + 1), None),
+                0,
+                1 << 40,
+            )
+        };
         let one = scanned(&(0..100).collect::<Vec<u32>>());
         let w = scanned_weight(&Scanned {
             rows: one.rows.clone(),
@@ -578,7 +618,10 @@ mod tests {
         assert!(cache.scan(&key(0), None, &stats).is_some());
         cache.insert_scan(key(3), &one, None);
         assert!(cache.bytes() <= 3 * w + w / 2, "{} > {}", cache.bytes(), 3 * w + w / 2);
-        assert!(cache.scan(&key(1), None, &stats).is_none(), "the least recently used went");
+        assert!(
+            cache.scan(&key(1), None, &stats).is_none(),
+            "the least recently used went"
+        );
         for i in [0, 2, 3] {
             assert!(cache.scan(&key(i), None, &stats).is_some(), "{i} stays");
         }

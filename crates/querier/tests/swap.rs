@@ -689,15 +689,14 @@ fn metrics_block(offset_s: u64) -> (Bytes, pb::Block) {
         })
     };
     let points = (0..2u64)
-        .flat_map(|cpu| {
-            (0..6u64).map(move |k| (cpu, k))
-        })
+        .flat_map(|cpu| (0..6u64).map(move |k| (cpu, k)))
         .map(|(cpu, k)| NumberDataPoint {
             time_unix_nano: t0() + (offset_s + k * 10) * 1_000_000_000,
             value: Some(number_data_point::Value::AsDouble((offset_s + k + cpu * 100) as f64)),
             attributes: vec![KeyValue {
                 key: "cpu".into(),
                 value: text(&cpu.to_string()),
+                ..Default::default()
             }],
             ..Default::default()
         })
@@ -708,6 +707,7 @@ fn metrics_block(offset_s: u64) -> (Bytes, pb::Block) {
                 attributes: vec![KeyValue {
                     key: "service.name".into(),
                     value: text("svc"),
+                    ..Default::default()
                 }],
                 ..Default::default()
             }),
@@ -736,7 +736,11 @@ fn promql_path(query: &str, from_s: u64, to_s: u64) -> String {
     };
     format!(
         "/api/v1/query_range?query={}&start={}&end={}&step=10",
-        query.replace(' ', "%20").replace('{', "%7B").replace('}', "%7D").replace('"', "%22"),
+        query
+            .replace(' ', "%20")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace('"', "%22"),
         secs(from_s),
         secs(to_s)
     )
@@ -789,4 +793,3 @@ async fn a_repeated_promql_query_and_a_sliding_range_reuse_unchanged_blocks_and_
     assert_eq!(plain.metric(hits).await + plain.metric(misses).await, 0.0);
     assert_eq!(plain.metric("mira_querier_result_cache_bytes").await, 0.0);
 }
-
