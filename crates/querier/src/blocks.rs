@@ -139,12 +139,13 @@ impl Querier {
             _ => None,
         };
         let limit = req.limit;
+        // A hit counts as fetched (its rows are read, from the cache).
+        stats.add_fetched();
         if let Some(k) = &cache_key
             && let Some(out) = self.results.scan(k, limit, stats)
         {
             return Ok(Some(out));
         }
-        stats.add_fetched();
         // The row range summaries (cached with the other sidecars) of a
         // published block; recent blocks are small and scanned whole.
         let sidecars = match &c.src {

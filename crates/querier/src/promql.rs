@@ -233,6 +233,8 @@ impl Querier {
                 if let Some(k) = &cache_key
                     && let Some(map) = self.results.series(k, stats)
                 {
+                    // Counted as fetched, as a scan's hit is.
+                    stats.add_fetched();
                     return Ok(map);
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;

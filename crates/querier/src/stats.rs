@@ -153,7 +153,8 @@ pub struct StatsJson {
     /// Published blocks of the tenant and signal the plan looked at.
     pub blocks_considered: u64,
     pub blocks_pruned: Pruned,
-    /// Blocks whose row sections were read.
+    /// Blocks whose rows were read: from their row sections, or (the
+    /// `result_cache_hits` among them) from the result cache.
     pub blocks_fetched: u64,
     /// Sections CRC-checked by this query (others were checked before).
     pub sections_verified: u64,
