@@ -737,10 +737,13 @@ fn promql_path(query: &str, from_s: u64, to_s: u64) -> String {
     format!(
         "/api/v1/query_range?query={}&start={}&end={}&step=10",
         query
-            .replace(' ', "%20")
-            .replace('{', "%7B")
-            .replace('}', "%7D")
-            .replace('"', "%22"),
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            })
+            .collect::<String>(),
         secs(from_s),
         secs(to_s)
     )
