@@ -8,6 +8,14 @@ ratio Mira/ClickHouse, and what Mira's stats say it read. Warm figures are
 medians of 7 runs after one warm-up; cold is the first run after a restart
 with an empty block cache.
 
+Then the repeated-query case (the result cache, `--result-cache-size`):
+a logs filter and a PromQL query, each run first (a predicate no earlier
+query used, on warm block and decoded caches; also right after a restart
+with empty caches), then repeated identically, then as a dashboard does
+with the range sliding by a minute per run; medians and the ratio of the
+second run to the first. MIRA_MEASURE_REPEATED_ONLY=1 runs only this case
+(no ClickHouse battery).
+
 Usage: scripts/measure/query.sh [log-blocks] [records-per-block]"""
 
 import json
@@ -23,7 +31,6 @@ import time
 import urllib.parse
 import urllib.request
 
-import chdb.session
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -193,6 +200,8 @@ def load(serve, scratch):
 
 
 def clickhouse(scratch):
+    import chdb.session
+
     sess = chdb.session.Session(os.path.join(scratch, "ch"))
     sess.query("CREATE DATABASE IF NOT EXISTS otel")
     sess.query("""CREATE TABLE otel.otel_logs (Timestamp DateTime64(9), TraceId String, SpanId String,
@@ -281,6 +290,52 @@ def battery(serve, sess, queries):
     return rows
 
 
+def repeated(serve, hour):
+    """The repeated-query case: per query, (name, first ms, first-after-restart ms, repeated ms,
+    sliding ms, repeated stats, sliding stats); medians of 7."""
+    span = hour["end"] - hour["start"]
+
+    def logs(k, lo=0):
+        return "logs", dict(start=hour["start"] + lo, end=hour["end"] + lo, limit=100,
+                            contains=f"no-such-token-{k}")
+
+    def logs_attr(k, lo=0):
+        # Matches one record; `k` varies a second, always-true matcher.
+        return "logs", dict(start=hour["start"] + lo, end=hour["end"] + lo, limit=100,
+                            selector=f'{{http.method="PATCH", resource.service.name!="none-{k}"}}')
+
+    def rate(k, lo=0):
+        return "metrics/query_range", {
+            "query": f'sum by (job) (rate(requests_total{{http_method!="X{k}"}}[5m]))',
+            "start": hour["start"] + 300 + lo, "end": hour["end"] - 1 + lo, "step": 60}
+
+    out = []
+    for name, q in [("logs body filter", logs), ("logs attribute filter", logs_attr), ("sum by rate 5m, 1 h", rate)]:
+        serve.restart_cold()
+        cold_ms, _ = serve.get(*q(0))
+        # First runs of predicates never seen (block and decoded caches warm).
+        first = [serve.get(*q(k))[0] for k in range(1, 8)]
+        repeat = [serve.get(*q(1)) for _ in range(7)]
+        # A dashboard: the same query, the range 60 s later on each refresh.
+        serve.get(*q(100))
+        slide = [serve.get(*q(100, 60 * i)) for i in range(1, 8)]
+        assert span > 7 * 60
+        out.append((name, statistics.median(first), cold_ms, statistics.median(r[0] for r in repeat),
+                    statistics.median(r[0] for r in slide), repeat[-1][1]["stats"], slide[-1][1]["stats"]))
+    return out
+
+
+def print_repeated(rows):
+    print("# repeated queries (result cache): first run (new predicate, warm caches; after a restart), "
+          "identical repeat, sliding range (+60 s per run); medians of 7")
+    print(f"{'query':<24} {'first':>9} {'restart':>9} {'repeat':>9} {'rep/first':>9} {'slide':>9} "
+          f"{'slide/first':>11}  repeat hits/misses, slide hits/misses")
+    for name, first, cold, rep, slide, rs, ss in rows:
+        print(f"{name:<24} {first:>7.1f}ms {cold:>7.1f}ms {rep:>7.1f}ms {rep / first:>9.3f} {slide:>7.1f}ms "
+              f"{slide / first:>11.3f}  {rs.get('result_cache_hits')}/{rs.get('result_cache_misses')}, "
+              f"{ss.get('result_cache_hits')}/{ss.get('result_cache_misses')}")
+
+
 def main():
     scratch = tempfile.mkdtemp(prefix="mira-query-corpus-")
     serve = Serve()
@@ -288,13 +343,20 @@ def main():
     trace_ids = load(serve, scratch)
     print(f"# corpus: {LOG_BLOCKS} log blocks x {PER_BLOCK} records, {TRACE_BLOCKS} trace blocks x "
           f"{SPANS_PER_BLOCK} spans, 40 counter series x 241 points; loaded in {time.perf_counter() - t:.1f} s")
-    sess = clickhouse(scratch)
+    sess = None if os.environ.get("MIRA_MEASURE_REPEATED_ONLY") else clickhouse(scratch)
     hour = {"start": T0, "end": END + 1}
     tid = trace_ids[len(trace_ids) // 2]
     queries = battery_queries(hour, tid)
     # Wait until every block is published (no recent blocks left).
     wait_until("published", lambda: serve.get("logs", dict(hour, limit=1))[1]["stats"]["recent_blocks"] == 0,
                timeout=600)
+    rep = repeated(serve, hour)
+    if os.environ.get("MIRA_MEASURE_REPEATED_ONLY"):
+        serve.stop()
+        shutil.rmtree(serve.dir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        print_repeated(rep)
+        return
     rows = battery(serve, sess, queries)
     # A Grafana path against the native one on the same query: the PromQL
     # query through /api/v1/query_range as a form POST (Grafana's default),
@@ -369,6 +431,7 @@ def main():
         print(f"{name:<24} {w:>8.1f}ms {wq:>8.1f}ms {c:>8.1f}ms {ch:>9.1f}ms {ratio:>7.2f}  "
               f"{st['blocks_considered']}/{p['time']},{p['zone_map']},{p['attr_index']},{p['bloom']}/"
               f"{st['blocks_fetched']}, {st['bytes_from_store']}/{st['bytes_from_cache']}")
+    print_repeated(rep)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ pub struct QueryFlags {
     /// or bytes; 0 keeps none) [default: 1GiB].
     #[arg(long, env = "MIRA_DECODED_CACHE_SIZE")]
     pub decoded_cache_size: Option<ByteSize>,
+    /// Most per-block query results kept in memory, so a repeated query
+    /// skips evaluating its predicate on blocks that did not change (a
+    /// size, or bytes; 0 keeps none) [default: 256MiB].
+    #[arg(long, env = "MIRA_RESULT_CACHE_SIZE")]
+    pub result_cache_size: Option<ByteSize>,
     /// Most concurrent range GETs to the object store [default: 32].
     #[arg(long, env = "MIRA_MAX_FETCHES")]
     pub max_fetches: Option<usize>,
@@ -99,6 +104,7 @@ impl QueryFlags {
             listen,
             cache_size,
             decoded_cache_size,
+            result_cache_size,
             max_fetches,
             max_query_blocks,
             max_query_range,

@@ -78,7 +78,11 @@ fn base_url(flag: &str, s: &str) -> anyhow::Result<String> {
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
     let meta = std::fs::metadata(path).with_context(|| format!("--token-file {}", path.display()))?;
     if meta.len() > 4096 {
-        anyhow::bail!("--token-file {}: {} bytes, more than a token (4096)", path.display(), meta.len());
+        anyhow::bail!(
+            "--token-file {}: {} bytes, more than a token (4096)",
+            path.display(),
+            meta.len()
+        );
     }
     let text = std::fs::read_to_string(path).with_context(|| format!("--token-file {}", path.display()))?;
     let token = text.trim();

@@ -176,7 +176,16 @@ async fn smoke_sends_its_token_and_trusts_its_ca_over_tls() {
     let query = format!("https://{}", p[0].addr);
     let ca = ca.display().to_string();
     let tf = token_file.display().to_string();
-    let base = ["--otlp", &otlp, "--query", &query, "--tenant", "smoke-a", "--timeout", "60s"];
+    let base = [
+        "--otlp",
+        &otlp,
+        "--query",
+        &query,
+        "--tenant",
+        "smoke-a",
+        "--timeout",
+        "60s",
+    ];
     let with = |extra: &[&str]| {
         let mut a = base.to_vec();
         a.extend_from_slice(extra);
@@ -199,7 +208,16 @@ async fn smoke_sends_its_token_and_trusts_its_ca_over_tls() {
     // Without the CA the server's certificate is not trusted: nothing is
     // accepted before the timeout, and the answer names the TLS failure.
     let (code, _, err) = smoke(&[
-        "--otlp", &otlp, "--query", &query, "--tenant", "smoke-a", "--timeout", "2s", "--token-file", &tf,
+        "--otlp",
+        &otlp,
+        "--query",
+        &query,
+        "--tenant",
+        "smoke-a",
+        "--timeout",
+        "2s",
+        "--token-file",
+        &tf,
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("did not succeed before the timeout"), "{err}");

@@ -6,7 +6,9 @@
 //! later query over the block reads and decodes nothing it already has. A
 //! block's row ranges (those its `row_ranges` sidecar says may match, or
 //! fixed ranges without one) are scanned in parallel on the pool and
-//! merged, so one large merged block keeps every thread busy. Logs,
+//! merged, so one large merged block keeps every thread busy. What a
+//! scan of a published block found is kept in the result cache
+//! ([`crate::results`]) and a repeated scan is answered from it. Logs,
 //! traces, labels and PromQL all read blocks here.
 
 use std::sync::Arc;
@@ -118,7 +120,32 @@ impl Querier {
         if !self.may_match(c, &req.predicate, stats).await? {
             return Ok(None);
         }
+        // A published block's result may be kept ([`crate::results`]);
+        // the tenant and id come from its footer, which the block cache
+        // checked against the object key the plan listed.
+        let cache_key = match &c.src {
+            Src::Published { key } if self.results.enabled() => {
+                let manifest = self.manifest(key, stats).await?;
+                let m = &manifest.meta;
+                Some(crate::results::scan_key(
+                    m.tenant.as_str(),
+                    m.block_id,
+                    signal,
+                    &req,
+                    m.min_time,
+                    m.max_time,
+                ))
+            }
+            _ => None,
+        };
+        let limit = req.limit;
+        // A hit counts as fetched (its rows are read, from the cache).
         stats.add_fetched();
+        if let Some(k) = &cache_key
+            && let Some(out) = self.results.scan(k, limit, stats)
+        {
+            return Ok(Some(out));
+        }
         // The row range summaries (cached with the other sidecars) of a
         // published block; recent blocks are small and scanned whole.
         let sidecars = match &c.src {
@@ -149,6 +176,9 @@ impl Querier {
                 other => QueryError::corrupt(&what, other),
             })?;
         stats.add_rows(out.rows_scanned as u64);
+        if let Some(k) = cache_key {
+            self.results.insert_scan(k, &out, limit);
+        }
         Ok(Some(out))
     }
 

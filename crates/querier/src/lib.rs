@@ -8,7 +8,9 @@
 //! `blocks` reads a block (manifest, sidecars, sections through the
 //! local block cache, [`cache`]; decode and scan on the pool), and every
 //! query answers one [`Answer`] shape ([`answer`]) with its counters
-//! ([`stats`]). On top sit the queries: logs ([`logs`]), traces
+//! ([`stats`]); what a published block gave a query is kept in the
+//! result cache ([`results`]), so a repeated query skips the block's
+//! predicate evaluation. On top sit the queries: logs ([`logs`]), traces
 //! ([`traces`]), PromQL over metric points ([`promql`]) and labels
 //! ([`labels`]), served by the native HTTP API under `/api/mira/v1/`
 //! ([`api`]), by Prometheus' HTTP API under `/api/v1/` ([`prom_api`]) and
@@ -33,6 +35,7 @@ mod plan;
 pub mod prom_api;
 pub mod promql;
 pub mod recent;
+pub mod results;
 pub mod selector;
 pub mod server;
 pub mod settings;
@@ -62,6 +65,9 @@ pub struct QuerierConfig {
     pub cache_bytes: u64,
     /// Largest total size of decoded tables kept in memory, bytes.
     pub decoded_cache_bytes: u64,
+    /// Largest total size of per-block query results kept in memory,
+    /// bytes (0: none; [`results`]).
+    pub result_cache_bytes: u64,
     /// Most concurrent range GETs to the object store.
     pub max_fetches: usize,
     /// Threads of the scan pool.
@@ -89,6 +95,7 @@ impl QuerierConfig {
             cache_dir,
             cache_bytes: 10 << 30,
             decoded_cache_bytes: 1 << 30,
+            result_cache_bytes: 256 << 20,
             max_fetches: 32,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_blocks: 20_000,
@@ -112,6 +119,8 @@ pub struct Querier {
     cache: cache::SectionCache,
     /// Decoded tables of published blocks, shared by every scan.
     decoded: Arc<mira_core::decoded::DecodedCache>,
+    /// Per-block query results ([`results`]).
+    results: results::ResultCache,
     pool: rayon::ThreadPool,
     recent: recent::RecentClients,
     /// "Now" of queries without an end, and which ingester leases are live.
@@ -148,6 +157,7 @@ impl Querier {
             catalog,
             cache,
             decoded: Arc::new(mira_core::decoded::DecodedCache::new(config.decoded_cache_bytes)),
+            results: results::ResultCache::new(config.result_cache_bytes),
             pool,
             recent,
             config,
@@ -169,6 +179,11 @@ impl Querier {
     /// The decoded table cache.
     pub fn decoded(&self) -> &mira_core::decoded::DecodedCache {
         &self.decoded
+    }
+
+    /// The result cache.
+    pub fn results(&self) -> &results::ResultCache {
+        &self.results
     }
 
     /// True once the catalog copy holds a complete state.

@@ -459,6 +459,9 @@ mod tests {
         client: Arc<mira_catalog::CatalogClient>,
         store: Arc<dyn object_store::ObjectStore>,
         querier: Arc<Querier>,
+        /// A querier over the same catalog and store without a result
+        /// cache: what every cached answer must equal.
+        plain: Arc<Querier>,
     }
 
     /// Every line at `T` or `T - 1000`; the blocks' lines share times.
@@ -483,8 +486,18 @@ mod tests {
             let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
             let mut config = crate::QuerierConfig::new(dir.path().join("cache"));
             config.threads = 1;
+            let mut plain = config.clone();
+            plain.cache_dir = dir.path().join("plain-cache");
+            plain.result_cache_bytes = 0;
             let querier = Querier::new(
                 config,
+                mira_common::clock::Clock::system(),
+                store.clone(),
+                client.clone(),
+            )
+            .expect("querier");
+            let plain = Querier::new(
+                plain,
                 mira_common::clock::Clock::system(),
                 store.clone(),
                 client.clone(),
@@ -496,6 +509,7 @@ mod tests {
                 client,
                 store,
                 querier,
+                plain,
             }
         }
 
@@ -528,13 +542,14 @@ mod tests {
             }
         }
 
-        /// Waits until the querier's catalog copy has `version`.
+        /// Waits until both queriers' catalog copies have `version`.
         async fn seen(&self, version: u64) {
-            self.querier
-                .mirror
-                .wait_for(version, std::time::Duration::from_secs(20))
-                .await
-                .expect("the querier's catalog copy catches up");
+            for q in [&self.querier, &self.plain] {
+                q.mirror
+                    .wait_for(version, std::time::Duration::from_secs(20))
+                    .await
+                    .expect("the querier's catalog copy catches up");
+            }
         }
 
         /// One page of every line in `[T - 1000, T]`.
@@ -683,5 +698,349 @@ mod tests {
             assert_eq!(again, all, "{order:?}, merged");
             assert_eq!(rig.page(tenant, order, 1000, None).await.0, all, "{order:?}, merged");
         }
+    }
+
+    /// A block of `tenant` with one line every 10 ns from `base`, bodies
+    /// `b{i}-{j}`, service `api` (even `i`) or `web` (odd).
+    fn timed_block(tenant: &str, i: usize, base: u64, n: usize) -> bytes::Bytes {
+        use mira_core::convert::{LogsBuilder, SignalBuilder};
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        let text = |s: String| {
+            Some(AnyValue {
+                value: Some(any_value::Value::StringValue(s)),
+            })
+        };
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: "service.name".into(),
+                        value: text(if i.is_multiple_of(2) { "api" } else { "web" }.into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                scope_logs: vec![ScopeLogs {
+                    log_records: (0..n)
+                        .map(|j| LogRecord {
+                            time_unix_nano: base + 10 * j as u64,
+                            body: text(format!("b{i}-{j}")),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut b = LogsBuilder::default();
+        b.append(&req).expect("append");
+        let tables = b.finish().expect("finish");
+        let tenant = mira_core::TenantId::new(tenant).expect("tenant");
+        mira_core::tables::write_hot(&tables, BlockId::new(), tenant).expect("write")
+    }
+
+    /// The queries the result cache test repeats over `[start, end)`: no
+    /// filter, a line filter, a matcher with a negative line filter; both
+    /// orders; limits that cut and that do not.
+    fn repeated_queries(tenant: &str, start: u64, end: u64) -> Vec<LogsQuery> {
+        use mira_core::scan::{AttrScope, MatchOp};
+        let base = LogsQuery {
+            tenant: tenant.into(),
+            start,
+            end,
+            matchers: Vec::new(),
+            lines: Vec::new(),
+            min_severity: None,
+            trace_id: None,
+            limit: 1000,
+            order: Order::NewestFirst,
+            cursor: None,
+        };
+        let api = AttrMatcher {
+            scope: AttrScope::Resource,
+            key: "service.name".into(),
+            op: MatchOp::Eq("api".into()),
+        };
+        vec![
+            base.clone(),
+            LogsQuery {
+                limit: 5,
+                ..base.clone()
+            },
+            LogsQuery {
+                limit: 7,
+                order: Order::OldestFirst,
+                ..base.clone()
+            },
+            LogsQuery {
+                lines: vec![LineFilter::Contains("-1".into())],
+                ..base.clone()
+            },
+            LogsQuery {
+                matchers: vec![api],
+                lines: vec![LineFilter::NotContains("-2".into())],
+                limit: 9,
+                ..base
+            },
+        ]
+    }
+
+    type Got = (Vec<(u64, String)>, Option<String>, crate::stats::StatsJson);
+
+    async fn ask(q: &Arc<Querier>, lq: &LogsQuery) -> Got {
+        let a = q.logs(lq.clone()).await.expect("query");
+        let lines = a
+            .body
+            .lines
+            .iter()
+            .map(|l| match l.record.body.as_ref().and_then(|b| b.value.as_ref()) {
+                Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => {
+                    (l.time_unix_nano, s.clone())
+                }
+                other => panic!("unexpected body {other:?}"),
+            })
+            .collect();
+        (lines, a.body.cursor, a.stats)
+    }
+
+    /// Every query twice through the cached querier and once through the
+    /// uncached one: both cached answers equal the uncached one, and the
+    /// second is served from the cache alone. Returns the uncached answers.
+    async fn repeat_and_compare(rig: &Rig, qs: &[LogsQuery], when: &str) -> Vec<Vec<(u64, String)>> {
+        let mut out = Vec::new();
+        for (n, q) in qs.iter().enumerate() {
+            let first = ask(&rig.querier, q).await;
+            let second = ask(&rig.querier, q).await;
+            let plain = ask(&rig.plain, q).await;
+            assert_eq!(
+                (&first.0, &first.1),
+                (&plain.0, &plain.1),
+                "{when}, query {n}, first run"
+            );
+            assert_eq!(
+                (&second.0, &second.1),
+                (&plain.0, &plain.1),
+                "{when}, query {n}, second run"
+            );
+            let s = &second.2;
+            assert_eq!(s.result_cache_misses, 0, "{when}, query {n}: {s:?}");
+            assert!(s.result_cache_hits >= 1, "{when}, query {n}: {s:?}");
+            assert_eq!(s.rows_scanned, 0, "{when}, query {n}: {s:?}");
+            assert_eq!(plain.2.result_cache_hits + plain.2.result_cache_misses, 0, "disabled");
+            out.push(plain.0);
+        }
+        out
+    }
+
+    /// Repeated queries, a sliding range, then a compaction (new ids), a
+    /// tombstone and a retention rewrite between repeats: every cached
+    /// answer equals the uncached path's, and the changes show.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_result_cache_answers_exactly_what_the_uncached_path_does() {
+        use mira_core::block::{Block, Level, VerifyCache};
+        let rig = Rig::start().await;
+        let tenant = "rcache";
+        let open = |b: &bytes::Bytes| Block::from_bytes(b.clone(), Arc::new(VerifyCache::new(8))).expect("open");
+        // Block i: 20 lines from T + i * 1000.
+        let raw: Vec<bytes::Bytes> = (0..4)
+            .map(|i| timed_block(tenant, i, T + i as u64 * 1000, 20))
+            .collect();
+        let mut entries = Vec::new();
+        for b in &raw {
+            entries.push(rig.put(b.clone()).await);
+        }
+        let v = rig.client.publish(entries.clone(), None).await.expect("publish");
+        rig.seen(v).await;
+        // Another tenant's identical blocks never hit this tenant's entries.
+        let other: Vec<bytes::Bytes> = (0..4)
+            .map(|i| timed_block("other", i, T + i as u64 * 1000, 20))
+            .collect();
+        let mut others = Vec::new();
+        for b in &other {
+            others.push(rig.put(b.clone()).await);
+        }
+        let v = rig.client.publish(others, None).await.expect("publish");
+        rig.seen(v).await;
+
+        let full = repeated_queries(tenant, T, T + 4000);
+        let before = repeat_and_compare(&rig, &full, "initial").await;
+        assert_eq!(before[0].len(), 80);
+        let (lines, _, s) = ask(&rig.querier, &repeated_queries("other", T, T + 4000)[0]).await;
+        assert_eq!(lines.len(), 80);
+        assert_eq!(s.result_cache_hits, 0, "another tenant: {s:?}");
+
+        // A dashboard's sliding range: block 2 (whole in both ranges) is
+        // reused; block 3 (cut by each range elsewhere, a part no query
+        // read before) is read again.
+        let slide1 = repeated_queries(tenant, T + 1450, T + 3100);
+        let slide2 = repeated_queries(tenant, T + 1500, T + 3150);
+        repeat_and_compare(&rig, &slide1, "slide 1").await;
+        let (lines, _, s) = ask(&rig.querier, &slide2[0]).await;
+        assert_eq!(lines, ask(&rig.plain, &slide2[0]).await.0);
+        assert!(s.result_cache_hits >= 1 && s.result_cache_misses >= 1, "{s:?}");
+        repeat_and_compare(&rig, &slide2, "slide 2").await;
+
+        // Compaction: blocks 0 and 1 merged under a new id.
+        let merged = mira_core::compact::merge_blocks(&[open(&raw[0]), open(&raw[1])], BlockId::new()).expect("merge");
+        let m = rig.put(merged).await;
+        let v = rig
+            .client
+            .replace(mira_catalog::proto::Replace {
+                add: vec![m],
+                tombstone: vec![entries[0].id.clone(), entries[1].id.clone()],
+                now_ns: mira_common::clock::Clock::system().now_ns(),
+                ..Default::default()
+            })
+            .await
+            .expect("replace");
+        rig.seen(v).await;
+        let (_, _, s) = ask(&rig.querier, &full[0]).await;
+        assert!(s.result_cache_misses >= 1, "the merged block is new: {s:?}");
+        let compacted = repeat_and_compare(&rig, &full, "compacted").await;
+        assert_eq!(compacted, before, "a compaction changes no answer");
+
+        // Tombstone: block 2 goes, and its lines with it.
+        let v = rig
+            .client
+            .tombstone_v2(
+                vec![entries[2].id.clone()],
+                mira_common::clock::Clock::system().now_ns(),
+                mira_catalog::proto::TombstoneReason::Manual,
+            )
+            .await
+            .expect("tombstone");
+        rig.seen(v).await;
+        let tombstoned = repeat_and_compare(&rig, &full, "tombstoned").await;
+        assert_eq!(tombstoned[0].len(), 60, "block 2's lines are gone");
+        assert_ne!(tombstoned[3], compacted[3], "the line filter's answer changed");
+
+        // Retention: block 3's lines before T + 3100 dropped, rewritten
+        // under a new id.
+        let cutoff = T + 3100;
+        let kept =
+            mira_core::compact::merge_blocks_filtered(&[open(&raw[3])], BlockId::new(), Level::Hot, &|_, tables| {
+                let root = tables.get(mira_core::convert::root_table(Signal::Logs))?;
+                let times = mira_core::scan::record_times(Signal::Logs, root)?;
+                Ok(times.iter().map(|&t| t >= cutoff).collect())
+            })
+            .expect("rewrite");
+        let r = rig.put(kept.bytes.expect("rows kept")).await;
+        let v = rig
+            .client
+            .replace(mira_catalog::proto::Replace {
+                add: vec![r],
+                tombstone: vec![entries[3].id.clone()],
+                now_ns: mira_common::clock::Clock::system().now_ns(),
+                ..Default::default()
+            })
+            .await
+            .expect("replace");
+        rig.seen(v).await;
+        let retained = repeat_and_compare(&rig, &full, "retention").await;
+        assert_eq!(retained[0].len(), 50, "block 3's older half is gone");
+        assert!(retained[0].iter().all(|(t, _)| *t < T + 2000 || *t >= cutoff));
+    }
+
+    /// Random predicates, orders, limits and ranges (capped cases, from
+    /// proptest's strategies) over a few blocks, before and after a
+    /// compaction: each asked twice through the cached querier equals the
+    /// uncached querier's answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn random_queries_answer_the_same_cached_and_uncached() {
+        use mira_core::scan::{AttrScope, MatchOp};
+        use proptest::prelude::*;
+        use proptest::strategy::ValueTree;
+        let rig = Rig::start().await;
+        let tenant = "prop";
+        let raw: Vec<bytes::Bytes> = (0..4)
+            .map(|i| timed_block(tenant, i, T + i as u64 * 1000, 25))
+            .collect();
+        let mut entries = Vec::new();
+        for b in &raw {
+            entries.push(rig.put(b.clone()).await);
+        }
+        let v = rig.client.publish(entries.clone(), None).await.expect("publish");
+        rig.seen(v).await;
+        let token = prop::sample::select(vec!["-1", "-2", "b0", "b3", "4", "none"]);
+        let line = (token, any::<bool>()).prop_map(|(t, neg)| {
+            if neg {
+                LineFilter::NotContains(t.into())
+            } else {
+                LineFilter::Contains(t.into())
+            }
+        });
+        let matcher = (prop::sample::select(vec!["api", "web", "x"]), any::<bool>()).prop_map(|(v, neg)| AttrMatcher {
+            scope: AttrScope::Resource,
+            key: "service.name".into(),
+            op: if neg {
+                MatchOp::Ne(v.into())
+            } else {
+                MatchOp::Eq(v.into())
+            },
+        });
+        let query = (
+            prop::collection::vec(line, 0..3),
+            prop::option::of(matcher),
+            any::<bool>(),
+            1usize..40,
+            0u64..4200,
+            50u64..4500,
+        )
+            .prop_map(|(lines, matcher, oldest, limit, from, len)| LogsQuery {
+                tenant: tenant.into(),
+                start: T + from,
+                end: T + from + len,
+                matchers: matcher.into_iter().collect(),
+                lines,
+                min_severity: None,
+                trace_id: None,
+                limit,
+                order: if oldest { Order::OldestFirst } else { Order::NewestFirst },
+                cursor: None,
+            });
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let cases: Vec<LogsQuery> = (0..48)
+            .map(|_| query.new_tree(&mut runner).expect("a case").current())
+            .collect();
+        let check = |when: &'static str| {
+            let rig = &rig;
+            let cases = &cases;
+            async move {
+                for (n, q) in cases.iter().enumerate() {
+                    let want = ask(&rig.plain, q).await;
+                    for run in 0..2 {
+                        let got = ask(&rig.querier, q).await;
+                        assert_eq!(
+                            (&got.0, &got.1),
+                            (&want.0, &want.1),
+                            "{when}, case {n} run {run}: {q:?}"
+                        );
+                    }
+                }
+            }
+        };
+        check("blocks as sealed").await;
+        let open = |b: &bytes::Bytes| {
+            mira_core::block::Block::from_bytes(b.clone(), Arc::new(mira_core::block::VerifyCache::new(8)))
+                .expect("open")
+        };
+        let merged = mira_core::compact::merge_blocks(&[open(&raw[2]), open(&raw[1])], BlockId::new()).expect("merge");
+        let m = rig.put(merged).await;
+        let v = rig
+            .client
+            .replace(mira_catalog::proto::Replace {
+                add: vec![m],
+                tombstone: vec![entries[1].id.clone(), entries[2].id.clone()],
+                now_ns: mira_common::clock::Clock::system().now_ns(),
+                ..Default::default()
+            })
+            .await
+            .expect("replace");
+        rig.seen(v).await;
+        check("compacted").await;
     }
 }

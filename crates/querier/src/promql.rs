@@ -211,7 +211,31 @@ impl Querier {
                     && !self.metric_names_may_match(c, names, stats).await?
                 {
                     stats.add_pruned(mira_core::sidecar::PruneRule::AttrIndex);
-                    return Ok::<_, QueryError>(SeriesMap::new());
+                    return Ok::<_, QueryError>(Arc::new(SeriesMap::new()));
+                }
+                // A published block's series may be kept ([`crate::results`]).
+                let cache_key = match &c.src {
+                    Src::Published { key } if self.results.enabled() => {
+                        let (manifest, _) = self.published_sidecars(key, stats).await?;
+                        let m = &manifest.meta;
+                        Some(crate::results::series_key(
+                            m.tenant.as_str(),
+                            m.block_id,
+                            &sel,
+                            from_ms,
+                            to_ms,
+                            m.min_time,
+                            m.max_time,
+                        ))
+                    }
+                    _ => None,
+                };
+                if let Some(k) = &cache_key
+                    && let Some(map) = self.results.series(k, stats)
+                {
+                    // Counted as fetched, as a scan's hit is.
+                    stats.add_fetched();
+                    return Ok(map);
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;
                 let id = c.id;
@@ -224,13 +248,17 @@ impl Querier {
                     .await
                     .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;
                 stats.add_rows(read as u64);
+                let map = Arc::new(map);
+                if let Some(k) = cache_key {
+                    self.results.insert_series(k, map.clone());
+                }
                 Ok(map)
             }
         });
         let mut all = SeriesMap::new();
         for part in futures::future::try_join_all(reads).await? {
-            for (labels, samples) in part {
-                all.entry(labels).or_default().extend(samples);
+            for (labels, samples) in part.iter() {
+                all.entry(labels.clone()).or_default().extend_from_slice(samples);
             }
             if all.len() > MAX_SERIES {
                 return Err(QueryError::TooBig(format!(

@@ -94,7 +94,33 @@ impl Collector for CacheCollector {
             let counter = ConstCounter::new(v.load(Ordering::Relaxed));
             counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
         }
+        let r = &self.0.results().counters;
         for (name, help, v) in [
+            (
+                "result_cache_hits",
+                "Per-block query results found in the result cache",
+                &r.hits,
+            ),
+            (
+                "result_cache_misses",
+                "Per-block query results not found in the result cache",
+                &r.misses,
+            ),
+            (
+                "result_cache_evictions",
+                "Per-block query results evicted for room",
+                &r.evictions,
+            ),
+        ] {
+            let counter = ConstCounter::new(v.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        for (name, help, v) in [
+            (
+                "result_cache_bytes",
+                "Bytes of per-block query results held in memory",
+                self.0.results().bytes(),
+            ),
             ("cache_bytes", "Bytes held by the disk cache", cache.bytes()),
             (
                 "decoded_cache_bytes",

@@ -28,6 +28,9 @@ pub struct Settings {
     /// Most bytes of decoded tables kept in memory, so repeated scans of a
     /// block skip decoding (0: none kept).
     pub decoded_cache_size: ByteSize,
+    /// Most bytes of per-block query results kept in memory, so a repeated
+    /// query skips evaluating its predicate on unchanged blocks (0: none).
+    pub result_cache_size: ByteSize,
     /// Most concurrent range GETs to the object store.
     pub max_fetches: usize,
     /// Threads scanning blocks; default: the number of cores.
@@ -57,6 +60,7 @@ impl Default for Settings {
             cache_dir: None,
             cache_size: ByteSize::gib(10),
             decoded_cache_size: ByteSize::gib(1),
+            result_cache_size: ByteSize::mib(256),
             max_fetches: 32,
             query_threads: None,
             max_query_blocks: 20_000,
@@ -94,6 +98,7 @@ impl Settings {
         let mut c = QuerierConfig::new(self.cache_dir.clone().unwrap_or_else(|| data_dir.join("cache")));
         c.cache_bytes = self.cache_size.bytes();
         c.decoded_cache_bytes = self.decoded_cache_size.bytes();
+        c.result_cache_bytes = self.result_cache_size.bytes();
         c.max_fetches = self.max_fetches;
         if let Some(t) = self.query_threads {
             c.threads = t;
@@ -118,6 +123,7 @@ mod tests {
         assert_eq!(c.cache_dir, PathBuf::from("/data/cache"));
         assert_eq!(c.cache_bytes, 10 << 30);
         assert_eq!(c.decoded_cache_bytes, 1 << 30);
+        assert_eq!(c.result_cache_bytes, 256 << 20);
         assert_eq!(c.max_range, std::time::Duration::from_secs(744 * 3600));
         assert_eq!(c.recent_timeout, std::time::Duration::from_secs(2));
         assert_eq!(c.query_timeout, std::time::Duration::from_secs(120));

@@ -21,6 +21,9 @@ pub struct Stats {
     recent_blocks: AtomicU64,
     ingesters_asked: AtomicU64,
     blocks_offloaded: AtomicU64,
+    result_cache_hits: AtomicU64,
+    result_cache_misses: AtomicU64,
+    result_cache_bytes: AtomicU64,
 }
 
 impl Default for Stats {
@@ -37,6 +40,9 @@ impl Default for Stats {
             recent_blocks: AtomicU64::new(0),
             ingesters_asked: AtomicU64::new(0),
             blocks_offloaded: AtomicU64::new(0),
+            result_cache_hits: AtomicU64::new(0),
+            result_cache_misses: AtomicU64::new(0),
+            result_cache_bytes: AtomicU64::new(0),
         }
     }
 }
@@ -96,6 +102,17 @@ impl Stats {
         add(&self.blocks_offloaded, n);
     }
 
+    /// A block's result served by the result cache (`bytes`: its entry).
+    pub fn add_result_hit(&self, bytes: u64) {
+        add(&self.result_cache_hits, 1);
+        add(&self.result_cache_bytes, bytes);
+    }
+
+    /// A block's result the result cache did not hold.
+    pub fn add_result_miss(&self) {
+        add(&self.result_cache_misses, 1);
+    }
+
     pub fn snapshot(&self) -> StatsJson {
         let pruned = |r: PruneRule| get(&self.pruned[PruneRule::ALL.iter().position(|x| *x == r).unwrap_or(0)]);
         StatsJson {
@@ -114,6 +131,9 @@ impl Stats {
             recent_blocks: get(&self.recent_blocks),
             ingesters_asked: get(&self.ingesters_asked),
             blocks_offloaded: get(&self.blocks_offloaded),
+            result_cache_hits: get(&self.result_cache_hits),
+            result_cache_misses: get(&self.result_cache_misses),
+            result_cache_bytes: get(&self.result_cache_bytes),
             elapsed_us: self.started.elapsed().as_micros() as u64,
         }
     }
@@ -133,7 +153,8 @@ pub struct StatsJson {
     /// Published blocks of the tenant and signal the plan looked at.
     pub blocks_considered: u64,
     pub blocks_pruned: Pruned,
-    /// Blocks whose row sections were read.
+    /// Blocks whose rows were read: from their row sections, or (the
+    /// `result_cache_hits` among them) from the result cache.
     pub blocks_fetched: u64,
     /// Sections CRC-checked by this query (others were checked before).
     pub sections_verified: u64,
@@ -147,5 +168,15 @@ pub struct StatsJson {
     /// (the warnings say how to restore them).
     #[serde(default)]
     pub blocks_offloaded: u64,
+    /// Blocks whose result came from the result cache (their predicate
+    /// was not evaluated again).
+    #[serde(default)]
+    pub result_cache_hits: u64,
+    /// Published blocks whose result the result cache did not hold.
+    #[serde(default)]
+    pub result_cache_misses: u64,
+    /// Bytes of the result cache entries the hits used.
+    #[serde(default)]
+    pub result_cache_bytes: u64,
     pub elapsed_us: u64,
 }

@@ -4,7 +4,9 @@
 //! the catalog is down, answers again once it is back), one re-plan when a
 //! planned block was replaced and its object deleted (the same answer), and
 //! a live block without its object (500, counted as missing); decoded
-//! tables reused by later queries within the decoded cache's bytes.
+//! tables reused by later queries within the decoded cache's bytes; a
+//! repeated PromQL query and a sliding range answered from the result
+//! cache as an uncached querier answers them.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -672,4 +674,125 @@ async fn an_offloaded_block_is_not_read_and_the_answer_says_how_to_restore_it() 
         warning.starts_with("1 blocks offloaded in range") && warning.contains("mira offload restore --tenant"),
         "{warning}"
     );
+}
+
+/// A metrics block: gauge `temp` for cpu 0 and 1, a point every 10 s for
+/// 50 s from `t0() + offset_s`.
+fn metrics_block(offset_s: u64) -> (Bytes, pb::Block) {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+    };
+    let text = |v: &str| {
+        Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        })
+    };
+    let points = (0..2u64)
+        .flat_map(|cpu| (0..6u64).map(move |k| (cpu, k)))
+        .map(|(cpu, k)| NumberDataPoint {
+            time_unix_nano: t0() + (offset_s + k * 10) * 1_000_000_000,
+            value: Some(number_data_point::Value::AsDouble((offset_s + k + cpu * 100) as f64)),
+            attributes: vec![KeyValue {
+                key: "cpu".into(),
+                value: text(&cpu.to_string()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    let req = ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: text("svc"),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "temp".into(),
+                    data: Some(metric::Data::Gauge(Gauge { data_points: points })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut b = mira_core::convert::PointsBuilder::default();
+    b.append(&req).expect("append");
+    let tables = b.finish().expect("finish");
+    row(write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("write"))
+}
+
+/// A PromQL range query over `[t0() + from_s, t0() + to_s]`, step 10 s.
+fn promql_path(query: &str, from_s: u64, to_s: u64) -> String {
+    let secs = |s: u64| {
+        let ms = t0() / 1_000_000 + s * 1000;
+        format!("{}.{:03}", ms / 1000, ms % 1000)
+    };
+    format!(
+        "/api/v1/query_range?query={}&start={}&end={}&step=10",
+        query
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            })
+            .collect::<String>(),
+        secs(from_s),
+        secs(to_s)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_promql_query_and_a_sliding_range_reuse_unchanged_blocks_and_answer_the_same() {
+    let stack = Stack::start().await;
+    let blocks: Vec<_> = (0..4).map(|i| metrics_block(i * 60)).collect();
+    stack.publish(&blocks.iter().collect::<Vec<_>>()).await;
+    let cached = stack.querier("cached", |_| {}).await;
+    let plain = stack.querier("plain", |c| c.result_cache_bytes = 0).await;
+    let (hits, misses) = (
+        "mira_querier_result_cache_hits_total",
+        "mira_querier_result_cache_misses_total",
+    );
+    let answer = |(status, body): (u16, String)| {
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).expect("json");
+        v["data"].clone()
+    };
+    for query in ["sum by (cpu) (temp)", r#"max_over_time(temp{cpu="1"}[30s])"#] {
+        let path = promql_path(query, 60, 180);
+        let want = answer(plain.get(&path).await);
+        assert!(
+            want["result"].as_array().is_some_and(|r| !r.is_empty()),
+            "{query}: {want}"
+        );
+        let (h0, m0) = (cached.metric(hits).await, cached.metric(misses).await);
+        assert_eq!(answer(cached.get(&path).await), want, "{query}: first run");
+        let (h1, m1) = (cached.metric(hits).await, cached.metric(misses).await);
+        assert!(m1 > m0, "{query}: the first run misses");
+        assert_eq!(answer(cached.get(&path).await), want, "{query}: second run");
+        let (h2, m2) = (cached.metric(hits).await, cached.metric(misses).await);
+        assert_eq!(m2, m1, "{query}: the second run finds every block");
+        assert!(h2 >= h1 + 4.0, "{query}: {h1} -> {h2} hits");
+        let _ = h0;
+    }
+    // The dashboard slides by a minute: the blocks the new range still
+    // covers whole (and covered whole before) are reused, the cut edge is
+    // read again; the answer is the uncached one.
+    let path = promql_path("sum by (cpu) (temp)", 120, 240);
+    let want = answer(plain.get(&path).await);
+    let (h1, m1) = (cached.metric(hits).await, cached.metric(misses).await);
+    assert_eq!(answer(cached.get(&path).await), want, "slid");
+    let (h2, m2) = (cached.metric(hits).await, cached.metric(misses).await);
+    assert!(h2 - h1 >= 3.0, "{h1} -> {h2} hits");
+    assert!(m2 - m1 >= 1.0, "{m1} -> {m2} misses");
+    assert!(cached.metric("mira_querier_result_cache_bytes").await > 0.0);
+    assert_eq!(plain.metric(hits).await + plain.metric(misses).await, 0.0);
+    assert_eq!(plain.metric("mira_querier_result_cache_bytes").await, 0.0);
 }
