@@ -66,17 +66,21 @@ fn bench_decode_only<T: Message + Default>(
     corpus: &str,
     reqs: &[Vec<u8>],
 ) {
-    g.bench_with_input(BenchmarkId::new(format!("{signal}_decode_only"), corpus), reqs, |b, reqs| {
-        b.iter(|| {
-            let mut n = 0;
-            for r in reqs {
-                let req = T::decode(r.as_slice()).expect("decode");
-                black_box(&req);
-                n += 1;
-            }
-            black_box(n)
-        })
-    });
+    g.bench_with_input(
+        BenchmarkId::new(format!("{signal}_decode_only"), corpus),
+        reqs,
+        |b, reqs| {
+            b.iter(|| {
+                let mut n = 0;
+                for r in reqs {
+                    let req = T::decode(r.as_slice()).expect("decode");
+                    black_box(&req);
+                    n += 1;
+                }
+                black_box(n)
+            })
+        },
+    );
 }
 
 fn bench(c: &mut Criterion) {

@@ -382,6 +382,37 @@ mod tests {
     }
 
     #[test]
+    fn exporter_shaped_spans_and_points_take_the_fast_path() {
+        for card in [Cardinality::Low, Cardinality::High] {
+            let mut corpus = Corpus::new(5, card);
+            match parse_traces(&corpus.traces(2000).encode_to_vec()) {
+                Fast::Done(v) => assert_eq!(v.spans.len(), 2000),
+                Fast::Fallback => panic!("corpus trace request fell back to prost"),
+            }
+            match parse_metrics(&corpus.metrics(2000).encode_to_vec()) {
+                Fast::Done(v) => assert_eq!(v.points.len(), 2000),
+                Fast::Fallback => panic!("corpus metrics request fell back to prost"),
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        /// Every request prost encodes is read by the wire readers (so the
+        /// differential tests in tests/wire.rs compare the two paths, not
+        /// prost with itself).
+        #[test]
+        fn prost_encoded_requests_take_the_fast_path(
+            t in mira_testkit::arb::traces_request(),
+            m in mira_testkit::arb::metrics_request(),
+        ) {
+            proptest::prop_assert!(matches!(parse_traces(&t.encode_to_vec()), Fast::Done(_)));
+            proptest::prop_assert!(matches!(parse_metrics(&m.encode_to_vec()), Fast::Done(_)));
+        }
+    }
+
+    #[test]
     fn unusual_shapes_fall_back() {
         // A record whose body appears twice: protobuf merges, we defer.
         let mut rec = Vec::new();
