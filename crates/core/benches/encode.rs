@@ -10,6 +10,8 @@ use mira_core::convert::{Limits, LogsBuilder, PointsBuilder, SignalBuilder, Span
 use mira_core::{BlockId, TenantId, tables};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
 /// Records per export request, as the Collector's batch processor sends.
@@ -38,6 +40,49 @@ fn bench_append<B: SignalBuilder>(
     });
 }
 
+/// The reference path: prost decode, then append.
+fn bench_prost<B: SignalBuilder>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    signal: &str,
+    corpus: &str,
+    reqs: &[Vec<u8>],
+) {
+    g.bench_with_input(BenchmarkId::new(format!("{signal}_prost"), corpus), reqs, |b, reqs| {
+        b.iter(|| {
+            let mut builder = B::default();
+            for r in reqs {
+                let req = <B::Request as Message>::decode(r.as_slice()).expect("decode");
+                builder.append(&req).expect("append");
+            }
+            black_box(builder.rows())
+        })
+    });
+}
+
+/// prost decode alone, the baseline the other rows are read against.
+fn bench_decode_only<T: Message + Default>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    signal: &str,
+    corpus: &str,
+    reqs: &[Vec<u8>],
+) {
+    g.bench_with_input(
+        BenchmarkId::new(format!("{signal}_decode_only"), corpus),
+        reqs,
+        |b, reqs| {
+            b.iter(|| {
+                let mut n = 0;
+                for r in reqs {
+                    let req = T::decode(r.as_slice()).expect("decode");
+                    black_box(&req);
+                    n += 1;
+                }
+                black_box(n)
+            })
+        },
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("decode_append");
     g.throughput(Throughput::Elements((BATCH * REQUESTS) as u64));
@@ -49,7 +94,7 @@ fn bench(c: &mut Criterion) {
         let spans = encoded(|| corpus.traces(BATCH));
         let points = encoded(|| corpus.metrics(BATCH));
         // What the ingester runs: the encoded body straight into the builders
-        // (the wire reader for logs, prost for the others).
+        // (the wire readers).
         bench_append::<LogsBuilder>(&mut g, "logs", &name, &logs);
         bench_append::<SpansBuilder>(&mut g, "spans", &name, &spans);
         bench_append::<PointsBuilder>(&mut g, "points", &name, &points);
@@ -70,30 +115,14 @@ fn bench(c: &mut Criterion) {
                 black_box(builder.rows())
             })
         });
-        // The reference path for logs: prost decode, then append.
-        g.bench_with_input(BenchmarkId::new("logs_prost", &name), &logs, |b, reqs| {
-            b.iter(|| {
-                let mut builder = LogsBuilder::default();
-                for r in reqs {
-                    let req = ExportLogsServiceRequest::decode(r.as_slice()).expect("decode");
-                    builder.append(&req).expect("append");
-                }
-                black_box(builder.rows())
-            })
-        });
-        // Decode alone: the baseline the append cost is read against.
-        g.bench_with_input(BenchmarkId::new("logs_decode_only", &name), &logs, |b, reqs| {
-            b.iter(|| {
-                let mut n = 0;
-                for r in reqs {
-                    n += ExportLogsServiceRequest::decode(r.as_slice())
-                        .expect("decode")
-                        .resource_logs
-                        .len();
-                }
-                black_box(n)
-            })
-        });
+        // The reference paths: prost decode, then append.
+        bench_prost::<LogsBuilder>(&mut g, "logs", &name, &logs);
+        bench_prost::<SpansBuilder>(&mut g, "spans", &name, &spans);
+        bench_prost::<PointsBuilder>(&mut g, "points", &name, &points);
+        // Decode alone: the baselines the append cost is read against.
+        bench_decode_only::<ExportLogsServiceRequest>(&mut g, "logs", &name, &logs);
+        bench_decode_only::<ExportTraceServiceRequest>(&mut g, "spans", &name, &spans);
+        bench_decode_only::<ExportMetricsServiceRequest>(&mut g, "points", &name, &points);
     }
     g.finish();
 

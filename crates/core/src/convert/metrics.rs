@@ -23,6 +23,7 @@ use prost::Message;
 
 use super::columns::{DictStr, check_id, col};
 use super::context::{ContextBuilder, Contexts, FNV_OFFSET, Grouper, fnv1a};
+use super::wire::{self, AttrView, Fast, Val};
 use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
@@ -98,6 +99,23 @@ pub(crate) struct SeriesKey {
 impl SeriesKey {
     /// Appends the key's bytes to `out`.
     pub(crate) fn write(&self, attributes: &[KeyValue], out: &mut Vec<u8>) {
+        self.write_head(out);
+        for kv in attributes {
+            // Encoding into a Vec cannot fail.
+            let _ = kv.encode_length_delimited(out);
+        }
+    }
+
+    /// Appends the key's bytes for attributes the wire reader parsed: the
+    /// same bytes [`SeriesKey::write`] gives for their prost decoding.
+    fn write_wire(&self, attributes: &[AttrView<'_>], out: &mut Vec<u8>) {
+        self.write_head(out);
+        for a in attributes {
+            encode_wire_attr(a, true, out);
+        }
+    }
+
+    fn write_head(&self, out: &mut Vec<u8>) {
         for v in [
             self.resource,
             self.scope,
@@ -111,17 +129,83 @@ impl SeriesKey {
         out.push(self.kind);
         out.extend_from_slice(&self.temporality.to_le_bytes());
         out.push(u8::from(self.monotonic));
-        for kv in attributes {
+    }
+}
+
+/// Appends the protobuf encoding prost gives a `KeyValue` the wire reader
+/// parsed as `a` (length-prefixed when `delimited`): the key when not empty,
+/// then the value (always present, its one member always written).
+fn encode_wire_attr(a: &AttrView<'_>, delimited: bool, out: &mut Vec<u8>) {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    let str_len = |n: usize| 1 + encoded_len_varint(n as u64) + n;
+    let member = match &a.value {
+        Val::Str(s) => str_len(s.len()),
+        Val::Bytes(b) => str_len(b.len()),
+        Val::Int(i) => 1 + encoded_len_varint(*i as u64),
+        Val::Double(_) => 9,
+        Val::Bool(_) => 2,
+        Val::Other(kv) => {
             // Encoding into a Vec cannot fail.
-            let _ = kv.encode_length_delimited(out);
+            let _ = if delimited {
+                kv.encode_length_delimited(out)
+            } else {
+                kv.encode(out)
+            };
+            return;
         }
+    };
+    if delimited {
+        let key = if a.key.is_empty() { 0 } else { str_len(a.key.len()) };
+        encode_varint((key + str_len(member)) as u64, out);
+    }
+    if !a.key.is_empty() {
+        out.push(0x0a);
+        encode_varint(a.key.len() as u64, out);
+        out.extend_from_slice(a.key.as_bytes());
+    }
+    out.push(0x12);
+    encode_varint(member as u64, out);
+    match &a.value {
+        Val::Str(s) => {
+            out.push(0x0a);
+            encode_varint(s.len() as u64, out);
+            out.extend_from_slice(s.as_bytes());
+        }
+        Val::Bool(b) => out.extend_from_slice(&[0x10, u8::from(*b)]),
+        Val::Int(i) => {
+            out.push(0x18);
+            encode_varint(*i as u64, out);
+        }
+        Val::Double(d) => {
+            out.push(0x21);
+            out.extend_from_slice(&d.to_bits().to_le_bytes());
+        }
+        Val::Bytes(b) => {
+            out.push(0x3a);
+            encode_varint(b.len() as u64, out);
+            out.extend_from_slice(b);
+        }
+        Val::Other(_) => {}
+    }
+}
+
+/// A point's attributes, from either decode path.
+#[derive(Clone, Copy)]
+enum Attrs<'a> {
+    Prost(&'a [KeyValue]),
+    Wire(&'a [AttrView<'a>]),
+}
+
+impl Default for Attrs<'_> {
+    fn default() -> Self {
+        Attrs::Prost(&[])
     }
 }
 
 /// The point-level fields of a row; `None` columns are null.
 #[derive(Default)]
 struct PointFields<'a> {
-    attributes: &'a [KeyValue],
+    attributes: Attrs<'a>,
     start: u64,
     time: u64,
     flags: u32,
@@ -137,9 +221,11 @@ struct PointFields<'a> {
     exp_scale: Option<i32>,
     exp_zero_count: Option<u64>,
     exp_zero_threshold: Option<f64>,
-    positive: Option<&'a Buckets>,
-    negative: Option<&'a Buckets>,
-    quantiles: Option<(Vec<f64>, Vec<f64>)>,
+    /// (offset, bucket counts).
+    positive: Option<(i32, &'a [u64])>,
+    negative: Option<(i32, &'a [u64])>,
+    /// (quantiles, values).
+    quantiles: Option<(&'a [f64], &'a [f64])>,
 }
 
 /// (attributes, start, time, flags, exemplars) of a point.
@@ -162,7 +248,7 @@ impl<'a> PointFields<'a> {
     /// A point with only the common fields set.
     fn with_common((attributes, start, time, flags, exemplars): PointCommon<'a>) -> Self {
         PointFields {
-            attributes,
+            attributes: Attrs::Prost(attributes),
             start,
             time,
             flags,
@@ -317,6 +403,21 @@ pub fn validate(req: &ExportMetricsServiceRequest) -> Result<usize, ConvertError
     Ok(n)
 }
 
+/// True when the limits change nothing in a parsed request.
+fn view_fits(view: &wire::MetricsView<'_>, limits: &Limits) -> bool {
+    view.points
+        .iter()
+        .all(|p| limits.time_fits(p.time) && limits.wire_attrs_fit(&view.attrs[p.attrs.clone()]))
+        && view
+            .resources
+            .iter()
+            .all(|r| r.resource.as_ref().is_none_or(|r| limits.fits(&r.attributes)))
+        && view
+            .scopes
+            .iter()
+            .all(|s| s.scope.as_ref().is_none_or(|s| limits.fits(&s.attributes)))
+}
+
 impl std::fmt::Debug for PointsBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PointsBuilder")
@@ -393,6 +494,35 @@ impl SignalBuilder for PointsBuilder {
         Ok(n)
     }
 
+    /// Appends an encoded `ExportMetricsServiceRequest`. Common shapes are
+    /// read straight from the wire; anything else (and requests the limits
+    /// change) is decoded by prost first. Either way the request is checked
+    /// whole before anything is appended.
+    fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
+        let view = match wire::parse_metrics(buf) {
+            Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
+            _ => {
+                let mut req =
+                    ExportMetricsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+                let mut out = limits.apply_metrics(&mut req);
+                out.rows = self.append(&req)?;
+                if out.too_old + out.too_new > 0 {
+                    out.kept = Some(req.encode_to_vec());
+                }
+                return Ok(out);
+            }
+        };
+        for e in &view.exemplars {
+            check_id("exemplar trace_id", &e.trace_id, 16)?;
+            check_id("exemplar span_id", &e.span_id, 8)?;
+        }
+        self.append_view(&view);
+        Ok(Appended {
+            rows: view.points.len(),
+            ..Appended::default()
+        })
+    }
+
     fn finish(&mut self) -> Result<TableSet, ConvertError> {
         let rows = self.time.len();
         let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
@@ -464,10 +594,18 @@ impl SignalBuilder for PointsBuilder {
 }
 
 impl PointsBuilder {
-    fn append_metric(&mut self, rid: u32, sid: u32, m: &Metric) {
-        let metadata = (!m.metadata.is_empty()).then(|| {
+    /// The metric-level fields of a metric's rows. Interns the metric's
+    /// strings and metadata whether or not it has points, as both decode
+    /// paths do.
+    fn metric_fields(
+        &mut self,
+        (name, description, unit): (&str, &str, &str),
+        metadata: &[KeyValue],
+        (kind, temporality, monotonic): (u8, i32, bool),
+    ) -> MetricFields {
+        let metadata = (!metadata.is_empty()).then(|| {
             let encoded = KeyValueList {
-                values: m.metadata.clone(),
+                values: metadata.to_vec(),
             }
             .encode_to_vec();
             let next = self.metadata_index.len() as u32;
@@ -476,36 +614,38 @@ impl PointsBuilder {
                 next
             })
         });
-        let (name, description, unit) = (
-            self.name.intern(&m.name),
-            self.description.intern(&m.description),
-            self.unit.intern(&m.unit),
-        );
-        let name_hash = fnv1a(FNV_OFFSET, m.name.as_bytes());
-        let mf = |kind, temporality, monotonic| MetricFields {
-            name,
-            description,
-            unit,
+        MetricFields {
+            name: self.name.intern(name),
+            description: self.description.intern(description),
+            unit: self.unit.intern(unit),
             metadata,
-            name_hash,
+            name_hash: fnv1a(FNV_OFFSET, name.as_bytes()),
             kind,
             temporality,
             monotonic,
+        }
+    }
+
+    fn append_metric(&mut self, rid: u32, sid: u32, m: &Metric) {
+        let (kind, temporality, monotonic) = match &m.data {
+            Some(Data::Gauge(_)) | None => (metric_type::GAUGE, 0, false),
+            Some(Data::Sum(s)) => (metric_type::SUM, s.aggregation_temporality, s.is_monotonic),
+            Some(Data::Histogram(h)) => (metric_type::HISTOGRAM, h.aggregation_temporality, false),
+            Some(Data::ExponentialHistogram(h)) => (metric_type::EXP_HISTOGRAM, h.aggregation_temporality, false),
+            Some(Data::Summary(_)) => (metric_type::SUMMARY, 0, false),
         };
+        let f = self.metric_fields(
+            (&m.name, &m.description, &m.unit),
+            &m.metadata,
+            (kind, temporality, monotonic),
+        );
         match &m.data {
-            Some(Data::Gauge(g)) => {
-                for p in &g.data_points {
-                    self.row(rid, sid, &mf(metric_type::GAUGE, 0, false), number_fields(p));
-                }
-            }
-            Some(Data::Sum(s)) => {
-                let f = mf(metric_type::SUM, s.aggregation_temporality, s.is_monotonic);
-                for p in &s.data_points {
+            Some(Data::Gauge(Gauge { data_points })) | Some(Data::Sum(Sum { data_points, .. })) => {
+                for p in data_points {
                     self.row(rid, sid, &f, number_fields(p));
                 }
             }
             Some(Data::Histogram(h)) => {
-                let f = mf(metric_type::HISTOGRAM, h.aggregation_temporality, false);
                 for p in &h.data_points {
                     let pf = PointFields {
                         bucket_counts: Some(&p.bucket_counts),
@@ -516,33 +656,30 @@ impl PointsBuilder {
                 }
             }
             Some(Data::ExponentialHistogram(h)) => {
-                let f = mf(metric_type::EXP_HISTOGRAM, h.aggregation_temporality, false);
                 for p in &h.data_points {
                     let pf = PointFields {
                         exp_scale: Some(p.scale),
                         exp_zero_count: Some(p.zero_count),
                         exp_zero_threshold: Some(p.zero_threshold),
-                        positive: p.positive.as_ref(),
-                        negative: p.negative.as_ref(),
+                        positive: p.positive.as_ref().map(|b| (b.offset, b.bucket_counts.as_slice())),
+                        negative: p.negative.as_ref().map(|b| (b.offset, b.bucket_counts.as_slice())),
                         ..PointFields::dist(point_common!(p), (p.count, p.sum, p.min, p.max))
                     };
                     self.row(rid, sid, &f, pf);
                 }
             }
             Some(Data::Summary(s)) => {
-                let f = mf(metric_type::SUMMARY, 0, false);
                 for p in &s.data_points {
+                    let q: Vec<f64> = p.quantile_values.iter().map(|q| q.quantile).collect();
+                    let qv: Vec<f64> = p.quantile_values.iter().map(|q| q.value).collect();
                     let pf = PointFields {
-                        attributes: &p.attributes,
+                        attributes: Attrs::Prost(&p.attributes),
                         start: p.start_time_unix_nano,
                         time: p.time_unix_nano,
                         flags: p.flags,
                         count: Some(p.count),
                         sum: Some(p.sum),
-                        quantiles: Some((
-                            p.quantile_values.iter().map(|q| q.quantile).collect(),
-                            p.quantile_values.iter().map(|q| q.value).collect(),
-                        )),
+                        quantiles: Some((&q, &qv)),
                         ..Default::default()
                     };
                     self.row(rid, sid, &f, pf);
@@ -552,24 +689,96 @@ impl PointsBuilder {
         }
     }
 
+    /// Appends a request the wire reader parsed (ids checked).
+    fn append_view(&mut self, view: &wire::MetricsView<'_>) {
+        for res in &view.resources {
+            let rid = self.ctx.resource(res.resource.as_ref(), res.schema_url);
+            for scope in &view.scopes[res.scopes.clone()] {
+                let sid = self.ctx.scope(scope.scope.as_ref(), scope.schema_url);
+                for m in &view.metrics[scope.records.clone()] {
+                    let kind = m.kind.unwrap_or(metric_type::GAUGE);
+                    let (temporality, monotonic) = match kind {
+                        metric_type::SUM => (m.temporality, m.monotonic),
+                        metric_type::HISTOGRAM | metric_type::EXP_HISTOGRAM => (m.temporality, false),
+                        _ => (0, false),
+                    };
+                    let f = self.metric_fields(
+                        (m.name, m.description, m.unit),
+                        &view.metadata[m.metadata.clone()],
+                        (kind, temporality, monotonic),
+                    );
+                    for p in &view.points[m.points.clone()] {
+                        let mut pf = PointFields {
+                            attributes: Attrs::Wire(&view.attrs[p.attrs.clone()]),
+                            start: p.start,
+                            time: p.time,
+                            flags: p.flags,
+                            exemplars: &view.exemplars[p.exemplars.clone()],
+                            ..PointFields::default()
+                        };
+                        match kind {
+                            metric_type::GAUGE | metric_type::SUM => {
+                                pf.value_int = p.value_int;
+                                pf.value_double = p.value_double;
+                            }
+                            metric_type::HISTOGRAM => {
+                                (pf.count, pf.sum, pf.min, pf.max) = (Some(p.count), p.sum, p.min, p.max);
+                                pf.bucket_counts = Some(&view.u64s[p.bucket_counts.clone()]);
+                                pf.explicit_bounds = Some(&view.f64s[p.explicit_bounds.clone()]);
+                            }
+                            metric_type::EXP_HISTOGRAM => {
+                                (pf.count, pf.sum, pf.min, pf.max) = (Some(p.count), p.sum, p.min, p.max);
+                                pf.exp_scale = Some(p.scale);
+                                pf.exp_zero_count = Some(p.zero_count);
+                                pf.exp_zero_threshold = Some(p.zero_threshold);
+                                pf.positive = p.positive.as_ref().map(|(o, r)| (*o, &view.u64s[r.clone()]));
+                                pf.negative = p.negative.as_ref().map(|(o, r)| (*o, &view.u64s[r.clone()]));
+                            }
+                            _ => {
+                                (pf.count, pf.sum) = (Some(p.count), p.sum);
+                                pf.quantiles = Some((
+                                    &view.quantiles[p.quantiles.clone()],
+                                    &view.quantile_values[p.quantiles.clone()],
+                                ));
+                            }
+                        }
+                        self.row(rid, sid, &f, pf);
+                    }
+                }
+            }
+        }
+    }
+
     /// Series id: a stable hash of metric name, resource and point
     /// attributes (attribute order does not matter).
-    fn series_id(&self, rid: u32, name_hash: u64, attributes: &[KeyValue]) -> u64 {
+    fn series_id(&self, rid: u32, name_hash: u64, attributes: Attrs<'_>) -> u64 {
         let mut h = name_hash ^ self.ctx.resource_hash(rid).rotate_left(17);
         let mut buf = Vec::new();
-        for kv in attributes {
-            buf.clear();
-            let _ = kv.encode(&mut buf);
-            h = h.wrapping_add(fnv1a(FNV_OFFSET, &buf).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut add = |buf: &[u8]| h = h.wrapping_add(fnv1a(FNV_OFFSET, buf).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        match attributes {
+            Attrs::Prost(kvs) => {
+                for kv in kvs {
+                    buf.clear();
+                    let _ = kv.encode(&mut buf);
+                    add(&buf);
+                }
+            }
+            Attrs::Wire(attrs) => {
+                for a in attrs {
+                    buf.clear();
+                    encode_wire_attr(a, false, &mut buf);
+                    add(&buf);
+                }
+            }
         }
         h
     }
 
     /// The series row of a point: found by its identity, or added (with its
     /// attributes) when new.
-    fn series_of(&mut self, rid: u32, sid: u32, m: &MetricFields, attributes: &[KeyValue]) -> u32 {
+    fn series_of(&mut self, rid: u32, sid: u32, m: &MetricFields, attributes: Attrs<'_>) -> u32 {
         self.scratch.clear();
-        SeriesKey {
+        let key = SeriesKey {
             resource: rid,
             scope: sid,
             name: m.name,
@@ -579,8 +788,11 @@ impl PointsBuilder {
             kind: m.kind,
             temporality: m.temporality,
             monotonic: m.monotonic,
+        };
+        match attributes {
+            Attrs::Prost(kvs) => key.write(kvs, &mut self.scratch),
+            Attrs::Wire(attrs) => key.write_wire(attrs, &mut self.scratch),
         }
-        .write(attributes, &mut self.scratch);
         if let Some(&s) = self.series_index.get(self.scratch.as_slice()) {
             return s;
         }
@@ -598,7 +810,14 @@ impl PointsBuilder {
         self.series_hash.push(hash);
         self.resource_id.push(rid);
         self.scope_id.push(sid);
-        self.attrs.append_all(s, attributes);
+        match attributes {
+            Attrs::Prost(kvs) => self.attrs.append_all(s, kvs),
+            Attrs::Wire(attrs) => {
+                for a in attrs {
+                    self.attrs.append_val(s, a.key, &a.value);
+                }
+            }
+        }
         s
     }
 
@@ -640,12 +859,12 @@ impl PointsBuilder {
         self.exp_scale.append_option(p.exp_scale);
         self.exp_zero_count.append_option(p.exp_zero_count);
         self.exp_zero_threshold.append_option(p.exp_zero_threshold);
-        self.pos_offset.append_option(p.positive.map(|b| b.offset));
-        push_u64s(&mut self.pos_counts, p.positive.map(|b| b.bucket_counts.as_slice()));
-        self.neg_offset.append_option(p.negative.map(|b| b.offset));
-        push_u64s(&mut self.neg_counts, p.negative.map(|b| b.bucket_counts.as_slice()));
-        let (q, qv) = match &p.quantiles {
-            Some((q, v)) => (Some(q.as_slice()), Some(v.as_slice())),
+        self.pos_offset.append_option(p.positive.map(|b| b.0));
+        push_u64s(&mut self.pos_counts, p.positive.map(|b| b.1));
+        self.neg_offset.append_option(p.negative.map(|b| b.0));
+        push_u64s(&mut self.neg_counts, p.negative.map(|b| b.1));
+        let (q, qv) = match p.quantiles {
+            Some((q, v)) => (Some(q), Some(v)),
             None => (None, None),
         };
         push_f64s(&mut self.quantiles, q);

@@ -10,9 +10,11 @@ use arrow::array::{
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
+use prost::Message;
 
 use super::columns::{DictStr, append_id, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
+use super::wire::{self, Fast};
 use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
@@ -112,6 +114,45 @@ pub fn validate(req: &ExportTraceServiceRequest) -> Result<usize, ConvertError> 
     Ok(n)
 }
 
+/// One span's `spans` columns, from either decode path.
+struct SpanRow<'a> {
+    trace_id: &'a [u8],
+    span_id: &'a [u8],
+    parent_span_id: &'a [u8],
+    trace_state: &'a str,
+    flags: u32,
+    name: &'a str,
+    kind: i32,
+    start: u64,
+    end: u64,
+    status: Option<(i32, &'a str)>,
+    dropped_attrs: u32,
+    dropped_events: u32,
+    dropped_links: u32,
+}
+
+/// True when the limits change nothing in a parsed request.
+fn view_fits(view: &wire::TracesView<'_>, limits: &Limits) -> bool {
+    view.spans.iter().all(|s| {
+        limits.time_fits(s.start)
+            && limits.time_fits(s.end)
+            && limits.wire_attrs_fit(&view.attrs[s.attrs.clone()])
+            && view.events[s.events.clone()]
+                .iter()
+                .all(|e| limits.wire_attrs_fit(&view.ev_attrs[e.attrs.clone()]))
+            && view.links[s.links.clone()]
+                .iter()
+                .all(|l| limits.wire_attrs_fit(&view.ln_attrs[l.attrs.clone()]))
+    }) && view
+        .resources
+        .iter()
+        .all(|r| r.resource.as_ref().is_none_or(|r| limits.fits(&r.attributes)))
+        && view
+            .scopes
+            .iter()
+            .all(|s| s.scope.as_ref().is_none_or(|s| limits.fits(&s.attributes)))
+}
+
 impl std::fmt::Debug for SpansBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SpansBuilder")
@@ -159,6 +200,82 @@ impl SignalBuilder for SpansBuilder {
             }
         }
         Ok(n)
+    }
+
+    /// Appends an encoded `ExportTraceServiceRequest`. Common shapes are
+    /// read straight from the wire; anything else (and requests the limits
+    /// change) is decoded by prost first. Either way the request is checked
+    /// whole before anything is appended.
+    fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
+        let view = match wire::parse_traces(buf) {
+            Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
+            _ => {
+                let mut req =
+                    ExportTraceServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
+                let mut out = limits.apply_traces(&mut req);
+                out.rows = self.append(&req)?;
+                if out.too_old + out.too_new > 0 {
+                    out.kept = Some(req.encode_to_vec());
+                }
+                return Ok(out);
+            }
+        };
+        // In the order `validate` checks, so both paths name the same id.
+        for s in &view.spans {
+            check_id("trace_id", s.trace_id, 16)?;
+            check_id("span_id", s.span_id, 8)?;
+            check_id("parent_span_id", s.parent_span_id, 8)?;
+            for l in &view.links[s.links.clone()] {
+                check_id("link trace_id", l.trace_id, 16)?;
+                check_id("link span_id", l.span_id, 8)?;
+            }
+        }
+        for res in &view.resources {
+            let rid = self.ctx.resource(res.resource.as_ref(), res.schema_url);
+            for scope in &view.scopes[res.scopes.clone()] {
+                let sid = self.ctx.scope(scope.scope.as_ref(), scope.schema_url);
+                for s in &view.spans[scope.records.clone()] {
+                    let row = self.push_span(
+                        rid,
+                        sid,
+                        &SpanRow {
+                            trace_id: s.trace_id,
+                            span_id: s.span_id,
+                            parent_span_id: s.parent_span_id,
+                            trace_state: s.trace_state,
+                            flags: s.flags,
+                            name: s.name,
+                            kind: s.kind,
+                            start: s.start,
+                            end: s.end,
+                            status: s.status,
+                            dropped_attrs: s.dropped_attrs,
+                            dropped_events: s.dropped_events,
+                            dropped_links: s.dropped_links,
+                        },
+                    )?;
+                    for a in &view.attrs[s.attrs.clone()] {
+                        self.attrs.append_val(row, a.key, &a.value);
+                    }
+                    for e in &view.events[s.events.clone()] {
+                        let erow = self.push_event(row, e.time, e.name, e.dropped);
+                        for a in &view.ev_attrs[e.attrs.clone()] {
+                            self.ev_attrs.append_val(erow, a.key, &a.value);
+                        }
+                    }
+                    for l in &view.links[s.links.clone()] {
+                        let lrow = self.push_link(row, l.trace_id, l.span_id, l.trace_state, l.flags, l.dropped)?;
+                        for a in &view.ln_attrs[l.attrs.clone()] {
+                            self.ln_attrs.append_val(lrow, a.key, &a.value);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Appended {
+            rows: view.spans.len(),
+            ..Appended::default()
+        })
     }
 
     fn finish(&mut self) -> Result<TableSet, ConvertError> {
@@ -218,52 +335,105 @@ impl SignalBuilder for SpansBuilder {
 
 impl SpansBuilder {
     fn append_span(&mut self, rid: u32, sid: u32, s: &Span) -> Result<(), ConvertError> {
+        let row = self.push_span(
+            rid,
+            sid,
+            &SpanRow {
+                trace_id: &s.trace_id,
+                span_id: &s.span_id,
+                parent_span_id: &s.parent_span_id,
+                trace_state: &s.trace_state,
+                flags: s.flags,
+                name: &s.name,
+                kind: s.kind,
+                start: s.start_time_unix_nano,
+                end: s.end_time_unix_nano,
+                status: s.status.as_ref().map(|st| (st.code, st.message.as_str())),
+                dropped_attrs: s.dropped_attributes_count,
+                dropped_events: s.dropped_events_count,
+                dropped_links: s.dropped_links_count,
+            },
+        )?;
+        self.attrs.append_all(row, &s.attributes);
+        for e in &s.events {
+            let erow = self.push_event(row, e.time_unix_nano, &e.name, e.dropped_attributes_count);
+            self.ev_attrs.append_all(erow, &e.attributes);
+        }
+        for l in &s.links {
+            let lrow = self.push_link(
+                row,
+                &l.trace_id,
+                &l.span_id,
+                &l.trace_state,
+                l.flags,
+                l.dropped_attributes_count,
+            )?;
+            self.ln_attrs.append_all(lrow, &l.attributes);
+        }
+        Ok(())
+    }
+
+    /// Appends one span's root columns; returns its row. Ids must have been
+    /// checked.
+    fn push_span(&mut self, rid: u32, sid: u32, s: &SpanRow<'_>) -> Result<u32, ConvertError> {
         let row = self.start.len() as u32;
-        append_id(&mut self.trace_id, &s.trace_id)?;
-        append_id(&mut self.span_id, &s.span_id)?;
-        append_id(&mut self.parent_span_id, &s.parent_span_id)?;
-        self.trace_state.append_value(&s.trace_state);
+        append_id(&mut self.trace_id, s.trace_id)?;
+        append_id(&mut self.span_id, s.span_id)?;
+        append_id(&mut self.parent_span_id, s.parent_span_id)?;
+        self.trace_state.append_value(s.trace_state);
         self.flags.push(s.flags);
-        self.name.append(&s.name);
+        self.name.append(s.name);
         self.kind.push(s.kind);
-        self.start.push(s.start_time_unix_nano);
-        self.end.push(s.end_time_unix_nano);
-        self.times.add(s.start_time_unix_nano);
-        match &s.status {
-            Some(st) => {
-                self.status_code.append_value(st.code);
-                self.status_message.append_value(&st.message);
+        self.start.push(s.start);
+        self.end.push(s.end);
+        self.times.add(s.start);
+        match s.status {
+            Some((code, message)) => {
+                self.status_code.append_value(code);
+                self.status_message.append_value(message);
             }
             None => {
                 self.status_code.append_null();
                 self.status_message.append_value("");
             }
         }
-        self.dropped_attrs.push(s.dropped_attributes_count);
-        self.dropped_events.push(s.dropped_events_count);
-        self.dropped_links.push(s.dropped_links_count);
+        self.dropped_attrs.push(s.dropped_attrs);
+        self.dropped_events.push(s.dropped_events);
+        self.dropped_links.push(s.dropped_links);
         self.resource_id.push(rid);
         self.scope_id.push(sid);
-        self.attrs.append_all(row, &s.attributes);
-        for e in &s.events {
-            let erow = self.ev_time.len() as u32;
-            self.ev_parent.push(row);
-            self.ev_time.push(e.time_unix_nano);
-            self.ev_name.append(&e.name);
-            self.ev_dropped.push(e.dropped_attributes_count);
-            self.ev_attrs.append_all(erow, &e.attributes);
-        }
-        for l in &s.links {
-            let lrow = self.ln_parent.len() as u32;
-            self.ln_parent.push(row);
-            append_id(&mut self.ln_trace_id, &l.trace_id)?;
-            append_id(&mut self.ln_span_id, &l.span_id)?;
-            self.ln_trace_state.append_value(&l.trace_state);
-            self.ln_flags.push(l.flags);
-            self.ln_dropped.push(l.dropped_attributes_count);
-            self.ln_attrs.append_all(lrow, &l.attributes);
-        }
-        Ok(())
+        Ok(row)
+    }
+
+    /// Appends one event of span `row`; returns the event's row.
+    fn push_event(&mut self, row: u32, time: u64, name: &str, dropped: u32) -> u32 {
+        let erow = self.ev_time.len() as u32;
+        self.ev_parent.push(row);
+        self.ev_time.push(time);
+        self.ev_name.append(name);
+        self.ev_dropped.push(dropped);
+        erow
+    }
+
+    /// Appends one link of span `row`; returns the link's row. Ids must have
+    /// been checked.
+    fn push_link(
+        &mut self,
+        row: u32,
+        trace_id: &[u8],
+        span_id: &[u8],
+        trace_state: &str,
+        flags: u32,
+        dropped: u32,
+    ) -> Result<u32, ConvertError> {
+        let lrow = self.ln_parent.len() as u32;
+        self.ln_parent.push(row);
+        append_id(&mut self.ln_trace_id, trace_id)?;
+        append_id(&mut self.ln_span_id, span_id)?;
+        self.ln_trace_state.append_value(trace_state);
+        self.ln_flags.push(flags);
+        self.ln_dropped.push(dropped);
+        Ok(lrow)
     }
 }
 

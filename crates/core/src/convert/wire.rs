@@ -1,5 +1,6 @@
-//! A protobuf wire-format reader for OTLP log export requests that appends
-//! straight into the Arrow builders, skipping prost's per-string
+//! A protobuf wire-format reader for OTLP export requests (logs here; spans
+//! in [`traces`], data points in [`metrics`]) that appends straight into the
+//! Arrow builders, skipping prost's per-string
 //! allocations (prost decode alone runs below the 2 M records/s/core target;
 //! see docs/perf.md).
 //!
@@ -15,6 +16,12 @@ use std::ops::Range;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
+
+mod metrics;
+mod traces;
+
+pub(crate) use metrics::{MetricsView, parse_metrics};
+pub(crate) use traces::{TracesView, parse_traces};
 
 /// Outcome of the fast path.
 #[derive(Debug)]
@@ -197,13 +204,14 @@ fn parse_request<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
     Some(())
 }
 
-/// `ResourceLogs` and `ScopeLogs` share one shape: 1 = a singular message
+/// `ResourceLogs` and `ScopeLogs` (and their trace and metric twins) share
+/// one shape: 1 = a singular message
 /// (resource or scope), 2 = repeated children, 3 = schema url. Parses it,
 /// handing each child to `child`; returns the decoded message and the url.
-fn parse_group<'a, M: Message + Default>(
+fn parse_group<'a, M: Message + Default, V>(
     buf: &'a [u8],
-    v: &mut LogsView<'a>,
-    child: fn(&'a [u8], &mut LogsView<'a>) -> W<()>,
+    v: &mut V,
+    child: fn(&'a [u8], &mut V) -> W<()>,
 ) -> W<(Option<M>, &'a str)> {
     let mut r = Reader::new(buf);
     let mut message: Option<&[u8]> = None;
@@ -230,7 +238,7 @@ fn parse_group<'a, M: Message + Default>(
 
 fn parse_resource_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
     let first = v.scopes.len();
-    let (resource, schema_url) = parse_group::<Resource>(buf, v, parse_scope_logs)?;
+    let (resource, schema_url) = parse_group::<Resource, _>(buf, v, parse_scope_logs)?;
     v.resources.push(ResourceView {
         resource,
         schema_url,
@@ -241,7 +249,7 @@ fn parse_resource_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
 
 fn parse_scope_logs<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
     let first = v.records.len();
-    let (scope, schema_url) = parse_group::<InstrumentationScope>(buf, v, parse_record)?;
+    let (scope, schema_url) = parse_group::<InstrumentationScope, _>(buf, v, parse_record)?;
     v.scopes.push(ScopeView {
         scope,
         schema_url,
@@ -370,6 +378,37 @@ mod tests {
                 Fast::Done(v) => assert_eq!(v.records.len(), 2000),
                 Fast::Fallback => panic!("corpus request fell back to prost"),
             }
+        }
+    }
+
+    #[test]
+    fn exporter_shaped_spans_and_points_take_the_fast_path() {
+        for card in [Cardinality::Low, Cardinality::High] {
+            let mut corpus = Corpus::new(5, card);
+            match parse_traces(&corpus.traces(2000).encode_to_vec()) {
+                Fast::Done(v) => assert_eq!(v.spans.len(), 2000),
+                Fast::Fallback => panic!("corpus trace request fell back to prost"),
+            }
+            match parse_metrics(&corpus.metrics(2000).encode_to_vec()) {
+                Fast::Done(v) => assert_eq!(v.points.len(), 2000),
+                Fast::Fallback => panic!("corpus metrics request fell back to prost"),
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        /// Every request prost encodes is read by the wire readers (so the
+        /// differential tests in tests/wire.rs compare the two paths, not
+        /// prost with itself).
+        #[test]
+        fn prost_encoded_requests_take_the_fast_path(
+            t in mira_testkit::arb::traces_request(),
+            m in mira_testkit::arb::metrics_request(),
+        ) {
+            proptest::prop_assert!(matches!(parse_traces(&t.encode_to_vec()), Fast::Done(_)));
+            proptest::prop_assert!(matches!(parse_metrics(&m.encode_to_vec()), Fast::Done(_)));
         }
     }
 

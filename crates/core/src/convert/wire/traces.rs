@@ -1,0 +1,249 @@
+//! `ExportTraceServiceRequest` read from the wire: spans, their events and
+//! links, and the attributes of each, as views borrowing the request bytes.
+
+use std::ops::Range;
+
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use super::{AttrView, Fast, Reader, ResourceView, ScopeView, W, parse_attr, parse_group};
+
+#[derive(Debug)]
+pub(crate) struct SpanView<'a> {
+    pub trace_id: &'a [u8],
+    pub span_id: &'a [u8],
+    pub trace_state: &'a str,
+    pub parent_span_id: &'a [u8],
+    pub flags: u32,
+    pub name: &'a str,
+    pub kind: i32,
+    pub start: u64,
+    pub end: u64,
+    /// Into [`TracesView::attrs`].
+    pub attrs: Range<usize>,
+    pub dropped_attrs: u32,
+    /// Into [`TracesView::events`].
+    pub events: Range<usize>,
+    pub dropped_events: u32,
+    /// Into [`TracesView::links`].
+    pub links: Range<usize>,
+    pub dropped_links: u32,
+    /// (code, message) when the span has a status.
+    pub status: Option<(i32, &'a str)>,
+}
+
+#[derive(Debug)]
+pub(crate) struct EventView<'a> {
+    pub time: u64,
+    pub name: &'a str,
+    /// Into [`TracesView::ev_attrs`].
+    pub attrs: Range<usize>,
+    pub dropped: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct LinkView<'a> {
+    pub trace_id: &'a [u8],
+    pub span_id: &'a [u8],
+    pub trace_state: &'a str,
+    /// Into [`TracesView::ln_attrs`].
+    pub attrs: Range<usize>,
+    pub dropped: u32,
+    pub flags: u32,
+}
+
+/// A whole trace export request, parsed and checked, borrowing from the
+/// bytes. Span, event and link attributes are kept apart so each item's
+/// attributes stay contiguous however the fields are ordered on the wire.
+#[derive(Debug, Default)]
+pub(crate) struct TracesView<'a> {
+    pub resources: Vec<ResourceView<'a>>,
+    /// `records` of each scope index [`TracesView::spans`].
+    pub scopes: Vec<ScopeView<'a>>,
+    pub spans: Vec<SpanView<'a>>,
+    pub events: Vec<EventView<'a>>,
+    pub links: Vec<LinkView<'a>>,
+    pub attrs: Vec<AttrView<'a>>,
+    pub ev_attrs: Vec<AttrView<'a>>,
+    pub ln_attrs: Vec<AttrView<'a>>,
+}
+
+/// Parses an `ExportTraceServiceRequest`; [`Fast::Fallback`] for anything
+/// prost should decide (malformed bytes included).
+pub(crate) fn parse_traces(buf: &[u8]) -> Fast<TracesView<'_>> {
+    // Sized from the body (spans take 150+ wire bytes, attributes 20+) so
+    // the views do not grow as they fill.
+    let mut v = TracesView {
+        spans: Vec::with_capacity(buf.len() / 128),
+        attrs: Vec::with_capacity(buf.len() / 24),
+        ..TracesView::default()
+    };
+    match parse_request(buf, &mut v) {
+        Some(()) => Fast::Done(v),
+        None => Fast::Fallback,
+    }
+}
+
+fn parse_request<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+    let mut r = Reader::new(buf);
+    while !r.done() {
+        match r.key()? {
+            (1, 2) => parse_resource_spans(r.bytes()?, v)?,
+            (1, _) => return None,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    Some(())
+}
+
+fn parse_resource_spans<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+    let first = v.scopes.len();
+    let (resource, schema_url) = parse_group::<Resource, _>(buf, v, parse_scope_spans)?;
+    v.resources.push(ResourceView {
+        resource,
+        schema_url,
+        scopes: first..v.scopes.len(),
+    });
+    Some(())
+}
+
+fn parse_scope_spans<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+    let first = v.spans.len();
+    let (scope, schema_url) = parse_group::<InstrumentationScope, _>(buf, v, parse_span)?;
+    v.scopes.push(ScopeView {
+        scope,
+        schema_url,
+        records: first..v.spans.len(),
+    });
+    Some(())
+}
+
+fn parse_span<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+    let mut r = Reader::new(buf);
+    let (attrs, events, links) = (v.attrs.len(), v.events.len(), v.links.len());
+    let mut s = SpanView {
+        trace_id: &[],
+        span_id: &[],
+        trace_state: "",
+        parent_span_id: &[],
+        flags: 0,
+        name: "",
+        kind: 0,
+        start: 0,
+        end: 0,
+        attrs: 0..0,
+        dropped_attrs: 0,
+        events: 0..0,
+        dropped_events: 0,
+        links: 0..0,
+        dropped_links: 0,
+        status: None,
+    };
+    while !r.done() {
+        match r.key()? {
+            (1, 2) => s.trace_id = r.bytes()?,
+            (2, 2) => s.span_id = r.bytes()?,
+            (3, 2) => s.trace_state = r.str()?,
+            (4, 2) => s.parent_span_id = r.bytes()?,
+            (16, 5) => s.flags = r.fixed32()?,
+            (5, 2) => s.name = r.str()?,
+            (6, 0) => s.kind = r.varint()? as i32,
+            (7, 1) => s.start = r.fixed64()?,
+            (8, 1) => s.end = r.fixed64()?,
+            (9, 2) => {
+                let kv = r.bytes()?;
+                v.attrs.push(parse_attr(kv)?);
+            }
+            (10, 0) => s.dropped_attrs = r.varint()? as u32,
+            (11, 2) => parse_event(r.bytes()?, v)?,
+            (12, 0) => s.dropped_events = r.varint()? as u32,
+            (13, 2) => parse_link(r.bytes()?, v)?,
+            (14, 0) => s.dropped_links = r.varint()? as u32,
+            (15, 2) => {
+                if s.status.is_some() {
+                    return None; // protobuf would merge the two
+                }
+                s.status = Some(parse_status(r.bytes()?)?);
+            }
+            (1..=16, _) => return None,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    s.attrs = attrs..v.attrs.len();
+    s.events = events..v.events.len();
+    s.links = links..v.links.len();
+    v.spans.push(s);
+    Some(())
+}
+
+fn parse_status(buf: &[u8]) -> W<(i32, &str)> {
+    let mut r = Reader::new(buf);
+    let (mut code, mut message) = (0, "");
+    while !r.done() {
+        match r.key()? {
+            (2, 2) => message = r.str()?,
+            (3, 0) => code = r.varint()? as i32,
+            (2 | 3, _) => return None,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    Some((code, message))
+}
+
+fn parse_event<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+    let mut r = Reader::new(buf);
+    let first = v.ev_attrs.len();
+    let mut e = EventView {
+        time: 0,
+        name: "",
+        attrs: 0..0,
+        dropped: 0,
+    };
+    while !r.done() {
+        match r.key()? {
+            (1, 1) => e.time = r.fixed64()?,
+            (2, 2) => e.name = r.str()?,
+            (3, 2) => {
+                let kv = r.bytes()?;
+                v.ev_attrs.push(parse_attr(kv)?);
+            }
+            (4, 0) => e.dropped = r.varint()? as u32,
+            (1..=4, _) => return None,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    e.attrs = first..v.ev_attrs.len();
+    v.events.push(e);
+    Some(())
+}
+
+fn parse_link<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+    let mut r = Reader::new(buf);
+    let first = v.ln_attrs.len();
+    let mut l = LinkView {
+        trace_id: &[],
+        span_id: &[],
+        trace_state: "",
+        attrs: 0..0,
+        dropped: 0,
+        flags: 0,
+    };
+    while !r.done() {
+        match r.key()? {
+            (1, 2) => l.trace_id = r.bytes()?,
+            (2, 2) => l.span_id = r.bytes()?,
+            (3, 2) => l.trace_state = r.str()?,
+            (4, 2) => {
+                let kv = r.bytes()?;
+                v.ln_attrs.push(parse_attr(kv)?);
+            }
+            (5, 0) => l.dropped = r.varint()? as u32,
+            (6, 5) => l.flags = r.fixed32()?,
+            (1..=6, _) => return None,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    l.attrs = first..v.ln_attrs.len();
+    v.links.push(l);
+    Some(())
+}
