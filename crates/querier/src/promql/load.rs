@@ -144,10 +144,13 @@ enum Variant {
 /// lookup by (OTLP series, variant, bound) and a push.
 struct Slots<'w> {
     wanted: &'w dyn Fn(&Labels) -> bool,
-    /// (OTLP series, variant, bound bits) -> slot; None: not wanted.
-    of: HashMap<(usize, Variant, u64), Option<usize>>,
+    /// A gauge's or sum's slot by OTLP series (the common case, no hash):
+    /// None: not met yet; Some(None): not wanted.
+    value_of: Vec<Option<Option<usize>>>,
+    /// (OTLP series, variant, bound bits) -> slot of the other variants.
+    of: HashMap<(usize, Variant, u64), Option<usize>, foldhash::fast::RandomState>,
     /// Labels -> slot (two OTLP series may give the same labels).
-    by_labels: HashMap<Labels, usize>,
+    by_labels: HashMap<Labels, usize, foldhash::fast::RandomState>,
     series: Vec<(Labels, Vec<(i64, f64)>)>,
 }
 
@@ -155,28 +158,45 @@ impl<'w> Slots<'w> {
     fn new(wanted: &'w dyn Fn(&Labels) -> bool) -> Slots<'w> {
         Slots {
             wanted,
-            of: HashMap::new(),
-            by_labels: HashMap::new(),
+            value_of: Vec::new(),
+            of: HashMap::default(),
+            by_labels: HashMap::default(),
             series: Vec::new(),
         }
     }
 
+    /// The slot of new labels: shared with equal labels met before; None
+    /// when the query does not want them.
+    fn slot_for(&mut self, l: Labels) -> Option<usize> {
+        if !(self.wanted)(&l) {
+            return None;
+        }
+        let next = self.series.len();
+        let s = *self.by_labels.entry(l.clone()).or_insert(next);
+        if s == next {
+            self.series.push((l, Vec::new()));
+        }
+        Some(s)
+    }
+
     fn push(&mut self, key: (usize, Variant, u64), tms: i64, v: f64, labels: impl FnOnce() -> Labels) {
-        let slot = match self.of.get(&key) {
-            Some(s) => *s,
+        let known = if key.1 == Variant::Value {
+            self.value_of.get(key.0).copied().flatten()
+        } else {
+            self.of.get(&key).copied()
+        };
+        let slot = match known {
+            Some(s) => s,
             None => {
-                let l = labels();
-                let slot = if (self.wanted)(&l) {
-                    let next = self.series.len();
-                    let s = *self.by_labels.entry(l.clone()).or_insert(next);
-                    if s == next {
-                        self.series.push((l, Vec::new()));
+                let slot = self.slot_for(labels());
+                if key.1 == Variant::Value {
+                    if self.value_of.len() <= key.0 {
+                        self.value_of.resize(key.0 + 1, None);
                     }
-                    Some(s)
+                    self.value_of[key.0] = Some(slot);
                 } else {
-                    None
-                };
-                self.of.insert(key, slot);
+                    self.of.insert(key, slot);
+                }
                 slot
             }
         };
@@ -270,7 +290,8 @@ pub fn read_block(
     let bounds: &ListArray = col(dists, d, "explicit_bounds")?;
     let quantiles: &ListArray = col(dists, d, "quantiles")?;
     let quantile_values: &ListArray = col(dists, d, "quantile_values")?;
-    let dist_of: HashMap<u32, usize> = (0..dists.num_rows()).map(|r| (parent.value(r), r)).collect();
+    let dist_of: HashMap<u32, usize, foldhash::fast::RandomState> =
+        (0..dists.num_rows()).map(|r| (parent.value(r), r)).collect();
 
     let mut slots = Slots::new(wanted);
     let mut read = 0;
