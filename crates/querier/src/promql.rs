@@ -485,10 +485,20 @@ pub(crate) fn evaluate(
             }
         });
     }
+    // Steps are independent: evaluated in parallel on the scan pool (this
+    // runs on it), then gathered in step order.
+    use rayon::prelude::*;
+    let steps: Vec<i64> = (0..)
+        .map(|k| q.start_ms + k * q.step_ms)
+        .take_while(|t| *t <= q.end_ms)
+        .collect();
+    let values = steps
+        .par_iter()
+        .map(|&t| engine.eval(&expr, t).map(|v| (t, v)))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut out: std::collections::BTreeMap<Labels, Vec<(i64, f64)>> = std::collections::BTreeMap::new();
-    let mut t = q.start_ms;
-    while t <= q.end_ms {
-        match engine.eval(&expr, t)? {
+    for (t, value) in values {
+        match value {
             Value::Scalar(v) => out.entry(Vec::new()).or_default().push((t, v)),
             Value::Vector(v) => {
                 for s in v {
@@ -501,7 +511,6 @@ pub(crate) fn evaluate(
                 ));
             }
         }
-        t += q.step_ms;
     }
     Ok(PromData {
         result_type: "matrix",

@@ -267,34 +267,39 @@ impl Engine {
         }
     }
 
-    fn matrix_arg(&self, c: &Call, t: i64) -> Result<(Vec<RangeSeries>, i64, i64), EvalError> {
-        match c.args.args.first().map(|a| a.as_ref()) {
-            Some(Expr::MatrixSelector(ms)) => {
-                let at = at_ms(&ms.vs.at, &self.settings).unwrap_or(t) - offset_ms(&ms.vs.offset);
-                Ok((self.range(ms, t)?, ms.range.as_millis() as i64, at))
-            }
-            _ => err(format!(
-                "{}: the argument must be a range selector such as x[5m]",
-                c.func.name
-            )),
-        }
-    }
-
     fn call(&self, c: &Call, t: i64) -> Result<Value, EvalError> {
         let name = c.func.name;
+        // A range function reads each selected series' window in place (no
+        // copy of its points or labels) and clones the labels of the
+        // samples it gives, once.
         let over_range = |f: &RangeFn, keep_name: bool| -> Result<Value, EvalError> {
-            let (series, range, at) = self.matrix_arg(c, t)?;
-            Ok(Value::Vector(
-                series
-                    .into_iter()
-                    .filter_map(|s| {
-                        f(&s.points, at - range, at).map(|v| Sample {
-                            labels: if keep_name { s.labels } else { without_name(&s.labels) },
-                            v,
-                        })
-                    })
-                    .collect(),
-            ))
+            let Some(Expr::MatrixSelector(ms)) = c.args.args.first().map(|a| a.as_ref()) else {
+                return err(format!(
+                    "{}: the argument must be a range selector such as x[5m]",
+                    c.func.name
+                ));
+            };
+            let at = at_ms(&ms.vs.at, &self.settings).unwrap_or(t) - offset_ms(&ms.vs.offset);
+            let range = ms.range.as_millis() as i64;
+            let ids = self.select(&ms.vs);
+            let mut total = 0;
+            let mut out = Vec::new();
+            for &i in ids.iter() {
+                let s = &self.series[i];
+                let w = window(&s.samples, at - range, at);
+                if w.is_empty() {
+                    continue;
+                }
+                total += w.len();
+                if let Some(v) = f(w, at - range, at) {
+                    out.push(Sample {
+                        labels: if keep_name { s.labels.clone() } else { without_name(&s.labels) },
+                        v,
+                    });
+                }
+            }
+            self.check_size(total)?;
+            Ok(Value::Vector(out))
         };
         let map = |f: &dyn Fn(f64) -> f64| -> Result<Value, EvalError> {
             Ok(Value::Vector(

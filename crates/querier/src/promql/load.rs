@@ -125,6 +125,98 @@ pub fn read_metadata(tables: &TableSet) -> Result<Vec<(String, &'static str, Str
     Ok(out)
 }
 
+/// Which Prometheus series of an OTLP series a sample belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Variant {
+    /// A gauge's or a sum's value (the series' own name).
+    Value,
+    Count,
+    Sum,
+    /// `_bucket`, with the bound's bits.
+    Bucket,
+    /// A summary's `{quantile}`, with the quantile's bits.
+    Quantile,
+}
+
+/// A block's samples grouped by Prometheus series while its points are
+/// read: a series' labels are built, and `wanted` asked, once per block
+/// (at its first sample), not once per sample; each sample then costs a
+/// lookup by (OTLP series, variant, bound) and a push.
+struct Slots<'w> {
+    wanted: &'w dyn Fn(&Labels) -> bool,
+    /// A gauge's or sum's slot by OTLP series (the common case, no hash):
+    /// None: not met yet; Some(None): not wanted.
+    value_of: Vec<Option<Option<usize>>>,
+    /// (OTLP series, variant, bound bits) -> slot of the other variants.
+    of: HashMap<(usize, Variant, u64), Option<usize>, foldhash::fast::RandomState>,
+    /// Labels -> slot (two OTLP series may give the same labels).
+    by_labels: HashMap<Labels, usize, foldhash::fast::RandomState>,
+    series: Vec<(Labels, Vec<(i64, f64)>)>,
+}
+
+impl<'w> Slots<'w> {
+    fn new(wanted: &'w dyn Fn(&Labels) -> bool) -> Slots<'w> {
+        Slots {
+            wanted,
+            value_of: Vec::new(),
+            of: HashMap::default(),
+            by_labels: HashMap::default(),
+            series: Vec::new(),
+        }
+    }
+
+    /// The slot of new labels: shared with equal labels met before; None
+    /// when the query does not want them.
+    fn slot_for(&mut self, l: Labels) -> Option<usize> {
+        if !(self.wanted)(&l) {
+            return None;
+        }
+        let next = self.series.len();
+        let s = *self.by_labels.entry(l.clone()).or_insert(next);
+        if s == next {
+            self.series.push((l, Vec::new()));
+        }
+        Some(s)
+    }
+
+    fn push(&mut self, key: (usize, Variant, u64), tms: i64, v: f64, labels: impl FnOnce() -> Labels) {
+        let known = if key.1 == Variant::Value {
+            self.value_of.get(key.0).copied().flatten()
+        } else {
+            self.of.get(&key).copied()
+        };
+        let slot = match known {
+            Some(s) => s,
+            None => {
+                let slot = self.slot_for(labels());
+                if key.1 == Variant::Value {
+                    if self.value_of.len() <= key.0 {
+                        self.value_of.resize(key.0 + 1, None);
+                    }
+                    self.value_of[key.0] = Some(slot);
+                } else {
+                    self.of.insert(key, slot);
+                }
+                slot
+            }
+        };
+        if let Some(s) = slot {
+            self.series[s].1.push((tms, v));
+        }
+    }
+
+    fn drain_into(self, into: &mut SeriesMap) {
+        for (labels, samples) in self.series {
+            match into.entry(labels) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().extend(samples),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(samples);
+                }
+            }
+        }
+    }
+}
+
 /// Adds the block's samples with time in `[from_ms, to_ms]` of the series
 /// `wanted` accepts into `into`; returns the points read.
 pub fn read_block(
@@ -198,13 +290,10 @@ pub fn read_block(
     let bounds: &ListArray = col(dists, d, "explicit_bounds")?;
     let quantiles: &ListArray = col(dists, d, "quantiles")?;
     let quantile_values: &ListArray = col(dists, d, "quantile_values")?;
-    let dist_of: HashMap<u32, usize> = (0..dists.num_rows()).map(|r| (parent.value(r), r)).collect();
+    let dist_of: HashMap<u32, usize, foldhash::fast::RandomState> =
+        (0..dists.num_rows()).map(|r| (parent.value(r), r)).collect();
 
-    let mut push = |labels: Labels, tms: i64, v: f64| {
-        if wanted(&labels) {
-            into.entry(labels).or_default().push((tms, v));
-        }
-    };
+    let mut slots = Slots::new(wanted);
     let mut read = 0;
     for row in 0..points.num_rows() {
         let sid = of.value(row) as usize;
@@ -228,23 +317,19 @@ pub fn read_block(
                 } else {
                     continue;
                 };
-                push(with(&info.base, &info.name, None), tms, v);
+                slots.push((sid, Variant::Value, 0), tms, v, || with(&info.base, &info.name, None));
             }
             kind => {
                 let Some(&dr) = dist_of.get(&(row as u32)) else {
                     continue;
                 };
-                push(
-                    with(&info.base, &format!("{}_count", info.name), None),
-                    tms,
-                    count.value(dr) as f64,
-                );
+                slots.push((sid, Variant::Count, 0), tms, count.value(dr) as f64, || {
+                    with(&info.base, &format!("{}_count", info.name), None)
+                });
                 if sum.is_valid(dr) {
-                    push(
-                        with(&info.base, &format!("{}_sum", info.name), None),
-                        tms,
-                        sum.value(dr),
-                    );
+                    slots.push((sid, Variant::Sum, 0), tms, sum.value(dr), || {
+                        with(&info.base, &format!("{}_sum", info.name), None)
+                    });
                 }
                 if kind == metric_type::HISTOGRAM && bucket_counts.is_valid(dr) {
                     let counts = bucket_counts.value(dr);
@@ -267,24 +352,28 @@ pub fn read_block(
                             table: d,
                             column: "explicit_bounds",
                         })?;
-                    let bucket = format!("{}_bucket", info.name);
                     let mut cumulative = 0u64;
                     for i in 0..counts.len() {
                         cumulative = cumulative.saturating_add(counts.value(i));
                         let le = if i < b.len() { b.value(i) } else { f64::INFINITY };
-                        push(
-                            with(&info.base, &bucket, Some(("le", format_float(le)))),
-                            tms,
-                            cumulative as f64,
-                        );
+                        slots.push((sid, Variant::Bucket, le.to_bits()), tms, cumulative as f64, || {
+                            with(
+                                &info.base,
+                                &format!("{}_bucket", info.name),
+                                Some(("le", format_float(le))),
+                            )
+                        });
                     }
                     if counts.len() <= b.len() {
                         // No +Inf bucket was sent: the total count is it.
-                        push(
-                            with(&info.base, &bucket, Some(("le", "+Inf".into()))),
-                            tms,
-                            count.value(dr) as f64,
-                        );
+                        let inf = f64::INFINITY;
+                        slots.push((sid, Variant::Bucket, inf.to_bits()), tms, count.value(dr) as f64, || {
+                            with(
+                                &info.base,
+                                &format!("{}_bucket", info.name),
+                                Some(("le", "+Inf".into())),
+                            )
+                        });
                     }
                 }
                 if kind == metric_type::SUMMARY && quantiles.is_valid(dr) && quantile_values.is_valid(dr) {
@@ -295,16 +384,16 @@ pub fn read_block(
                         vs.as_any().downcast_ref::<Float64Array>(),
                     ) {
                         for i in 0..qs.len().min(vs.len()) {
-                            push(
-                                with(&info.base, &info.name, Some(("quantile", format_float(qs.value(i))))),
-                                tms,
-                                vs.value(i),
-                            );
+                            let q = qs.value(i);
+                            slots.push((sid, Variant::Quantile, q.to_bits()), tms, vs.value(i), || {
+                                with(&info.base, &info.name, Some(("quantile", format_float(q))))
+                            });
                         }
                     }
                 }
             }
         }
     }
+    slots.drain_into(into);
     Ok(read)
 }
