@@ -39,7 +39,11 @@ MIRA_BIN="$PWD/target/debug/mira" TRIALS=3 LOAD_S=6 LEADER_EVERY=3 BATCH=200 RAT
   scripts/measure/crash-soak.sh 2>&1 | tee "$soaklog"
 
 echo "== fuzz targets (5 s each; the 10-minute runs are in docs/security.md#fuzzing)"
-scripts/fuzz.sh 5
+# A smoke run: every target builds and runs clean for a few seconds. The
+# debug profile without AddressSanitizer builds in a fraction of the
+# release+ASan time (overflow checks and debug assertions stay on); the
+# 10-minute runs use the default (release, ASan).
+FUZZ_BUILD_FLAGS="${FUZZ_BUILD_FLAGS:---dev -s none}" scripts/fuzz.sh 5
 
 # One closing line for the whole suite (cargo prints one per test binary,
 # and the last of those is a doc-test run that may hold no tests; pytest
