@@ -293,7 +293,11 @@ impl Engine {
                 total += w.len();
                 if let Some(v) = f(w, at - range, at) {
                     out.push(Sample {
-                        labels: if keep_name { s.labels.clone() } else { without_name(&s.labels) },
+                        labels: if keep_name {
+                            s.labels.clone()
+                        } else {
+                            without_name(&s.labels)
+                        },
                         v,
                     });
                 }

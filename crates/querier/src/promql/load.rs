@@ -367,13 +367,18 @@ pub fn read_block(
                     if counts.len() <= b.len() {
                         // No +Inf bucket was sent: the total count is it.
                         let inf = f64::INFINITY;
-                        slots.push((sid, Variant::Bucket, inf.to_bits()), tms, count.value(dr) as f64, || {
-                            with(
-                                &info.base,
-                                &format!("{}_bucket", info.name),
-                                Some(("le", "+Inf".into())),
-                            )
-                        });
+                        slots.push(
+                            (sid, Variant::Bucket, inf.to_bits()),
+                            tms,
+                            count.value(dr) as f64,
+                            || {
+                                with(
+                                    &info.base,
+                                    &format!("{}_bucket", info.name),
+                                    Some(("le", "+Inf".into())),
+                                )
+                            },
+                        );
                     }
                 }
                 if kind == metric_type::SUMMARY && quantiles.is_valid(dr) && quantile_values.is_valid(dr) {
