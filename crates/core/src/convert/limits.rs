@@ -105,6 +105,23 @@ pub struct Appended {
     pub kept: Option<Vec<u8>>,
 }
 
+/// The reference path of an append: `buf` decoded by prost, the limits
+/// applied by `limit`, the rows appended by `append`; when the window
+/// refused rows, the request without them is kept (what a WAL keeps).
+pub(crate) fn append_via_prost<R: Message + Default>(
+    buf: &[u8],
+    limit: impl FnOnce(&mut R) -> Appended,
+    append: impl FnOnce(&R) -> Result<usize, super::ConvertError>,
+) -> Result<Appended, super::ConvertError> {
+    let mut req = R::decode(buf).map_err(|e| super::ConvertError::Protobuf(e.to_string()))?;
+    let mut out = limit(&mut req);
+    out.rows = append(&req)?;
+    if out.too_old + out.too_new > 0 {
+        out.kept = Some(req.encode_to_vec());
+    }
+    Ok(out)
+}
+
 impl Appended {
     /// A one-line account for an OTLP partial-success `error_message`, or
     /// `None` when the limits changed nothing.

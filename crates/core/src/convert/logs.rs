@@ -178,14 +178,11 @@ impl SignalBuilder for LogsBuilder {
             _ => {
                 // Unusual shapes, and requests the limits change, go
                 // through prost.
-                let mut req =
-                    ExportLogsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
-                let mut out = limits.apply_logs(&mut req);
-                out.rows = self.append(&req)?;
-                if out.too_old + out.too_new > 0 {
-                    out.kept = Some(req.encode_to_vec());
-                }
-                return Ok(out);
+                return super::limits::append_via_prost::<ExportLogsServiceRequest>(
+                    buf,
+                    |req| limits.apply_logs(req),
+                    |req| self.append(req),
+                );
             }
         };
         for r in &view.records {

@@ -502,14 +502,11 @@ impl SignalBuilder for PointsBuilder {
         let view = match wire::parse_metrics(buf) {
             Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
             _ => {
-                let mut req =
-                    ExportMetricsServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
-                let mut out = limits.apply_metrics(&mut req);
-                out.rows = self.append(&req)?;
-                if out.too_old + out.too_new > 0 {
-                    out.kept = Some(req.encode_to_vec());
-                }
-                return Ok(out);
+                return super::limits::append_via_prost::<ExportMetricsServiceRequest>(
+                    buf,
+                    |req| limits.apply_metrics(req),
+                    |req| self.append(req),
+                );
             }
         };
         for e in &view.exemplars {

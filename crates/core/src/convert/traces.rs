@@ -210,14 +210,11 @@ impl SignalBuilder for SpansBuilder {
         let view = match wire::parse_traces(buf) {
             Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
             _ => {
-                let mut req =
-                    ExportTraceServiceRequest::decode(buf).map_err(|e| ConvertError::Protobuf(e.to_string()))?;
-                let mut out = limits.apply_traces(&mut req);
-                out.rows = self.append(&req)?;
-                if out.too_old + out.too_new > 0 {
-                    out.kept = Some(req.encode_to_vec());
-                }
-                return Ok(out);
+                return super::limits::append_via_prost::<ExportTraceServiceRequest>(
+                    buf,
+                    |req| limits.apply_traces(req),
+                    |req| self.append(req),
+                );
             }
         };
         // In the order `validate` checks, so both paths name the same id.
