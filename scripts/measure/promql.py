@@ -75,9 +75,12 @@ def hist_counts(s, k):
     return [c * (k + 10 + s) for c in SHAPE]
 
 
+CHUNK = 100  # instances per request (bodies stay a few MB at any scale)
+
+
 def otlp_requests():
-    """One OTLP export per service."""
-    for s, svc in enumerate(SERVICES):
+    """One OTLP export per service and CHUNK instances."""
+    for s, svc, lo in ((s, svc, lo) for s, svc in enumerate(SERVICES) for lo in range(0, len(INSTANCES), CHUNK)):
         req = ExportMetricsServiceRequest()
         rm = req.resource_metrics.add(resource=Resource(attributes=[kv("service.name", "bench")]))
         sm = rm.scope_metrics.add()
@@ -86,12 +89,12 @@ def otlp_requests():
         counter.sum.aggregation_temporality = m.AGGREGATION_TEMPORALITY_CUMULATIVE
         hist = sm.metrics.add(name="latency", unit="s")
         hist.histogram.aggregation_temporality = m.AGGREGATION_TEMPORALITY_CUMULATIVE
-        for i, inst in enumerate(INSTANCES):
+        for i, inst in list(enumerate(INSTANCES))[lo:lo + CHUNK]:
             attrs = [kv("svc", svc), kv("instance", inst)]
             for t in TIMES:
                 counter.sum.data_points.add(time_unix_nano=t * 10**9, start_time_unix_nano=(START - 1000) * 10**9,
                                             as_double=counter_value(s, i, t), attributes=attrs)
-        for i, inst in enumerate(HIST_INSTANCES):
+        for i, inst in list(enumerate(HIST_INSTANCES))[lo:lo + CHUNK]:
             attrs = [kv("svc", svc), kv("instance", inst)]
             for k, t in enumerate(TIMES):
                 counts = hist_counts(s, k)
@@ -104,13 +107,13 @@ def otlp_requests():
 def prometheus_text():
     """The same points as Mira names them, for VictoriaMetrics' import."""
     base = 'job="bench",service_name="bench"'
-    for s, svc in enumerate(SERVICES):
+    for s, svc, lo in ((s, svc, lo) for s, svc in enumerate(SERVICES) for lo in range(0, len(INSTANCES), CHUNK)):
         lines = []
-        for i, inst in enumerate(INSTANCES):
+        for i, inst in list(enumerate(INSTANCES))[lo:lo + CHUNK]:
             labels = f'{base},svc="{svc}",instance="{inst}"'
             for t in TIMES:
                 lines.append(f"requests_total{{{labels}}} {counter_value(s, i, t)!r} {t * 1000}")
-        for inst in HIST_INSTANCES:
+        for inst in HIST_INSTANCES[lo:lo + CHUNK]:
             labels = f'{base},svc="{svc}",instance="{inst}"'
             for k, t in enumerate(TIMES):
                 cumulative = 0
