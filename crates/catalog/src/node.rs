@@ -637,6 +637,8 @@ async fn bootstrap(raft: Raft, config: NodeConfig, dialer: mira_common::cluster:
     if first != config.node_id {
         return;
     }
+    // Waits between probes and attempts with the one retry policy.
+    let mut backoff = mira_common::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
     loop {
         match raft.is_initialized().await {
             Ok(true) | Err(_) => return,
@@ -649,7 +651,7 @@ async fn bootstrap(raft: Raft, config: NodeConfig, dialer: mira_common::cluster:
         }
         if view.answered < peers_needed(config.peers.len()) {
             tracing::debug!(target: "mira::catalog", answered = view.answered, "waiting for peers before initializing");
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(backoff.next_delay()).await;
             continue;
         }
         let members: BTreeMap<NodeId, BasicNode> = config
@@ -664,7 +666,7 @@ async fn bootstrap(raft: Raft, config: NodeConfig, dialer: mira_common::cluster:
             }
             Err(e) => {
                 tracing::warn!(target: "mira::catalog", error = %e, "initialize failed; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }

@@ -199,7 +199,7 @@ async fn trace(
     let p = P(params);
     let tenant = tenant(&headers)?;
     let id = parse_trace_id(&id)?;
-    let (start, end) = p.range(q.default_window().as_nanos() as u64, q.now_ns())?;
+    let (start, end) = p.range(q.config.max_range.as_nanos() as u64, q.now_ns())?;
     let answer = q.trace(&tenant, id, start, end).await?;
     Ok(match p.one("format") {
         Some("otlp") => ok_json(&answer.body.trace),

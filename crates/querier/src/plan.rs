@@ -64,13 +64,6 @@ impl Querier {
         Ok(())
     }
 
-    /// The window a request without `start` reads back from its end:
-    /// `--max-query-range`, or the tenant's `max_query_range` when that is
-    /// narrower.
-    pub(crate) fn default_window(&self) -> std::time::Duration {
-        crate::tenant_limits::window_cap(self.config.max_range)
-    }
-
     /// Checks a `limit` against the configured maximum.
     pub(crate) fn check_limit(&self, limit: usize) -> Result<(), QueryError> {
         if limit == 0 || limit > self.config.max_limit {

@@ -173,7 +173,8 @@ impl Form {
     /// to now, `start` to an hour before. Clients ask these over all time
     /// (promtool: a year either side of now), so the window is cut to what
     /// can hold data, an `end` at most an hour ahead of now, and to its
-    /// newest `max_range` (as Mimir clamps label queries).
+    /// newest `max_range`, or the tenant's `max_query_range` when narrower
+    /// (as Mimir clamps label queries).
     fn window(&self, now_ms: i64, max_range: std::time::Duration) -> Result<(i64, i64)> {
         let end = self.time("end")?.unwrap_or(now_ms);
         let start = self.time("start")?.unwrap_or(end - DEFAULT_WINDOW_MS);
@@ -181,7 +182,7 @@ impl Form {
             return Err(bad(format!("end ({end} ms) is before start ({start} ms)")));
         }
         let end = end.min(now_ms.saturating_add(FUTURE_MARGIN_MS));
-        let max = i64::try_from(max_range.as_millis()).unwrap_or(i64::MAX);
+        let max = i64::try_from(crate::tenant_limits::window_cap(max_range).as_millis()).unwrap_or(i64::MAX);
         Ok((start.max(end.saturating_sub(max)).min(end), end))
     }
 }
@@ -257,7 +258,7 @@ async fn query_range(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form)
 /// Label names (`name` None) or the values of `name`, of the series that
 /// match any `match[]` (every series without one).
 async fn names_or_values(q: &Arc<Querier>, headers: &HeaderMap, f: &Form, name: Option<&str>) -> Result<Response> {
-    let (start, end) = f.window(q.now_ns() / 1_000_000, q.default_window())?;
+    let (start, end) = f.window(q.now_ns() / 1_000_000, q.config.max_range)?;
     let (series, gaps) = q.metric_series(&tenant(headers)?, &f.matches(), start, end).await?;
     let warnings = gaps.warnings;
     let mut out = std::collections::BTreeSet::new();
@@ -292,7 +293,7 @@ async fn series(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) -> R
     if matches.is_empty() {
         return Err(bad("no match[] parameter provided".into()));
     }
-    let (start, end) = f.window(q.now_ns() / 1_000_000, q.default_window())?;
+    let (start, end) = f.window(q.now_ns() / 1_000_000, q.config.max_range)?;
     let (series, gaps) = q.metric_series(&tenant(&headers)?, &matches, start, end).await?;
     let mut warnings = gaps.warnings;
     let limit = f.limit()?.unwrap_or(usize::MAX);
@@ -314,8 +315,9 @@ async fn metadata(State(q): State<Arc<Querier>>, headers: HeaderMap, f: Form) ->
     let end = u64::try_from(q.now_ns())
         .unwrap_or(0)
         .saturating_add(FUTURE_MARGIN_MS as u64 * 1_000_000);
-    let range =
-        (METADATA_WINDOW_MS as u64 * 1_000_000).min(u64::try_from(q.default_window().as_nanos()).unwrap_or(u64::MAX));
+    let range = (METADATA_WINDOW_MS as u64 * 1_000_000).min(crate::tenant_limits::cap_ns(
+        u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX),
+    ));
     let metric = f.one("metric").filter(|m| !m.is_empty());
     let (found, gaps) = q
         .metric_metadata(&tenant(&headers)?, metric, end.saturating_sub(range), end)

@@ -136,7 +136,7 @@ async fn spans(
 ) -> Result<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest> {
     let tenant = tenant(headers)?;
     let id = trace_id(id)?;
-    let range = u64::try_from(q.default_window().as_nanos()).unwrap_or(u64::MAX);
+    let range = u64::try_from(q.config.max_range.as_nanos()).unwrap_or(u64::MAX);
     let (start, end) = window(q, p, range)?;
     Ok(q.trace(&tenant, id, start, end).await?.body.trace)
 }
