@@ -485,33 +485,13 @@ pub(crate) fn evaluate(
             }
         });
     }
-    // Steps are independent: evaluated in parallel on the scan pool (this
-    // runs on it), then gathered in step order.
-    use rayon::prelude::*;
+    // Over every step at once where the expression's shape allows, else
+    // step by step in parallel on the scan pool (this runs on it).
     let steps: Vec<i64> = (0..)
         .map(|k| q.start_ms + k * q.step_ms)
         .take_while(|t| *t <= q.end_ms)
         .collect();
-    let values = steps
-        .par_iter()
-        .map(|&t| engine.eval(&expr, t).map(|v| (t, v)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut out: std::collections::BTreeMap<Labels, Vec<(i64, f64)>> = std::collections::BTreeMap::new();
-    for (t, value) in values {
-        match value {
-            Value::Scalar(v) => out.entry(Vec::new()).or_default().push((t, v)),
-            Value::Vector(v) => {
-                for s in v {
-                    out.entry(s.labels).or_default().push((t, s.v));
-                }
-            }
-            _ => {
-                return Err(eval::EvalError(
-                    "a range query must give a scalar or an instant vector".into(),
-                ));
-            }
-        }
-    }
+    let out = engine.eval_range(&expr, &steps)?;
     Ok(PromData {
         result_type: "matrix",
         result: out.iter().map(|(labels, points)| series_json(labels, points)).collect(),

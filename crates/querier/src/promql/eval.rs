@@ -19,6 +19,10 @@ use promql_parser::parser::{
     VectorSelector,
 };
 
+mod steps;
+
+pub use steps::{Matrix, Row};
+
 /// A function of a range window's samples, its start and its end.
 type RangeFn = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64>;
 
@@ -316,29 +320,10 @@ impl Engine {
                     .collect(),
             ))
         };
+        if let Some((f, keep_name)) = range_function(name) {
+            return over_range(&f, keep_name);
+        }
         match name {
-            "rate" => over_range(&|p, from, to| extrapolated(p, from, to, true, true), false),
-            "increase" => over_range(&|p, from, to| extrapolated(p, from, to, true, false), false),
-            "delta" => over_range(&|p, from, to| extrapolated(p, from, to, false, false), false),
-            "irate" => over_range(&|p, _, _| instant_rate(p, true), false),
-            "idelta" => over_range(&|p, _, _| instant_rate(p, false), false),
-            "avg_over_time" => over_range(
-                &|p, _, _| Some(p.iter().map(|x| x.1).sum::<f64>() / p.len() as f64),
-                false,
-            ),
-            "sum_over_time" => over_range(&|p, _, _| Some(p.iter().map(|x| x.1).sum()), false),
-            "count_over_time" => over_range(&|p, _, _| Some(p.len() as f64), false),
-            "min_over_time" => over_range(&|p, _, _| p.iter().map(|x| x.1).reduce(f64::min), false),
-            "max_over_time" => over_range(&|p, _, _| p.iter().map(|x| x.1).reduce(f64::max), false),
-            "last_over_time" => over_range(&|p, _, _| p.last().map(|x| x.1), true),
-            "resets" => over_range(
-                &|p, _, _| Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64),
-                false,
-            ),
-            "changes" => over_range(
-                &|p, _, _| Some(p.windows(2).filter(|w| w[1].1 != w[0].1).count() as f64),
-                false,
-            ),
             "abs" => map(&f64::abs),
             "ceil" => map(&f64::ceil),
             "floor" => map(&f64::floor),
@@ -404,38 +389,16 @@ impl Engine {
         }
         let mut out = Vec::new();
         for (labels, members) in groups {
+            if op == T_TOPK || op == T_BOTTOMK {
+                let k = param.unwrap_or(0.0).max(0.0) as usize;
+                let mut members = members;
+                members.sort_by(|x, y| k_order(op, x.v, y.v));
+                out.extend(members.into_iter().take(k));
+                continue;
+            }
             let vals: Vec<f64> = members.iter().map(|s| s.v).collect();
-            let n = vals.len() as f64;
-            let v = match op {
-                T_SUM => vals.iter().sum(),
-                T_AVG => vals.iter().sum::<f64>() / n,
-                T_COUNT => n,
-                T_GROUP => 1.0,
-                T_MIN => vals
-                    .iter()
-                    .copied()
-                    .fold(f64::NAN, |a, b| if a.is_nan() || b < a { b } else { a }),
-                T_MAX => vals
-                    .iter()
-                    .copied()
-                    .fold(f64::NAN, |a, b| if a.is_nan() || b > a { b } else { a }),
-                T_STDDEV | T_STDVAR => {
-                    let mean = vals.iter().sum::<f64>() / n;
-                    let var = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-                    if op == T_STDDEV { var.sqrt() } else { var }
-                }
-                T_QUANTILE => quantile(param.unwrap_or(f64::NAN), vals),
-                T_TOPK | T_BOTTOMK => {
-                    let k = param.unwrap_or(0.0).max(0.0) as usize;
-                    let mut members = members;
-                    members.sort_by(|x, y| {
-                        let o = x.v.partial_cmp(&y.v).unwrap_or(std::cmp::Ordering::Equal);
-                        if op == T_TOPK { o.reverse() } else { o }
-                    });
-                    out.extend(members.into_iter().take(k));
-                    continue;
-                }
-                _ => return err(format!("aggregation {} is not supported", a.op)),
+            let Some(v) = aggregate_values(op, param, &vals) else {
+                return err(format!("aggregation {} is not supported", a.op));
             };
             out.push(Sample { labels, v });
         }
@@ -552,6 +515,69 @@ impl Engine {
         }
         Ok(out)
     }
+}
+
+/// A range function by name: its function of a window's samples (and
+/// the window's start and end), and whether its samples keep `__name__`.
+fn range_function(name: &str) -> Option<(fn(&[(i64, f64)], i64, i64) -> Option<f64>, bool)> {
+    Some(match name {
+        "rate" => (|p, from, to| extrapolated(p, from, to, true, true), false),
+        "increase" => (|p, from, to| extrapolated(p, from, to, true, false), false),
+        "delta" => (|p, from, to| extrapolated(p, from, to, false, false), false),
+        "irate" => (|p, _, _| instant_rate(p, true), false),
+        "idelta" => (|p, _, _| instant_rate(p, false), false),
+        "avg_over_time" => (
+            |p, _, _| Some(p.iter().map(|x| x.1).sum::<f64>() / p.len() as f64),
+            false,
+        ),
+        "sum_over_time" => (|p, _, _| Some(p.iter().map(|x| x.1).sum()), false),
+        "count_over_time" => (|p, _, _| Some(p.len() as f64), false),
+        "min_over_time" => (|p, _, _| p.iter().map(|x| x.1).reduce(f64::min), false),
+        "max_over_time" => (|p, _, _| p.iter().map(|x| x.1).reduce(f64::max), false),
+        "last_over_time" => (|p, _, _| p.last().map(|x| x.1), true),
+        "resets" => (
+            |p, _, _| Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64),
+            false,
+        ),
+        "changes" => (
+            |p, _, _| Some(p.windows(2).filter(|w| w[1].1 != w[0].1).count() as f64),
+            false,
+        ),
+        _ => return None,
+    })
+}
+
+/// An aggregation's value over one group's values (every operator but
+/// `topk`/`bottomk`, which select samples instead).
+fn aggregate_values(op: u16, param: Option<f64>, vals: &[f64]) -> Option<f64> {
+    let n = vals.len() as f64;
+    Some(match op {
+        T_SUM => vals.iter().sum(),
+        T_AVG => vals.iter().sum::<f64>() / n,
+        T_COUNT => n,
+        T_GROUP => 1.0,
+        T_MIN => vals
+            .iter()
+            .copied()
+            .fold(f64::NAN, |a, b| if a.is_nan() || b < a { b } else { a }),
+        T_MAX => vals
+            .iter()
+            .copied()
+            .fold(f64::NAN, |a, b| if a.is_nan() || b > a { b } else { a }),
+        T_STDDEV | T_STDVAR => {
+            let mean = vals.iter().sum::<f64>() / n;
+            let var = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+            if op == T_STDDEV { var.sqrt() } else { var }
+        }
+        T_QUANTILE => quantile(param.unwrap_or(f64::NAN), vals.to_vec()),
+        _ => return None,
+    })
+}
+
+/// `topk`'s and `bottomk`'s order of two values.
+fn k_order(op: u16, x: f64, y: f64) -> std::cmp::Ordering {
+    let o = x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal);
+    if op == T_TOPK { o.reverse() } else { o }
 }
 
 /// The labels two samples are matched on.
