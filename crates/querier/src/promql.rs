@@ -9,6 +9,8 @@ pub mod eval;
 pub mod load;
 pub mod names;
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use lrpar::{Lexeme as _, Lexer as _};
@@ -25,7 +27,7 @@ use crate::plan::{Candidate, Src};
 use crate::stats::Stats;
 use crate::{Querier, QueryError};
 use eval::{Engine, Labels, Settings, Value};
-use load::{SeriesMap, format_float};
+use load::{BlockSeries, format_float};
 
 /// Longest PromQL expression accepted, bytes.
 pub const MAX_QUERY_LEN: usize = 64 * 1024;
@@ -182,7 +184,7 @@ impl Querier {
         from_ms: i64,
         to_ms: i64,
         stats: &Stats,
-    ) -> Result<(SeriesMap, Gaps), QueryError> {
+    ) -> Result<(Vec<Arc<eval::Series>>, Gaps), QueryError> {
         let from_ns = from_ms.max(0) as u64 * 1_000_000;
         let to_ns = (to_ms.max(0) as u64).saturating_mul(1_000_000).saturating_add(999_999);
         let plan = self
@@ -211,7 +213,7 @@ impl Querier {
                     && !self.metric_names_may_match(c, names, stats).await?
                 {
                     stats.add_pruned(mira_core::sidecar::PruneRule::AttrIndex);
-                    return Ok::<_, QueryError>(Arc::new(SeriesMap::new()));
+                    return Ok::<_, QueryError>(Arc::new(BlockSeries::new()));
                 }
                 // A published block's series may be kept ([`crate::results`]).
                 let cache_key = match &c.src {
@@ -242,8 +244,7 @@ impl Querier {
                 let (map, read) = self
                     .on_pool(move || {
                         let wanted = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
-                        let mut map = SeriesMap::new();
-                        load::read_block(&tables, from_ms, to_ms, &wanted, &mut map).map(|n| (map, n))
+                        load::read_block(&tables, from_ms, to_ms, &wanted)
                     })
                     .await
                     .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;
@@ -255,17 +256,38 @@ impl Querier {
                 Ok(map)
             }
         });
-        let mut all = SeriesMap::new();
-        for part in futures::future::try_join_all(reads).await? {
-            for (labels, samples) in part.iter() {
-                all.entry(labels.clone()).or_default().extend_from_slice(samples);
+        // A series held by one block is used as that block gave it (no
+        // copy); one several blocks hold is merged, the earlier block's
+        // sample kept where two have the same time.
+        let parts = futures::future::try_join_all(reads).await?;
+        let mut index: HashMap<&Labels, usize, foldhash::fast::RandomState> = HashMap::default();
+        let mut held: Vec<Vec<&Arc<eval::Series>>> = Vec::new();
+        for part in &parts {
+            for s in part.iter() {
+                match index.entry(&s.labels) {
+                    Entry::Occupied(e) => held[*e.get()].push(s),
+                    Entry::Vacant(e) => {
+                        e.insert(held.len());
+                        held.push(vec![s]);
+                    }
+                }
             }
-            if all.len() > MAX_SERIES {
+            if held.len() > MAX_SERIES {
                 return Err(QueryError::TooBig(format!(
                     "the query selects more than {MAX_SERIES} series; add label matchers"
                 )));
             }
         }
+        let all = held
+            .into_iter()
+            .map(|copies| match copies.as_slice() {
+                [one] => Arc::clone(one),
+                many => Arc::new(eval::Series::sorted(
+                    many[0].labels.clone(),
+                    many.iter().flat_map(|s| s.samples.iter().copied()).collect(),
+                )),
+            })
+            .collect();
         Ok((all, plan.gaps))
     }
 
@@ -317,7 +339,7 @@ impl Querier {
         self.check_range(start_ms.max(0) as u64 * 1_000_000, end_ms.max(0) as u64 * 1_000_000)?;
         let stats = Stats::default();
         let (series, gaps) = self.load_series(tenant, &selectors, start_ms, end_ms, &stats).await?;
-        let mut out: Vec<Labels> = series.into_keys().collect();
+        let mut out: Vec<Labels> = series.iter().map(|s| s.labels.clone()).collect();
         out.sort();
         Ok((out, gaps))
     }
@@ -442,19 +464,11 @@ impl Querier {
 
 pub(crate) fn evaluate(
     expr: Expr,
-    series: SeriesMap,
+    series: Vec<Arc<eval::Series>>,
     settings: Settings,
     q: &PromQuery,
 ) -> Result<PromData, eval::EvalError> {
-    let series: Vec<eval::Series> = series
-        .into_iter()
-        .map(|(labels, mut samples)| {
-            samples.sort_by_key(|s| s.0);
-            samples.dedup_by_key(|s| s.0);
-            eval::Series { labels, samples }
-        })
-        .collect();
-    let engine = Engine::new(series, settings);
+    let engine = Engine::shared(series, settings);
     if q.instant {
         let t = q.end_ms;
         return Ok(match engine.eval(&expr, t)? {

@@ -50,7 +50,7 @@ use mira_core::scan::{AttrMatcher, LineFilter, MatchOp, Order, ScanOutput, ScanR
 use mira_core::{BlockId, Signal};
 use promql_parser::parser::VectorSelector;
 
-use crate::promql::load::SeriesMap;
+use crate::promql::load::BlockSeries;
 use crate::stats::Stats;
 
 /// What a per-block result is for; see the module doc.
@@ -212,7 +212,7 @@ struct Scanned {
 #[derive(Debug)]
 enum Cached {
     Scan(Scanned),
-    Series(Arc<SeriesMap>),
+    Series(Arc<BlockSeries>),
 }
 
 #[derive(Debug)]
@@ -295,11 +295,11 @@ fn scanned_weight(s: &Scanned) -> u64 {
     (s.rows.len() * 4 + s.times.len() * 8) as u64 + mira_core::decoded::batch_weight(&s.batch)
 }
 
-fn series_weight(m: &SeriesMap) -> u64 {
+fn series_weight(m: &BlockSeries) -> u64 {
     m.iter()
-        .map(|(labels, samples)| {
-            let l: usize = labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
-            (l + samples.len() * 16 + 64) as u64
+        .map(|s| {
+            let l: usize = s.labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+            (l + s.samples.len() * 16 + 64) as u64
         })
         .sum()
 }
@@ -393,7 +393,7 @@ impl ResultCache {
     }
 
     /// The series a load found, when an entry holds them (counted).
-    pub fn series(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<SeriesMap>> {
+    pub fn series(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<BlockSeries>> {
         let found = self.get(key).and_then(|(v, weight)| match &*v {
             Cached::Series(m) => Some((m.clone(), weight)),
             Cached::Scan(_) => None,
@@ -403,7 +403,7 @@ impl ResultCache {
     }
 
     /// Keeps what a load found.
-    pub fn insert_series(&self, key: ResultKey, map: Arc<SeriesMap>) {
+    pub fn insert_series(&self, key: ResultKey, map: Arc<BlockSeries>) {
         let w = series_weight(&map);
         self.insert(key, Cached::Series(map), w);
     }

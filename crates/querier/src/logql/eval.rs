@@ -546,7 +546,7 @@ impl Querier {
         let text = render(m, &mut ranges)?;
         let stats = Stats::default();
         let mut gaps = Gaps::default();
-        let mut series = promql::load::SeriesMap::new();
+        let mut series: promql::load::BlockSeries = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
             let from = steps[0] as u64 * 1_000_000;
             let from = from.saturating_sub((r.range_ns + r.offset_ns).max(0) as u64);
@@ -751,7 +751,7 @@ fn range_series(
     samples: Vec<Sampled>,
     steps: &[i64],
     name: &str,
-) -> Result<promql::load::SeriesMap, QueryError> {
+) -> Result<promql::load::BlockSeries, QueryError> {
     let mut by_series: HashMap<SeriesLabels, Vec<(u64, f64)>> = HashMap::new();
     for s in samples {
         by_series.entry(s.labels).or_default().push((s.ts, s.value));
@@ -763,7 +763,7 @@ fn range_series(
         }
     }
     let secs = r.range_ns as f64 / 1e9;
-    let mut out = promql::load::SeriesMap::new();
+    let mut out = promql::load::BlockSeries::new();
     for (mut labels, mut points) in by_series {
         points.sort_by_key(|p| p.0);
         let mut values = Vec::new();
@@ -813,7 +813,11 @@ fn range_series(
         }
         labels.push((engine::NAME.to_owned(), name.to_owned()));
         labels.sort();
-        out.insert(labels, values);
+        // One sample per step, in step order.
+        out.push(Arc::new(engine::Series {
+            labels,
+            samples: values,
+        }));
     }
     Ok(out)
 }
@@ -1161,10 +1165,11 @@ mod tests {
         let samples = vec![s(1_000_000_000), s(2_000_000_000), s(3_000_000_000)];
         let out =
             range_series(&count(2_000_000_000), samples, &[2000, 3000, 5000, 6000], "__logql_0__").expect("series");
-        let (labels, points) = out.into_iter().next().expect("one series");
+        let series = out.into_iter().next().expect("one series");
+        let (labels, points) = (&series.labels, &series.samples);
         assert!(labels.contains(&("__name__".to_owned(), "__logql_0__".to_owned())));
         // (0,2] holds 1s and 2s; (1,3] holds 2s and 3s; (3,5] none shown
         // as no point; (4,6] none.
-        assert_eq!(points, vec![(2000, 2.0), (3000, 2.0)]);
+        assert_eq!(points, &vec![(2000, 2.0), (3000, 2.0)]);
     }
 }

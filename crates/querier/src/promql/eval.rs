@@ -38,6 +38,16 @@ pub struct Series {
     pub samples: Vec<(i64, f64)>,
 }
 
+impl Series {
+    /// A series of `samples` in any order: sorted by time, keeping the
+    /// first of samples with the same time.
+    pub fn sorted(labels: Labels, mut samples: Vec<(i64, f64)>) -> Series {
+        samples.sort_by_key(|s| s.0);
+        samples.dedup_by_key(|s| s.0);
+        Series { labels, samples }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub labels: Labels,
@@ -155,8 +165,14 @@ fn window(samples: &[(i64, f64)], from: i64, to: i64) -> &[(i64, f64)] {
 
 impl Engine {
     pub fn new(series: Vec<Series>, settings: Settings) -> Engine {
+        Engine::shared(series.into_iter().map(Arc::new).collect(), settings)
+    }
+
+    /// An engine over series sorted by time (as [`Series::sorted`] makes
+    /// them), shared with whoever else holds them.
+    pub fn shared(series: Vec<Arc<Series>>, settings: Settings) -> Engine {
         Engine {
-            series: series.into_iter().map(Arc::new).collect(),
+            series,
             settings,
             selected: std::sync::Mutex::new(HashMap::new()),
         }

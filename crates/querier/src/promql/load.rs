@@ -16,7 +16,9 @@ use mira_core::schema::{self, metric_type};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
 
-use super::eval::{Labels, NAME};
+use std::sync::Arc;
+
+use super::eval::{Labels, NAME, Series};
 use super::names::{label_name, metric_name};
 
 /// Tables a metrics block is read from.
@@ -29,8 +31,10 @@ pub const TABLES: [&str; 6] = [
     schema::POINT_DISTS,
 ];
 
-/// Samples by series labels.
-pub type SeriesMap = HashMap<Labels, Vec<(i64, f64)>>;
+/// A block's series: distinct labels, samples sorted by time with one per
+/// time (the first read). Shared: kept in the result cache, and handed to
+/// the evaluator as they are when no other block has the same series.
+pub type BlockSeries = Vec<Arc<Series>>;
 
 fn text(kv: &KeyValue) -> Option<String> {
     match kv.value.as_ref()?.value.as_ref()? {
@@ -205,27 +209,22 @@ impl<'w> Slots<'w> {
         }
     }
 
-    fn drain_into(self, into: &mut SeriesMap) {
-        for (labels, samples) in self.series {
-            match into.entry(labels) {
-                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().extend(samples),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(samples);
-                }
-            }
-        }
+    fn finish(self) -> BlockSeries {
+        self.series
+            .into_iter()
+            .map(|(labels, samples)| Arc::new(Series::sorted(labels, samples)))
+            .collect()
     }
 }
 
-/// Adds the block's samples with time in `[from_ms, to_ms]` of the series
-/// `wanted` accepts into `into`; returns the points read.
+/// The block's series `wanted` accepts, with their samples with time in
+/// `[from_ms, to_ms]`, and the points read.
 pub fn read_block(
     tables: &TableSet,
     from_ms: i64,
     to_ms: i64,
     wanted: &dyn Fn(&Labels) -> bool,
-    into: &mut SeriesMap,
-) -> Result<usize, ConvertError> {
+) -> Result<(BlockSeries, usize), ConvertError> {
     let series = tables.get(schema::SERIES)?;
     let t = schema::SERIES;
     let names = DictStr::new(series, t, "metric_name")?;
@@ -399,6 +398,5 @@ pub fn read_block(
             }
         }
     }
-    slots.drain_into(into);
-    Ok(read)
+    Ok((slots.finish(), read))
 }
