@@ -1,8 +1,9 @@
 //! PromQL over stored metric points: parse (the `promql-parser` crate),
 //! find the series every selector names in the blocks of the time window
 //! (published and recent; blocks whose metric names cannot match are
-//! pruned from their attribute index), then evaluate step by step on the
-//! scan pool ([`eval`]). Answers use the Prometheus HTTP API's JSON shape,
+//! pruned from their attribute index), then evaluate on the scan pool
+//! ([`eval`]): a range query over every step at once where its shape
+//! allows, else step by step. Answers use the Prometheus HTTP API's JSON shape,
 //! plus `stats`.
 
 pub mod eval;
