@@ -177,7 +177,9 @@ fn metric_json(labels: &Labels) -> serde_json::Value {
 
 impl Querier {
     /// Loads the series matching any of `sel` with samples in
-    /// `[from_ms, to_ms]`.
+    /// `[from_ms, to_ms]`. A series may also hold samples outside it: a
+    /// published block is read whole when the result cache is on, so a
+    /// sliding range (a dashboard's refresh) finds it kept.
     async fn load_series(
         &self,
         tenant: &str,
@@ -216,7 +218,9 @@ impl Querier {
                     stats.add_pruned(mira_core::sidecar::PruneRule::AttrIndex);
                     return Ok::<_, QueryError>(Arc::new(BlockSeries::new()));
                 }
-                // A published block's series may be kept ([`crate::results`]).
+                // A published block's series may be kept ([`crate::results`]),
+                // for the whole block: the evaluator only reads samples in
+                // its windows, all inside `[from_ms, to_ms]`.
                 let cache_key = match &c.src {
                     Src::Published { key } if self.results.enabled() => {
                         let (manifest, _) = self.published_sidecars(key, stats).await?;
@@ -225,8 +229,8 @@ impl Querier {
                             m.tenant.as_str(),
                             m.block_id,
                             &sel,
-                            from_ms,
-                            to_ms,
+                            i64::MIN,
+                            i64::MAX,
                             m.min_time,
                             m.max_time,
                         ))
@@ -242,10 +246,15 @@ impl Querier {
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;
                 let id = c.id;
+                let (lo, hi) = if cache_key.is_some() {
+                    (i64::MIN, i64::MAX)
+                } else {
+                    (from_ms, to_ms)
+                };
                 let (map, read) = self
                     .on_pool(move || {
                         let wanted = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
-                        load::read_block(&tables, from_ms, to_ms, &wanted)
+                        load::read_block(&tables, lo, hi, &wanted)
                     })
                     .await
                     .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;
@@ -263,8 +272,12 @@ impl Querier {
         let parts = futures::future::try_join_all(reads).await?;
         let mut index: HashMap<&Labels, usize, foldhash::fast::RandomState> = HashMap::default();
         let mut held: Vec<Vec<&Arc<eval::Series>>> = Vec::new();
+        let inside = |s: &eval::Series| {
+            let first = s.samples.partition_point(|p| p.0 < from_ms);
+            s.samples.get(first).is_some_and(|p| p.0 <= to_ms)
+        };
         for part in &parts {
-            for s in part.iter() {
+            for s in part.iter().filter(|s| inside(s)) {
                 match index.entry(&s.labels) {
                     Entry::Occupied(e) => held[*e.get()].push(s),
                     Entry::Vacant(e) => {
