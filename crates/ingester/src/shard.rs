@@ -20,7 +20,7 @@ use mira_core::ids::{BlockId, Signal, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 
 use crate::error::{IngestError, WalError};
-use crate::wal::{Acks, Wal, WalMode};
+use crate::wal::{Acks, Wal, WalMode, Written};
 
 /// An open block's builder for any signal.
 #[derive(Debug)]
@@ -95,7 +95,7 @@ impl AnyBuilder {
 #[derive(Debug)]
 pub enum AckWait {
     /// The WAL write (page-cache or fsync mode).
-    Wal(oneshot::Receiver<Result<u64, WalError>>),
+    Wal(oneshot::Receiver<Result<Written, WalError>>),
     /// WAL off: the generation's publish.
     Published {
         generation: u64,
@@ -115,12 +115,11 @@ pub struct Progress {
 }
 
 impl AckWait {
-    pub async fn wait(self) -> Result<(), IngestError> {
+    /// Waits for the ack; returns the WAL's timings of the frame (`None`
+    /// with the WAL off).
+    pub async fn wait(self) -> Result<Option<Written>, IngestError> {
         match self {
-            AckWait::Wal(rx) => {
-                rx.await.map_err(|_| WalError::Stopped)??;
-                Ok(())
-            }
+            AckWait::Wal(rx) => Ok(Some(rx.await.map_err(|_| WalError::Stopped)??)),
             AckWait::Published {
                 generation,
                 mut published,
@@ -130,7 +129,7 @@ impl AckWait {
                     .await
                     .map_err(|_| IngestError::Unavailable("the shard stopped before publishing".to_owned()))?;
                 if p.published >= generation && !p.failed.contains(&generation) {
-                    Ok(())
+                    Ok(None)
                 } else {
                     Err(IngestError::Unavailable(
                         "the ingester cannot publish (see its log and /metrics); nothing of this request was stored"
@@ -148,6 +147,10 @@ pub struct Accepted {
     /// Rows appended and what the attribute limits did.
     pub appended: Appended,
     pub ack: AckWait,
+    /// Time queued for the shard (from [`Work::sent`]).
+    pub queued: Duration,
+    /// Time decoding into the builder.
+    pub decode: Duration,
 }
 
 /// Work for a shard: one export request.
@@ -157,6 +160,8 @@ pub struct Work {
     pub payload: Bytes,
     pub permit: OwnedSemaphorePermit,
     pub reply: oneshot::Sender<Result<Accepted, IngestError>>,
+    /// When it was sent to the shard.
+    pub sent: Instant,
 }
 
 /// What a shard holds that is not yet published, for the recent-data
@@ -316,7 +321,9 @@ impl Shard {
             payload,
             permit,
             reply,
+            sent,
         } = item;
+        let queued = sent.elapsed();
         let b = g
             .builders
             .entry(tenant.clone())
@@ -390,7 +397,12 @@ impl Shard {
             }
         };
         drop(permit);
-        let _ = reply.send(Ok(Accepted { appended, ack }));
+        let _ = reply.send(Ok(Accepted {
+            appended,
+            ack,
+            queued,
+            decode: took,
+        }));
     }
 
     /// Rebuilds the builders (and the recent view) from the requests whose
