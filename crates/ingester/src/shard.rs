@@ -91,6 +91,30 @@ impl AnyBuilder {
     }
 }
 
+/// Requests at least this large are decoded on the blocking pool (a batch
+/// of 8192 log records takes milliseconds, which on a runtime worker would
+/// hold up every other request's I/O and ack); smaller ones in place, where
+/// the hand-off would cost more than it saves.
+pub const DECODE_INLINE_MAX: usize = 64 << 10;
+
+/// Appends one request to `b` under `limits`, with the active-series gate
+/// for metrics when `series_limit` > 0.
+fn decode(
+    b: &mut AnyBuilder,
+    payload: &[u8],
+    limits: &Limits,
+    series: &crate::series::ActiveSeries,
+    tenant: &TenantId,
+    series_limit: u64,
+) -> Result<Appended, mira_core::convert::ConvertError> {
+    let gate = (series_limit > 0).then_some(
+        |req: &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest| {
+            series.gate(tenant, series_limit, req)
+        },
+    );
+    b.append_gated(payload, limits, gate)
+}
+
 /// What the caller waits on before acknowledging.
 #[derive(Debug)]
 pub enum AckWait {
@@ -324,10 +348,10 @@ impl Shard {
             sent,
         } = item;
         let queued = sent.elapsed();
-        let b = g
+        let mut b = g
             .builders
-            .entry(tenant.clone())
-            .or_insert_with(|| AnyBuilder::new(self.signal));
+            .remove(&tenant)
+            .unwrap_or_else(|| AnyBuilder::new(self.signal));
         let t = Instant::now();
         let limits = Limits {
             window: Some(window_at(&self.clock, self.window)),
@@ -338,12 +362,34 @@ impl Shard {
         } else {
             0
         };
-        let gate = (series_limit > 0).then_some(
-            |req: &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest| {
-                self.series.gate(&tenant, series_limit, req)
-            },
-        );
-        let appended = b.append_gated(&payload, &limits, gate);
+        let appended = if payload.len() < DECODE_INLINE_MAX {
+            let appended = decode(&mut b, &payload, &limits, &self.series, &tenant, series_limit);
+            g.builders.insert(tenant.clone(), b);
+            appended
+        } else {
+            // Milliseconds of CPU: on the blocking pool, so the runtime's
+            // workers keep reading other requests and waking acks.
+            let (series, t2, p2) = (self.series.clone(), tenant.clone(), payload.clone());
+            let decoded = tokio::task::spawn_blocking(move || {
+                let appended = decode(&mut b, &p2, &limits, &series, &t2, series_limit);
+                (b, appended)
+            })
+            .await;
+            match decoded {
+                Ok((b, appended)) => {
+                    g.builders.insert(tenant.clone(), b);
+                    appended
+                }
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => {
+                    // Cancelled (the runtime is stopping) and the builder
+                    // with it: rebuilt from the requests it held.
+                    self.rebuild(g, &tenant);
+                    let _ = reply.send(Err(IngestError::Unavailable("the ingester is stopping".to_owned())));
+                    return;
+                }
+            }
+        };
         let took = t.elapsed();
         self.metrics
             .append
@@ -405,6 +451,24 @@ impl Shard {
         }));
     }
 
+    /// Rebuilds `tenant`'s builder from the requests of the open generation
+    /// (the recent view holds them as they were appended).
+    fn rebuild(&self, g: &mut Generation, tenant: &TenantId) {
+        let payloads = lock_view(&self.view)
+            .open
+            .get(tenant)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
+        let mut b = AnyBuilder::new(self.signal);
+        for p in &payloads {
+            // The same bytes under the same limits appended before.
+            let _ = b.append(p, &self.limits);
+        }
+        if !payloads.is_empty() {
+            g.builders.insert(tenant.clone(), b);
+        }
+    }
+
     /// Rebuilds the builders (and the recent view) from the requests whose
     /// frames the WAL wrote, leaving out `failed` (answered with an error).
     fn drop_unlogged(&self, g: &mut Generation, failed: &[u64]) {
@@ -453,17 +517,34 @@ impl Shard {
         let next = Generation::new(g.number + 1, &self.clock);
         let old = std::mem::replace(g, next);
         let mut blocks = Vec::new();
-        let mut finished = Vec::new();
-        for (tenant, mut b) in old.builders {
-            if b.rows() == 0 {
-                continue;
+        // Tens of milliseconds for a full generation: on the blocking pool,
+        // so the runtime's workers keep serving requests meanwhile.
+        let builders = old.builders;
+        let finished = match tokio::task::spawn_blocking(move || {
+            let mut finished = Vec::new();
+            for (tenant, mut b) in builders {
+                if b.rows() == 0 {
+                    continue;
+                }
+                let built = b.finish().map_err(|e| {
+                    tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; the generation will be quarantined");
+                    e.to_string()
+                });
+                finished.push((tenant, built));
             }
-            let built = b.finish().map_err(|e| {
-                tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; the generation will be quarantined");
-                e.to_string()
-            });
-            finished.push((tenant, built));
-        }
+            finished
+        })
+        .await
+        {
+            Ok(f) => f,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {
+                // Cancelled: the runtime is stopping. The WAL keeps the
+                // generation's frames (no watermark covers them).
+                tracing::warn!(target: "mira::ingester", shard = self.id, "stopping while sealing; the WAL keeps the generation");
+                return;
+            }
+        };
         let mut requests = Vec::with_capacity(finished.len());
         {
             // One step, so a recent-data snapshot sees these rows either as
