@@ -4,7 +4,9 @@ scripts/measure/ack-latency.sh, which builds the binary.
 For each WAL mode: the capacity first (`mira loadgen` at 4 unpaced
 connections, OTLP/gRPC, batch 8192 low-cardinality log records, as fast as
 acknowledged), then 4 connections paced at FRACTIONS of that capacity. Each
-point runs against a fresh `mira ingester`. Prints records/s, the ack p50 /
+point runs against a fresh `mira ingester`, on a quiet disk (the data of the
+point before deleted and `sync` run: otherwise the kernel writing back
+gigabytes of an earlier point's WAL slows this point's WAL writes). Prints records/s, the ack p50 /
 p99 the load generator saw, and where the ingester's time went: the mean and
 the p50 of each phase of `mira_ingester_phase_seconds{signal="logs"}`,
 diffed before and after the point (see docs/api.md for the phases).
@@ -54,21 +56,29 @@ def wait_ready(http, proc, log):
     sys.exit(f"ingester not ready in 60 s:\n{open(log).read()[-2000:]}")
 
 
-LINE = re.compile(r'^mira_ingester_phase_seconds_(bucket|sum|count)\{([^}]*)\} (\S+)$')
+LINE = re.compile(r'^mira_ingester_(phase_seconds|wal_write_seconds|wal_fsync_seconds|runtime_lag_seconds)'
+                  r'_(bucket|sum|count)(?:\{([^}]*)\})? (\S+)$')
+# The WAL's own group timings and the runtime's lateness, beside the phases.
+PROBES = ["wal_write_seconds", "wal_fsync_seconds", "runtime_lag_seconds"]
 
 
 def phases(http):
-    """phase -> {"sum": s, "count": n, "buckets": [(le, cumulative)]} for logs."""
+    """name -> {"sum": s, "count": n, "buckets": [(le, cumulative)]}: each
+    phase of logs, and the PROBES."""
     out = {}
     for line in get(f"http://{http}/metrics").splitlines():
         m = LINE.match(line)
         if not m:
             continue
-        kind, labels, value = m.groups()
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
-        if lab.get("signal") != "logs":
-            continue
-        p = out.setdefault(lab["phase"], {"sum": 0.0, "count": 0.0, "buckets": []})
+        metric, kind, labels, value = m.groups()
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels or ""))
+        if metric == "phase_seconds":
+            if lab.get("signal") != "logs":
+                continue
+            name = lab["phase"]
+        else:
+            name = metric
+        p = out.setdefault(name, {"sum": 0.0, "count": 0.0, "buckets": []})
         if kind == "bucket":
             le = float("inf") if lab["le"] == "+Inf" else float(lab["le"])
             p["buckets"].append((le, float(value)))
@@ -172,6 +182,10 @@ def main():
                 ing.terminate()
                 ing.wait()
                 procs.remove(ing)
+                # The next point starts on a quiet disk: this one's WAL and
+                # blocks gone, nothing of them left to write back.
+                subprocess.run(["rm", "-rf", data], check=True)
+                os.sync()
                 if point == "max":
                     capacity = rps
                     label = f"{conns} unpaced"
@@ -208,6 +222,20 @@ def main():
                 continue
             cells.append(f"{p['sum'] / p['count'] * 1e3:.2f} / {quantile(p, 0.5) * 1e3:.2f}")
         print(f"| {wal} | {label} | {n:.0f} | " + " | ".join(cells) + " |")
+    print()
+    print("WAL groups (write(2), fdatasync) and runtime lag (lateness of a 10 ms tick): mean / p50 in ms")
+    print("| WAL | conns | groups | write | fdatasync | runtime lag |")
+    print("|---|---|---|---|---|---|")
+    for wal, label, *_, d in rows:
+        groups = d.get("wal_write_seconds", {}).get("count", 0)
+        cells = []
+        for name in PROBES:
+            p = d.get(name)
+            if not p or p["count"] <= 0:
+                cells.append("—")
+                continue
+            cells.append(f"{p['sum'] / p['count'] * 1e3:.2f} / {quantile(p, 0.5) * 1e3:.2f}")
+        print(f"| {wal} | {label} | {groups:.0f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -87,10 +87,15 @@ async fn every_accepted_export_is_timed_once_in_every_phase() {
         let body = mira_testkit::otlp::log_export(&[], [(n, format!("grpc-{n}"))]);
         grpc_export(&mut client, body).await.expect("grpc export");
     }
-    let large = mira_testkit::otlp::log_export(&[], (0..100u64).map(|i| (100 + i, format!("large-{i} {}", "x".repeat(1000)))));
+    let large = mira_testkit::otlp::log_export(
+        &[],
+        (0..100u64).map(|i| (100 + i, format!("large-{i} {}", "x".repeat(1000)))),
+    );
     assert!(large.len() >= DECODE_INLINE_MAX);
     grpc_export(&mut client, large).await.expect("large export");
-    let refused = grpc_export(&mut client, vec![0xff; DECODE_INLINE_MAX + 1]).await.expect_err("garbage");
+    let refused = grpc_export(&mut client, vec![0xff; DECODE_INLINE_MAX + 1])
+        .await
+        .expect_err("garbage");
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
 
     let metrics = mira_testkit::http::get(http, "/metrics").await.expect("metrics").text();
