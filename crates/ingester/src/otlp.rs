@@ -16,6 +16,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -42,6 +43,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 
 use crate::body::{BodyError, decode_body, parse_encoding};
 use crate::error::{IngestError, ServiceError};
+use crate::metrics::Phase;
 use crate::pipeline::Pipeline;
 
 /// The tenant header (Loki/Mimir/Tempo convention).
@@ -87,6 +89,24 @@ struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.gauge.dec();
+    }
+}
+
+/// When a request arrived, took its in-flight slot and had its body
+/// (the phase probes, `mira_ingester_phase_seconds`).
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    at: Instant,
+    slot: Instant,
+}
+
+impl Arrival {
+    /// Observes the receiver's phases of an accepted request whose body
+    /// was read by `body` (the pipeline observes the ones in between).
+    fn accepted(&self, metrics: &crate::metrics::Metrics, signal: Signal, body: Instant) {
+        metrics.observe_phase(signal, Phase::Slot, self.slot.saturating_duration_since(self.at));
+        metrics.observe_phase(signal, Phase::Body, body.saturating_duration_since(self.slot));
+        metrics.observe_phase(signal, Phase::Total, self.at.elapsed());
     }
 }
 
@@ -289,6 +309,7 @@ fn http_error(e: &IngestError, format: Format) -> Response {
 }
 
 async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
+    let arrived = Instant::now();
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     let authorized = receivers.authorize(&parts);
@@ -336,6 +357,10 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
         let mut charged = declared.unwrap_or(0);
         let result = async {
             let _slot = receivers.enter().await?;
+            let arrival = Arrival {
+                at: arrived,
+                slot: Instant::now(),
+            };
             let timeout = receivers.config.body_timeout;
             let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
                 .await
@@ -371,7 +396,10 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
                 Format::Protobuf => body,
                 Format::Json => json_to_protobuf(signal, &body)?,
             };
-            receivers.submit(signal, tenant.clone(), payload).await
+            let read = Instant::now();
+            let appended = receivers.submit(signal, tenant.clone(), payload).await?;
+            arrival.accepted(receivers.pipeline.metrics(), signal, read);
+            Ok(appended)
         }
         .await;
         if result.is_err() {
@@ -495,12 +523,16 @@ impl tonic::server::UnaryService<Bytes> for Export {
                     .ok_or_else(|| IngestError::Unavailable("the request was not authorized".to_owned()))?;
                 // The bytes rate on the message as received (tonic reads
                 // it whole before this call), before it is decoded.
+                let read = Instant::now();
+                let arrival = request.extensions().get::<Arrival>().copied();
                 let payload = request.into_inner();
                 let bytes = payload.len() as u64;
                 receivers.limits.take_bytes(&tenant, bytes)?;
                 let result = receivers.submit(signal, tenant.clone(), payload).await;
-                if result.is_err() {
-                    receivers.limits.give_back_bytes(&tenant, bytes);
+                match (&result, arrival) {
+                    (Err(_), _) => receivers.limits.give_back_bytes(&tenant, bytes),
+                    (Ok(_), Some(arrival)) => arrival.accepted(receivers.pipeline.metrics(), signal, read),
+                    (Ok(_), None) => {}
                 }
                 result
             }
@@ -568,6 +600,7 @@ impl tower_service::Service<axum::http::Request<Body>> for GrpcExport {
         let svc = self.inner.clone();
         let max = svc.receivers.config.max_message_bytes;
         Box::pin(async move {
+            let arrived = Instant::now();
             // Who and which tenant, from the headers alone.
             let (mut parts, body) = req.into_parts();
             let peer = PeerInfo::of(&parts.extensions).map(|p| p.addr.ip());
@@ -581,13 +614,17 @@ impl tower_service::Service<axum::http::Request<Body>> for GrpcExport {
                 Err(e) => return Ok(grpc_status(&IngestError::from(e)).into_http::<Body>()),
             };
             parts.extensions.insert(principal);
-            let req = axum::http::Request::from_parts(parts, body);
             // A slot before the body is read: waiting requests hold only
             // their headers (and what HTTP/2 flow control lets in).
             let _slot = match svc.receivers.enter().await {
                 Ok(slot) => slot,
                 Err(e) => return Ok(grpc_status(&e).into_http::<Body>()),
             };
+            parts.extensions.insert(Arrival {
+                at: arrived,
+                slot: Instant::now(),
+            });
+            let req = axum::http::Request::from_parts(parts, body);
             let mut grpc = tonic::server::Grpc::new(RawCodec)
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Zstd)

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::IngestError;
 use crate::health::Health;
+use crate::metrics::Phase;
 use crate::shard::{AnyBuilder, Progress, SealPolicy, Shard, SharedView, Work, lock_view};
 use crate::upload::{self, Destination};
 use crate::wal::Wal;
@@ -272,6 +273,7 @@ impl Pipeline {
                 signal: signal.as_str(),
             })
             .observe(admitted.elapsed().as_secs_f64());
+        let admission = admitted.elapsed();
         let (reply, rx) = oneshot::channel();
         lane.tx
             .send(Work {
@@ -279,13 +281,24 @@ impl Pipeline {
                 payload,
                 permit,
                 reply,
+                sent: std::time::Instant::now(),
             })
             .await
             .map_err(|_| IngestError::Unavailable("the shard stopped".to_owned()))?;
         let accepted = rx
             .await
             .map_err(|_| IngestError::Unavailable("the shard stopped".to_owned()))??;
-        accepted.ack.wait().await?;
+        let written = accepted.ack.wait().await?;
+        // Accepted: where its time went (the receiver adds slot, body and
+        // total).
+        let m = &self.metrics;
+        m.observe_phase(signal, Phase::Admission, admission);
+        m.observe_phase(signal, Phase::ShardQueue, accepted.queued);
+        m.observe_phase(signal, Phase::Decode, accepted.decode);
+        let (wal_queue, wal_write, reply) = written.map_or(Default::default(), |w| (w.queued, w.write, w.at.elapsed()));
+        m.observe_phase(signal, Phase::WalQueue, wal_queue);
+        m.observe_phase(signal, Phase::WalWrite, wal_write);
+        m.observe_phase(signal, Phase::Reply, reply);
         Ok(accepted.appended)
     }
 

@@ -20,7 +20,7 @@ use mira_core::ids::{BlockId, Signal, TenantId};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 
 use crate::error::{IngestError, WalError};
-use crate::wal::{Acks, Wal, WalMode};
+use crate::wal::{Acks, Wal, WalMode, Written};
 
 /// An open block's builder for any signal.
 #[derive(Debug)]
@@ -91,11 +91,35 @@ impl AnyBuilder {
     }
 }
 
+/// Requests at least this large are decoded on the blocking pool (a batch
+/// of 8192 log records takes milliseconds, which on a runtime worker would
+/// hold up every other request's I/O and ack); smaller ones in place, where
+/// the hand-off would cost more than it saves.
+pub const DECODE_INLINE_MAX: usize = 64 << 10;
+
+/// Appends one request to `b` under `limits`, with the active-series gate
+/// for metrics when `series_limit` > 0.
+fn decode(
+    b: &mut AnyBuilder,
+    payload: &[u8],
+    limits: &Limits,
+    series: &crate::series::ActiveSeries,
+    tenant: &TenantId,
+    series_limit: u64,
+) -> Result<Appended, mira_core::convert::ConvertError> {
+    let gate = (series_limit > 0).then_some(
+        |req: &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest| {
+            series.gate(tenant, series_limit, req)
+        },
+    );
+    b.append_gated(payload, limits, gate)
+}
+
 /// What the caller waits on before acknowledging.
 #[derive(Debug)]
 pub enum AckWait {
     /// The WAL write (page-cache or fsync mode).
-    Wal(oneshot::Receiver<Result<u64, WalError>>),
+    Wal(oneshot::Receiver<Result<Written, WalError>>),
     /// WAL off: the generation's publish.
     Published {
         generation: u64,
@@ -115,12 +139,11 @@ pub struct Progress {
 }
 
 impl AckWait {
-    pub async fn wait(self) -> Result<(), IngestError> {
+    /// Waits for the ack; returns the WAL's timings of the frame (`None`
+    /// with the WAL off).
+    pub async fn wait(self) -> Result<Option<Written>, IngestError> {
         match self {
-            AckWait::Wal(rx) => {
-                rx.await.map_err(|_| WalError::Stopped)??;
-                Ok(())
-            }
+            AckWait::Wal(rx) => Ok(Some(rx.await.map_err(|_| WalError::Stopped)??)),
             AckWait::Published {
                 generation,
                 mut published,
@@ -130,7 +153,7 @@ impl AckWait {
                     .await
                     .map_err(|_| IngestError::Unavailable("the shard stopped before publishing".to_owned()))?;
                 if p.published >= generation && !p.failed.contains(&generation) {
-                    Ok(())
+                    Ok(None)
                 } else {
                     Err(IngestError::Unavailable(
                         "the ingester cannot publish (see its log and /metrics); nothing of this request was stored"
@@ -148,6 +171,10 @@ pub struct Accepted {
     /// Rows appended and what the attribute limits did.
     pub appended: Appended,
     pub ack: AckWait,
+    /// Time queued for the shard (from [`Work::sent`]).
+    pub queued: Duration,
+    /// Time decoding into the builder.
+    pub decode: Duration,
 }
 
 /// Work for a shard: one export request.
@@ -157,6 +184,8 @@ pub struct Work {
     pub payload: Bytes,
     pub permit: OwnedSemaphorePermit,
     pub reply: oneshot::Sender<Result<Accepted, IngestError>>,
+    /// When it was sent to the shard.
+    pub sent: Instant,
 }
 
 /// What a shard holds that is not yet published, for the recent-data
@@ -316,11 +345,13 @@ impl Shard {
             payload,
             permit,
             reply,
+            sent,
         } = item;
-        let b = g
+        let queued = sent.elapsed();
+        let mut b = g
             .builders
-            .entry(tenant.clone())
-            .or_insert_with(|| AnyBuilder::new(self.signal));
+            .remove(&tenant)
+            .unwrap_or_else(|| AnyBuilder::new(self.signal));
         let t = Instant::now();
         let limits = Limits {
             window: Some(window_at(&self.clock, self.window)),
@@ -331,12 +362,34 @@ impl Shard {
         } else {
             0
         };
-        let gate = (series_limit > 0).then_some(
-            |req: &mut opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest| {
-                self.series.gate(&tenant, series_limit, req)
-            },
-        );
-        let appended = b.append_gated(&payload, &limits, gate);
+        let appended = if payload.len() < DECODE_INLINE_MAX {
+            let appended = decode(&mut b, &payload, &limits, &self.series, &tenant, series_limit);
+            g.builders.insert(tenant.clone(), b);
+            appended
+        } else {
+            // Milliseconds of CPU: on the blocking pool, so the runtime's
+            // workers keep reading other requests and waking acks.
+            let (series, t2, p2) = (self.series.clone(), tenant.clone(), payload.clone());
+            let decoded = tokio::task::spawn_blocking(move || {
+                let appended = decode(&mut b, &p2, &limits, &series, &t2, series_limit);
+                (b, appended)
+            })
+            .await;
+            match decoded {
+                Ok((b, appended)) => {
+                    g.builders.insert(tenant.clone(), b);
+                    appended
+                }
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => {
+                    // Cancelled (the runtime is stopping) and the builder
+                    // with it: rebuilt from the requests it held.
+                    self.rebuild(g, &tenant);
+                    let _ = reply.send(Err(IngestError::Unavailable("the ingester is stopping".to_owned())));
+                    return;
+                }
+            }
+        };
         let took = t.elapsed();
         self.metrics
             .append
@@ -390,7 +443,30 @@ impl Shard {
             }
         };
         drop(permit);
-        let _ = reply.send(Ok(Accepted { appended, ack }));
+        let _ = reply.send(Ok(Accepted {
+            appended,
+            ack,
+            queued,
+            decode: took,
+        }));
+    }
+
+    /// Rebuilds `tenant`'s builder from the requests of the open generation
+    /// (the recent view holds them as they were appended).
+    fn rebuild(&self, g: &mut Generation, tenant: &TenantId) {
+        let payloads = lock_view(&self.view)
+            .open
+            .get(tenant)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
+        let mut b = AnyBuilder::new(self.signal);
+        for p in &payloads {
+            // The same bytes under the same limits appended before.
+            let _ = b.append(p, &self.limits);
+        }
+        if !payloads.is_empty() {
+            g.builders.insert(tenant.clone(), b);
+        }
     }
 
     /// Rebuilds the builders (and the recent view) from the requests whose
@@ -441,17 +517,34 @@ impl Shard {
         let next = Generation::new(g.number + 1, &self.clock);
         let old = std::mem::replace(g, next);
         let mut blocks = Vec::new();
-        let mut finished = Vec::new();
-        for (tenant, mut b) in old.builders {
-            if b.rows() == 0 {
-                continue;
+        // Tens of milliseconds for a full generation: on the blocking pool,
+        // so the runtime's workers keep serving requests meanwhile.
+        let builders = old.builders;
+        let finished = match tokio::task::spawn_blocking(move || {
+            let mut finished = Vec::new();
+            for (tenant, mut b) in builders {
+                if b.rows() == 0 {
+                    continue;
+                }
+                let built = b.finish().map_err(|e| {
+                    tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; the generation will be quarantined");
+                    e.to_string()
+                });
+                finished.push((tenant, built));
             }
-            let built = b.finish().map_err(|e| {
-                tracing::error!(target: "mira::ingester", %tenant, error = %e, "building a block failed; the generation will be quarantined");
-                e.to_string()
-            });
-            finished.push((tenant, built));
-        }
+            finished
+        })
+        .await
+        {
+            Ok(f) => f,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {
+                // Cancelled: the runtime is stopping. The WAL keeps the
+                // generation's frames (no watermark covers them).
+                tracing::warn!(target: "mira::ingester", shard = self.id, "stopping while sealing; the WAL keeps the generation");
+                return;
+            }
+        };
         let mut requests = Vec::with_capacity(finished.len());
         {
             // One step, so a recent-data snapshot sees these rows either as

@@ -150,12 +150,18 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
                 break;
             }
         };
-        let bytes = match write_hot(tables, *id, tenant.clone()) {
-            Ok(b) => b,
-            Err(e) => {
+        // Encoding takes tens of milliseconds: on the blocking pool, so the
+        // runtime's workers keep serving requests meanwhile.
+        let (t, block, owner) = (tables.clone(), *id, tenant.clone());
+        let bytes = match tokio::task::spawn_blocking(move || write_hot(&t, block, owner)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
                 unbuildable = Some(format!("encoding tenant {tenant}'s block failed: {e}"));
                 break;
             }
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: the runtime is stopping; the WAL keeps the frames.
+            Err(_) => return std::future::pending().await,
         };
         let path = block_path(tenant, g.signal, tables.min_time, *id);
         put_until_written(&*dest.store, &path, bytes.clone(), dest.multipart_above).await;

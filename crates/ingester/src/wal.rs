@@ -186,13 +186,30 @@ impl Drop for Ticket {
     }
 }
 
+/// A frame the writer wrote, with where its time went (the ingester's
+/// phase probes).
+#[derive(Clone, Copy, Debug)]
+pub struct Written {
+    pub seq: u64,
+    /// From the submit until the writer took the frame into a group (the
+    /// group commit wait).
+    pub queued: std::time::Duration,
+    /// The group's encoding, write(2) and, in fsync mode, fdatasync.
+    pub write: std::time::Duration,
+    /// When the writer finished the group (to time the wake-up of the
+    /// request waiting for it).
+    pub at: std::time::Instant,
+}
+
 struct Append {
     seq: u64,
+    /// When it was submitted.
+    queued: std::time::Instant,
     signal: Signal,
     shard: u16,
     tenant: TenantId,
     payload: bytes::Bytes,
-    ack: oneshot::Sender<Result<u64, WalError>>,
+    ack: oneshot::Sender<Result<Written, WalError>>,
     ticket: Option<Ticket>,
 }
 
@@ -473,14 +490,20 @@ impl Wal {
         tenant: TenantId,
         payload: bytes::Bytes,
         ticket: Option<Ticket>,
-    ) -> Result<(u64, oneshot::Receiver<Result<u64, WalError>>), WalError> {
+    ) -> Result<(u64, oneshot::Receiver<Result<Written, WalError>>), WalError> {
+        let queued = std::time::Instant::now();
         let (ack, rx) = oneshot::channel();
         let Some(tx) = &self.tx else {
             let seq = self.next_off.fetch_add(1, Ordering::Relaxed);
             if let Some(mut t) = ticket {
                 t.ok = true;
             }
-            let _ = ack.send(Ok(seq));
+            let _ = ack.send(Ok(Written {
+                seq,
+                queued: std::time::Duration::ZERO,
+                write: std::time::Duration::ZERO,
+                at: queued,
+            }));
             return Ok((seq, rx));
         };
         // Reserve the channel slot first so the sequence and the send
@@ -489,6 +512,7 @@ impl Wal {
         let seq = self.next_off.fetch_add(1, Ordering::Relaxed);
         permit.send(Append {
             seq,
+            queued,
             signal,
             shard,
             tenant,
@@ -640,6 +664,7 @@ impl Writer {
         // half frame may sit in the file, so nothing more is written to it.
         let mut broken: Option<WalError> = None;
         while let Some(first) = rx.blocking_recv() {
+            let taken = std::time::Instant::now();
             group.clear();
             buf.clear();
             let mut push = |a: Append, group: &mut Vec<(Append, u64)>| {
@@ -673,11 +698,17 @@ impl Writer {
                     if !self.healthy.swap(true, Ordering::Relaxed) {
                         tracing::info!(target: "mira::ingester::wal", "WAL writes succeed again");
                     }
+                    let at = std::time::Instant::now();
                     for (mut a, seq) in group.drain(..) {
                         if let Some(t) = a.ticket.as_mut() {
                             t.ok = true;
                         }
-                        let _ = a.ack.send(Ok(seq));
+                        let _ = a.ack.send(Ok(Written {
+                            seq,
+                            queued: taken.saturating_duration_since(a.queued),
+                            write: at.saturating_duration_since(taken),
+                            at,
+                        }));
                     }
                 }
                 Err(e) => {

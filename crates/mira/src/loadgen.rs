@@ -264,8 +264,9 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     let marked = args.acked_file.is_some();
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..args.conns {
+    for conn in 0..args.conns {
         let (pool, totals, next, stop) = (pool.clone(), totals.clone(), next.clone(), stop.clone());
+        let offset = interval.map(|iv| iv.mul_f64(conn as f64 / args.conns as f64));
         let mut headers = vec![(mira_ingester::otlp::TENANT_HEADER, args.tenant.clone())];
         if let Some(t) = &args.token {
             headers.push(("authorization", format!("Bearer {t}")));
@@ -274,6 +275,11 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         tasks.push(tokio::spawn(async move {
             let mut grpc: Option<tonic::client::Grpc<tonic::transport::Channel>> = None;
             let mut http: Option<HttpConn> = None;
+            // Paced connections start spread over one interval, so the
+            // requests arrive evenly rather than `conns` at a time.
+            if let Some(offset) = offset {
+                tokio::time::sleep(offset).await;
+            }
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 let base = &pool[(n as usize) % pool.len()];
