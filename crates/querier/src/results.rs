@@ -2,17 +2,25 @@
 //! memory so a repeated query (a dashboard refresh, the same query over a
 //! sliding range) skips the block's predicate evaluation.
 //!
-//! Two kinds of per-block result are kept:
+//! Three kinds of result are kept:
 //! - **scans** ([`Querier::scan_candidate`](crate::Querier)): the rows of
 //!   a block a predicate matched, with their times and root columns, in
 //!   the scan's order. Logs, LogQL and trace searches read blocks here.
 //! - **series** (PromQL's per-block load): the samples of the series the
-//!   query's selectors match, in the queried time span. The PromQL
+//!   query's selectors match, of the whole block (so a sliding range finds
+//!   the blocks it cuts as well as the ones it covers). The PromQL
 //!   evaluation itself (functions, aggregations, steps) runs on every
 //!   query over these samples: per-step partial aggregates are not kept,
 //!   since few of them compose exactly (`rate` extrapolates over a window
 //!   that spans blocks; `quantile`, `topk` and `histogram_quantile` do not
 //!   split), and the selected samples are exact for every operation.
+//! - **pages** ([`Querier::logs_in`](crate::Querier)): a page of log lines
+//!   whose blocks are all published, keyed by the whole query and a
+//!   SHA-256 digest of the blocks it reads (ids and object keys, in
+//!   reading order). The same blocks give the same page, so a repeated
+//!   query over published data skips the per-block work too (a lookup per
+//!   block costs microseconds, over a thousand blocks milliseconds); a
+//!   page that reads any recent block is never kept.
 //!
 //! Keys are (tenant, block id, normalised request). Blocks are immutable
 //! and ids are never reused: a compaction, a retention rewrite or a
@@ -50,6 +58,7 @@ use mira_core::scan::{AttrMatcher, LineFilter, MatchOp, Order, ScanOutput, ScanR
 use mira_core::{BlockId, Signal};
 use promql_parser::parser::VectorSelector;
 
+use crate::logs::LogLines;
 use crate::promql::load::BlockSeries;
 use crate::stats::Stats;
 
@@ -146,6 +155,27 @@ pub fn scan_key(tenant: &str, block: BlockId, signal: Signal, req: &ScanRequest,
     }
 }
 
+/// The key of a page of log lines of `tenant` read from published blocks
+/// only: `query` (the Debug form of every field that selects, orders or
+/// cuts lines) and the blocks read, as (id, object key) in reading order.
+/// `None` without blocks.
+pub fn page_key(tenant: &str, query: &str, blocks: &[(BlockId, &str)]) -> Option<ResultKey> {
+    use sha2::Digest as _;
+    let first = blocks.first()?.0;
+    let mut h = sha2::Sha256::new();
+    for (id, key) in blocks {
+        h.update(id.0.to_bytes());
+        h.update((key.len() as u64).to_le_bytes());
+        h.update(key.as_bytes());
+    }
+    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Some(ResultKey {
+        tenant: tenant.to_owned(),
+        block: first,
+        what: format!("page {} {digest} {query}", blocks.len()),
+    })
+}
+
 /// A matcher as (label, op, value).
 type MatcherText = (String, String, String);
 
@@ -213,6 +243,7 @@ struct Scanned {
 enum Cached {
     Scan(Scanned),
     Series(Arc<BlockSeries>),
+    Page(Arc<LogLines>),
 }
 
 #[derive(Debug)]
@@ -374,7 +405,7 @@ impl ResultCache {
                     weight,
                 ))
             }
-            Cached::Series(_) => None,
+            Cached::Series(_) | Cached::Page(_) => None,
         });
         self.counted(found.as_ref().map(|(_, w)| *w), stats);
         found.map(|(out, _)| out)
@@ -396,7 +427,7 @@ impl ResultCache {
     pub fn series(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<BlockSeries>> {
         let found = self.get(key).and_then(|(v, weight)| match &*v {
             Cached::Series(m) => Some((m.clone(), weight)),
-            Cached::Scan(_) => None,
+            Cached::Scan(_) | Cached::Page(_) => None,
         });
         self.counted(found.as_ref().map(|(_, w)| *w), stats);
         found.map(|(m, _)| m)
@@ -406,6 +437,22 @@ impl ResultCache {
     pub fn insert_series(&self, key: ResultKey, map: Arc<BlockSeries>) {
         let w = series_weight(&map);
         self.insert(key, Cached::Series(map), w);
+    }
+
+    /// The page of log lines an entry holds (counted).
+    pub fn page(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<LogLines>> {
+        let found = self.get(key).and_then(|(v, weight)| match &*v {
+            Cached::Page(p) => Some((p.clone(), weight)),
+            Cached::Scan(_) | Cached::Series(_) => None,
+        });
+        self.counted(found.as_ref().map(|(_, w)| *w), stats);
+        found.map(|(p, _)| p)
+    }
+
+    /// Keeps a page of log lines (weighed by its JSON form).
+    pub fn insert_page(&self, key: ResultKey, page: Arc<LogLines>) {
+        let w = serde_json::to_vec(&*page).map_or(0, |j| j.len() as u64) + 64;
+        self.insert(key, Cached::Page(page), w);
     }
 }
 
