@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::answer::{Answer, Gaps};
 use crate::labels::{LabelList, LabelsAnswer};
-use crate::plan::{Candidate, Src};
+use crate::plan::{Candidate, Plan, Src};
 use crate::stats::Stats;
 use crate::{Querier, QueryError};
 use eval::{Engine, Labels, Settings, Value};
@@ -50,7 +50,7 @@ pub struct PromQuery {
     pub instant: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PromData {
     #[serde(rename = "resultType")]
     pub result_type: &'static str,
@@ -124,6 +124,17 @@ fn error_position(query: &str, reason: &str) -> usize {
     }
 }
 
+/// The (id, object key) of every block of `plan`, when all are published.
+pub(crate) fn published_only(plan: &Plan) -> Option<Vec<(mira_core::BlockId, &str)>> {
+    plan.candidates
+        .iter()
+        .map(|c| match &c.src {
+            Src::Published { key } => Some((c.id, key.as_str())),
+            Src::Recent(_) => None,
+        })
+        .collect()
+}
+
 /// Every vector selector of `expr` with how far back it reads (range +
 /// offset), for the load window.
 fn selectors(expr: &Expr, out: &mut Vec<(promql_parser::parser::VectorSelector, i64)>) {
@@ -188,11 +199,29 @@ impl Querier {
         to_ms: i64,
         stats: &Stats,
     ) -> Result<(Vec<Arc<eval::Series>>, Gaps), QueryError> {
+        let plan = self.plan_metrics(tenant, from_ms, to_ms, stats).await?;
+        let series = self.read_series(&plan, sel, from_ms, to_ms, stats).await?;
+        Ok((series, plan.gaps))
+    }
+
+    /// The metrics blocks of `tenant` with samples in `[from_ms, to_ms]`.
+    async fn plan_metrics(&self, tenant: &str, from_ms: i64, to_ms: i64, stats: &Stats) -> Result<Plan, QueryError> {
         let from_ns = from_ms.max(0) as u64 * 1_000_000;
         let to_ns = (to_ms.max(0) as u64).saturating_mul(1_000_000).saturating_add(999_999);
-        let plan = self
-            .plan(tenant, Signal::Metrics, from_ns, to_ns.saturating_add(1), stats)
-            .await?;
+        self.plan(tenant, Signal::Metrics, from_ns, to_ns.saturating_add(1), stats)
+            .await
+    }
+
+    /// The series of `plan`'s blocks matching any of `sel` (see
+    /// [`Querier::load_series`]).
+    async fn read_series(
+        &self,
+        plan: &Plan,
+        sel: &[promql_parser::parser::VectorSelector],
+        from_ms: i64,
+        to_ms: i64,
+        stats: &Stats,
+    ) -> Result<Vec<Arc<eval::Series>>, QueryError> {
         // Names the selectors fix; a block none of whose metrics can give
         // one of them is pruned.
         let fixed: Option<Vec<String>> = sel
@@ -302,7 +331,7 @@ impl Querier {
                 )),
             })
             .collect();
-        Ok((all, plan.gaps))
+        Ok(all)
     }
 
     /// Whether the block's metric names (from its attribute index) can
@@ -446,15 +475,36 @@ impl Querier {
         let back = sel.iter().map(|(_, b)| *b).max().unwrap_or(0).max(0) + LOOKBACK_MS;
         let stats = Stats::default();
         let from = q.start_ms - back;
-        let (series, gaps) = self
-            .load_series(
-                &q.tenant,
-                &sel.into_iter().map(|(s, _)| s).collect::<Vec<_>>(),
-                from,
-                q.end_ms,
+        let plan = self.plan_metrics(&q.tenant, from, q.end_ms, &stats).await?;
+        // An answer read from published blocks only may be kept whole
+        // ([`crate::results`]): the same blocks give the same answer.
+        let answer_key = self
+            .results
+            .enabled()
+            .then(|| published_only(&plan))
+            .flatten()
+            .and_then(|blocks| {
+                let what = format!(
+                    "promql {} {} {} {} {:?}",
+                    q.start_ms, q.end_ms, q.step_ms, q.instant, q.query
+                );
+                crate::results::page_key(&q.tenant, &what, &blocks)
+            });
+        if let Some(k) = &answer_key
+            && let Some(data) = self.results.prom_answer(k, &stats)
+        {
+            return Ok(Answer::new(
+                PromResult {
+                    status: "success",
+                    data: PromData::clone(&data),
+                },
+                plan.gaps,
                 &stats,
-            )
-            .await?;
+            ));
+        }
+        let sel: Vec<_> = sel.into_iter().map(|(s, _)| s).collect();
+        let series = self.read_series(&plan, &sel, from, q.end_ms, &stats).await?;
+        let gaps = plan.gaps;
         let settings = Settings {
             lookback_ms: LOOKBACK_MS,
             start_ms: q.start_ms,
@@ -465,6 +515,9 @@ impl Querier {
             .on_pool(move || evaluate(expr, series, settings, &q))
             .await
             .map_err(|e| QueryError::BadRequest(e.0))?;
+        if let Some(k) = answer_key {
+            self.results.insert_prom_answer(k, Arc::new(data.clone()));
+        }
         Ok(Answer::new(
             PromResult {
                 status: "success",

@@ -20,7 +20,8 @@
 //!   reading order). The same blocks give the same page, so a repeated
 //!   query over published data skips the per-block work too (a lookup per
 //!   block costs microseconds, over a thousand blocks milliseconds); a
-//!   page that reads any recent block is never kept.
+//!   page that reads any recent block is never kept. PromQL answers are
+//!   kept the same way (the query, its range and step, and its blocks).
 //!
 //! Keys are (tenant, block id, normalised request). Blocks are immutable
 //! and ids are never reused: a compaction, a retention rewrite or a
@@ -59,6 +60,7 @@ use mira_core::{BlockId, Signal};
 use promql_parser::parser::VectorSelector;
 
 use crate::logs::LogLines;
+use crate::promql::PromData;
 use crate::promql::load::BlockSeries;
 use crate::stats::Stats;
 
@@ -244,6 +246,7 @@ enum Cached {
     Scan(Scanned),
     Series(Arc<BlockSeries>),
     Page(Arc<LogLines>),
+    Prom(Arc<PromData>),
 }
 
 #[derive(Debug)]
@@ -405,7 +408,7 @@ impl ResultCache {
                     weight,
                 ))
             }
-            Cached::Series(_) | Cached::Page(_) => None,
+            Cached::Series(_) | Cached::Page(_) | Cached::Prom(_) => None,
         });
         self.counted(found.as_ref().map(|(_, w)| *w), stats);
         found.map(|(out, _)| out)
@@ -427,7 +430,7 @@ impl ResultCache {
     pub fn series(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<BlockSeries>> {
         let found = self.get(key).and_then(|(v, weight)| match &*v {
             Cached::Series(m) => Some((m.clone(), weight)),
-            Cached::Scan(_) | Cached::Page(_) => None,
+            Cached::Scan(_) | Cached::Page(_) | Cached::Prom(_) => None,
         });
         self.counted(found.as_ref().map(|(_, w)| *w), stats);
         found.map(|(m, _)| m)
@@ -443,10 +446,26 @@ impl ResultCache {
     pub fn page(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<LogLines>> {
         let found = self.get(key).and_then(|(v, weight)| match &*v {
             Cached::Page(p) => Some((p.clone(), weight)),
-            Cached::Scan(_) | Cached::Series(_) => None,
+            Cached::Scan(_) | Cached::Series(_) | Cached::Prom(_) => None,
         });
         self.counted(found.as_ref().map(|(_, w)| *w), stats);
         found.map(|(p, _)| p)
+    }
+
+    /// The PromQL answer an entry holds (counted).
+    pub fn prom_answer(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<PromData>> {
+        let found = self.get(key).and_then(|(v, weight)| match &*v {
+            Cached::Prom(p) => Some((p.clone(), weight)),
+            Cached::Scan(_) | Cached::Series(_) | Cached::Page(_) => None,
+        });
+        self.counted(found.as_ref().map(|(_, w)| *w), stats);
+        found.map(|(p, _)| p)
+    }
+
+    /// Keeps a PromQL answer (weighed by its JSON form).
+    pub fn insert_prom_answer(&self, key: ResultKey, data: Arc<PromData>) {
+        let w = serde_json::to_vec(&*data).map_or(0, |j| j.len() as u64) + 64;
+        self.insert(key, Cached::Prom(data), w);
     }
 
     /// Keeps a page of log lines (weighed by its JSON form).
