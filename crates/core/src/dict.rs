@@ -54,6 +54,7 @@ impl std::fmt::Debug for DictBuilder {
     }
 }
 
+#[inline(always)]
 fn value<'a>(offsets: &[i32], data: &'a [u8], k: u32) -> &'a [u8] {
     let k = k as usize;
     &data[offsets[k] as usize..offsets[k + 1] as usize]
@@ -85,6 +86,7 @@ fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     word(a, n - 8) == word(b, n - 8)
 }
 
+#[inline(always)]
 fn slot(v: &[u8]) -> usize {
     match v.len() {
         0 => 0,
@@ -116,6 +118,7 @@ impl DictBuilder {
     }
 
     /// Appends `v`; returns its key.
+    #[inline]
     pub fn append(&mut self, v: &str) -> u32 {
         let k = self.intern(v);
         self.push_key(k);
@@ -125,6 +128,7 @@ impl DictBuilder {
     /// The key of `v`, adding it to the dictionary if new, without
     /// appending a row: callers that repeat one value over many rows intern
     /// it once and [`DictBuilder::push_key`] per row.
+    #[inline]
     pub fn intern(&mut self, v: &str) -> u32 {
         let b = v.as_bytes();
         let s = slot(b);
@@ -132,6 +136,12 @@ impl DictBuilder {
         if cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), b) {
             return cached;
         }
+        self.intern_uncached(b, s)
+    }
+
+    /// [`DictBuilder::intern`] past the cache: the hash table, or a new value.
+    #[inline(never)]
+    fn intern_uncached(&mut self, b: &[u8], s: usize) -> u32 {
         let hash = self.state.hash_one(b);
         let (offsets, data) = (&self.offsets, &self.data);
         let k = match self.table.find(hash, |&k| bytes_eq(value(offsets, data, k), b)) {
@@ -164,6 +174,7 @@ impl DictBuilder {
     }
 
     /// Appends a row holding key `k`, which [`DictBuilder::intern`] returned.
+    #[inline]
     pub fn push_key(&mut self, k: u32) {
         self.keys.push(k);
         if let Some(n) = &mut self.nulls {
