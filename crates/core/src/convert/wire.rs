@@ -360,7 +360,58 @@ fn parse_body(buf: &[u8]) -> W<Body<'_>> {
     Some(Body::Other(AnyValue::decode(buf).ok()?))
 }
 
+/// [`parse_attr`] for the layout exporters write: the key, then a value
+/// with one scalar member, every length under 128 bytes. One straight pass,
+/// and one UTF-8 check for a string attribute's key and value together:
+/// the bytes between them are ASCII, so the whole attribute is valid UTF-8
+/// exactly when both are. `None` sends the attribute down the general
+/// path, which decides (malformed input included).
+#[inline(always)]
+fn parse_attr_common(buf: &[u8]) -> Option<AttrView<'_>> {
+    let &[0x0a, kl, ref rest @ ..] = buf else {
+        return None;
+    };
+    if kl >= 0x80 {
+        return None;
+    }
+    let key_at = 2..2 + usize::from(kl);
+    let &[0x12, vl, ref value @ ..] = rest.get(usize::from(kl)..)? else {
+        return None;
+    };
+    if vl >= 0x80 || usize::from(vl) != value.len() {
+        return None;
+    }
+    let value = match *value {
+        [0x0a, sl, ref s @ ..] if sl < 0x80 && usize::from(sl) == s.len() => {
+            let whole = std::str::from_utf8(buf).ok()?;
+            return Some(AttrView {
+                key: whole.get(key_at)?,
+                value: Val::Str(whole.get(buf.len() - s.len()..)?),
+            });
+        }
+        [0x10, b] if b < 0x80 => Val::Bool(b != 0),
+        [0x18, ref v @ ..] => {
+            let mut r = Reader::new(v);
+            let i = r.varint()?;
+            if !r.done() {
+                return None;
+            }
+            Val::Int(i as i64)
+        }
+        [0x21, ref d @ ..] => Val::Double(f64::from_bits(u64::from_le_bytes(d.try_into().ok()?))),
+        [0x3a, bl, ref b @ ..] if bl < 0x80 && usize::from(bl) == b.len() => Val::Bytes(b),
+        _ => return None,
+    };
+    Some(AttrView {
+        key: std::str::from_utf8(buf.get(key_at)?).ok()?,
+        value,
+    })
+}
+
 fn parse_attr(buf: &[u8]) -> W<AttrView<'_>> {
+    if let Some(a) = parse_attr_common(buf) {
+        return Some(a);
+    }
     let mut r = Reader::new(buf);
     let mut key = "";
     let mut value: Option<&[u8]> = None;
