@@ -491,6 +491,30 @@ mod tests {
     }
 
     #[test]
+    fn the_straight_line_attribute_reader_takes_exporter_shapes_only() {
+        let string = [0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, b'v'];
+        let a = parse_attr_common(&string).expect("common layout");
+        assert_eq!(a.key, "k");
+        assert!(matches!(a.value, Val::Str("v")));
+        let int = [0x0a, 0x01, b'k', 0x12, 0x03, 0x18, 0xb8, 0x2a];
+        assert!(matches!(parse_attr_common(&int).map(|a| a.value), Some(Val::Int(5432))));
+        // Value before key, a 128-byte key, an empty value: the general path.
+        let swapped = [0x12, 0x03, 0x0a, 0x01, b'v', 0x0a, 0x01, b'k'];
+        assert!(parse_attr_common(&swapped).is_none());
+        assert!(matches!(parse_attr(&swapped).map(|a| a.key), Some("k")));
+        let mut long = vec![0x0a, 0x80, 0x01];
+        long.extend([b'k'; 128]);
+        long.extend([0x12, 0x03, 0x0a, 0x01, b'v']);
+        assert!(parse_attr_common(&long).is_none());
+        assert!(matches!(parse_attr(&long).map(|a| a.value), Some(Val::Str("v"))));
+        assert!(parse_attr_common(&[0x0a, 0x01, b'k', 0x12, 0x00]).is_none());
+        // Invalid UTF-8 is refused on both paths.
+        let bad = [0x0a, 0x01, 0xff, 0x12, 0x03, 0x0a, 0x01, b'v'];
+        assert!(parse_attr_common(&bad).is_none());
+        assert!(parse_attr(&bad).is_none());
+    }
+
+    #[test]
     fn recycled_views_keep_their_allocation() {
         let buf = b"abcdef".to_vec();
         let mut v: Vec<AttrView<'_>> = Vec::with_capacity(100);
