@@ -24,7 +24,7 @@ pub struct DictBuilder {
     state: foldhash::fast::RandomState,
     offsets: Vec<i32>,
     data: Vec<u8>,
-    keys: Vec<u32>,
+    keys: Keys,
     nulls: Option<BooleanBufferBuilder>,
     cache: Box<[u32; CACHE_SLOTS]>,
 }
@@ -38,7 +38,7 @@ impl Default for DictBuilder {
             state: foldhash::fast::RandomState::default(),
             offsets: vec![0],
             data: Vec::new(),
-            keys: Vec::new(),
+            keys: Keys::U8(Vec::new()),
             nulls: None,
             cache: Box::new([EMPTY; CACHE_SLOTS]),
         }
@@ -54,6 +54,53 @@ impl std::fmt::Debug for DictBuilder {
     }
 }
 
+/// Row keys, stored at the width [`DictBuilder::finish`] will emit (the
+/// narrowest that holds every key so far), so rows take 1 byte each while
+/// the dictionary holds at most 256 values and `finish` needs no narrowing
+/// pass. Widened, once, when a value past the width's range is added.
+#[derive(Debug)]
+enum Keys {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+impl Keys {
+    fn len(&self) -> usize {
+        match self {
+            Keys::U8(k) => k.len(),
+            Keys::U16(k) => k.len(),
+            Keys::U32(k) => k.len(),
+        }
+    }
+
+    /// Appends `k`, which the current width holds (keys are below the
+    /// number of distinct values, and the width follows that number).
+    #[inline(always)]
+    fn push(&mut self, k: u32) {
+        match self {
+            Keys::U8(v) => v.push(k as u8),
+            Keys::U16(v) => v.push(k as u16),
+            Keys::U32(v) => v.push(k),
+        }
+    }
+
+    /// Makes room for key `k`.
+    fn widen_for(&mut self, k: u32) {
+        match self {
+            Keys::U8(v) if k > u32::from(u8::MAX) => {
+                *self = Keys::U16(v.iter().map(|&k| u16::from(k)).collect());
+                self.widen_for(k);
+            }
+            Keys::U16(v) if k > u32::from(u16::MAX) => {
+                *self = Keys::U32(v.iter().map(|&k| u32::from(k)).collect());
+            }
+            _ => {}
+        }
+    }
+}
+
+#[inline(always)]
 fn value<'a>(offsets: &[i32], data: &'a [u8], k: u32) -> &'a [u8] {
     let k = k as usize;
     &data[offsets[k] as usize..offsets[k + 1] as usize]
@@ -85,6 +132,7 @@ fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     word(a, n - 8) == word(b, n - 8)
 }
 
+#[inline(always)]
 fn slot(v: &[u8]) -> usize {
     match v.len() {
         0 => 0,
@@ -102,7 +150,7 @@ impl DictBuilder {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.keys.len() == 0
     }
 
     /// Distinct values so far.
@@ -116,6 +164,7 @@ impl DictBuilder {
     }
 
     /// Appends `v`; returns its key.
+    #[inline]
     pub fn append(&mut self, v: &str) -> u32 {
         let k = self.intern(v);
         self.push_key(k);
@@ -125,6 +174,7 @@ impl DictBuilder {
     /// The key of `v`, adding it to the dictionary if new, without
     /// appending a row: callers that repeat one value over many rows intern
     /// it once and [`DictBuilder::push_key`] per row.
+    #[inline]
     pub fn intern(&mut self, v: &str) -> u32 {
         let b = v.as_bytes();
         let s = slot(b);
@@ -132,12 +182,19 @@ impl DictBuilder {
         if cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), b) {
             return cached;
         }
+        self.intern_uncached(b, s)
+    }
+
+    /// [`DictBuilder::intern`] past the cache: the hash table, or a new value.
+    #[inline(never)]
+    fn intern_uncached(&mut self, b: &[u8], s: usize) -> u32 {
         let hash = self.state.hash_one(b);
         let (offsets, data) = (&self.offsets, &self.data);
         let k = match self.table.find(hash, |&k| bytes_eq(value(offsets, data, k), b)) {
             Some(&k) => k,
             None => {
                 let k = self.distinct() as u32;
+                self.keys.widen_for(k);
                 self.data.extend_from_slice(b);
                 // Callers seal long before 2 GiB of values (`value_bytes`
                 // counts toward their size target).
@@ -164,6 +221,7 @@ impl DictBuilder {
     }
 
     /// Appends a row holding key `k`, which [`DictBuilder::intern`] returned.
+    #[inline]
     pub fn push_key(&mut self, k: u32) {
         self.keys.push(k);
         if let Some(n) = &mut self.nulls {
@@ -175,22 +233,21 @@ impl DictBuilder {
     pub fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         let data = std::mem::take(&mut self.data);
-        let keys = std::mem::take(&mut self.keys);
+        let keys = std::mem::replace(&mut self.keys, Keys::U8(Vec::new()));
         let nulls = self.nulls.take().map(|mut b| NullBuffer::new(b.finish()));
         self.table.clear();
         self.cache.fill(EMPTY);
-        let n = offsets.len() - 1;
         let values = StringArray::try_new(
             OffsetBuffer::new(ScalarBuffer::from(offsets)),
             Buffer::from_vec(data),
             None,
         )?;
-        if n <= 1 << 8 {
-            dict::<UInt8Type>(keys.iter().map(|&k| k as u8).collect(), nulls, values)
-        } else if n <= 1 << 16 {
-            dict::<UInt16Type>(keys.iter().map(|&k| k as u16).collect(), nulls, values)
-        } else {
-            dict::<UInt32Type>(keys, nulls, values)
+        // The width is the narrowest that holds every key: u8 up to 256
+        // distinct values, u16 up to 65,536.
+        match keys {
+            Keys::U8(k) => dict::<UInt8Type>(k, nulls, values),
+            Keys::U16(k) => dict::<UInt16Type>(k, nulls, values),
+            Keys::U32(k) => dict::<UInt32Type>(k, nulls, values),
         }
     }
 }

@@ -639,3 +639,123 @@ fn a_span_with_every_field_round_trips_through_the_wire_reader() {
         mira_testkit::flatten::traces(&req)
     );
 }
+
+/// A span (field 9) or data point (field 7) attribute whose `KeyValue`
+/// encoding is `kv`, hand-made so the edges of the straight-line attribute
+/// reader (lengths of 127 and 128 bytes, non-ASCII and invalid UTF-8,
+/// multi-byte and non-minimal varints, an empty value, fields in another
+/// order) are all exercised.
+fn attr_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let value = |member: Vec<u8>| ld(2, &member);
+    let pair = |k: &[u8], member: Vec<u8>| {
+        let mut b = ld(1, k);
+        b.extend(value(member));
+        b
+    };
+    let long = |n: usize| "k".repeat(n);
+    vec![
+        ("string", pair(b"k", ld(1, b"v"))),
+        (
+            "non-ascii string",
+            pair("clé".as_bytes(), ld(1, "ünïcødé ✓ 🚀".as_bytes())),
+        ),
+        ("key of 127 bytes", pair(long(127).as_bytes(), ld(1, b"v"))),
+        ("key of 128 bytes", pair(long(128).as_bytes(), ld(1, b"v"))),
+        ("value of 124 bytes", pair(b"k", ld(1, long(124).as_bytes()))),
+        ("value of 126 bytes", pair(b"k", ld(1, long(126).as_bytes()))),
+        ("value of 200 bytes", pair(b"k", ld(1, long(200).as_bytes()))),
+        ("empty string", pair(b"k", ld(1, b""))),
+        ("int", pair(b"k", varint(3, 5432))),
+        ("negative int", pair(b"k", varint(3, (-3i64) as u64))),
+        ("int, non-minimal varint", pair(b"k", vec![0x18, 0x85, 0x00])),
+        ("bool false", pair(b"k", varint(2, 0))),
+        ("bool of 2", pair(b"k", varint(2, 2))),
+        ("bool, two-byte varint", pair(b"k", vec![0x10, 0x81, 0x00])),
+        ("double", pair(b"k", fixed64(4, 1.5f64.to_bits()))),
+        ("bytes", pair(b"k", ld(7, &[0xff, 0x00, 0x80]))),
+        ("empty value", pair(b"k", Vec::new())),
+        ("two members", pair(b"k", [ld(1, b"a"), varint(3, 1)].concat())),
+        ("value before key", [value(ld(1, b"v")), ld(1, b"k")].concat()),
+        ("no key", value(ld(1, b"v"))),
+        ("no value", ld(1, b"k")),
+        ("key twice", [ld(1, b"a"), pair(b"k", ld(1, b"v"))].concat()),
+        (
+            "trailing unknown field",
+            [pair(b"k", ld(1, b"v")), varint(9, 1)].concat(),
+        ),
+    ]
+}
+
+/// Attributes the wire reader refuses to read itself or that neither path
+/// takes: invalid UTF-8 in a key or a string value.
+fn bad_attr_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let pair = |k: &[u8], member: Vec<u8>| [ld(1, k), ld(2, &member)].concat();
+    vec![
+        ("invalid utf-8 key", pair(&[0xff, b'k'], ld(1, b"v"))),
+        ("invalid utf-8 value", pair(b"k", ld(1, &[b'v', 0xc3]))),
+        ("invalid utf-8 key, int value", pair(&[0xc3], varint(3, 1))),
+        (
+            "value length past the end",
+            [ld(1, b"k"), vec![0x12, 0x05, 0x0a, 0x01, b'v']].concat(),
+        ),
+    ]
+}
+
+#[test]
+fn attribute_edge_cases_agree_with_prost() {
+    let span = |attr: &[u8]| {
+        let mut s = Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            name: "op".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        s.extend(ld(9, attr));
+        one_span(&s)
+    };
+    let point = |attr: &[u8]| {
+        let mut p = NumberDataPoint {
+            time_unix_nano: 1,
+            value: Some(number_data_point::Value::AsInt(1)),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        p.extend(ld(7, attr));
+        one_point(&p)
+    };
+    for (what, attr) in attr_cases() {
+        assert_eq!(agree::<SpansBuilder>(&span(&attr)), 1, "{what}");
+        assert_eq!(agree::<PointsBuilder>(&point(&attr)), 1, "{what}");
+    }
+    for (what, attr) in bad_attr_cases() {
+        let err = both_refuse::<SpansBuilder>(&span(&attr));
+        assert!(err.contains("malformed protobuf"), "{what}: {err}");
+        let err = both_refuse::<PointsBuilder>(&point(&attr));
+        assert!(err.contains("malformed protobuf"), "{what}: {err}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Several requests into one span builder, one of them of a shape the
+    /// wire reader leaves to prost: the views the builder keeps between
+    /// requests carry nothing over, and both paths build the same tables.
+    #[test]
+    fn span_wire_reader_matches_prost_across_requests(a in arb::traces_request(), b in arb::traces_request()) {
+        // A request whose only span holds its status twice: prost merges,
+        // the wire reader falls back.
+        let status = ld(15, &varint(3, 2));
+        let odd = one_span(&[ld(5, b"op"), status.clone(), status].concat());
+        let mut fast = SpansBuilder::default();
+        let mut slow = SpansBuilder::default();
+        for bytes in [a.encode_to_vec(), odd, b.encode_to_vec(), a.encode_to_vec()] {
+            fast.append_encoded(&bytes).expect("wire");
+            let decoded = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decode");
+            slow.append(&decoded).expect("prost");
+        }
+        let (x, y) = (fast.finish().expect("finish"), slow.finish().expect("finish"));
+        same_tables(&x, &y).map_err(TestCaseError::fail)?;
+    }
+}

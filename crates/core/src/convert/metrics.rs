@@ -280,7 +280,7 @@ pub struct PointsBuilder {
     /// distinct metadata list).
     metadata: Vec<Option<u32>>,
     metadata_values: BinaryBuilder,
-    metadata_index: HashMap<Vec<u8>, u32>,
+    metadata_index: HashMap<Vec<u8>, u32, foldhash::fast::RandomState>,
     kind: Vec<u8>,
     temporality: Vec<i32>,
     monotonic: Vec<bool>,
@@ -289,7 +289,7 @@ pub struct PointsBuilder {
     series_row: Vec<u32>,
     /// Series identity (resource, scope, metric keys, encoded attributes)
     /// to series row.
-    series_index: HashMap<Vec<u8>, u32>,
+    series_index: HashMap<Vec<u8>, u32, foldhash::fast::RandomState>,
     series_key_bytes: usize,
     time: Vec<u64>,
     start: Vec<u64>,
@@ -319,6 +319,8 @@ pub struct PointsBuilder {
     scratch: Vec<u8>,
     /// Point row of each `point_dists` row.
     dist_parent: Vec<u32>,
+    /// The wire reader's views, kept between requests.
+    views: wire::MetricsScratch,
 }
 
 impl Default for PointsBuilder {
@@ -330,13 +332,13 @@ impl Default for PointsBuilder {
             unit: DictBuilder::default(),
             metadata: Vec::new(),
             metadata_values: BinaryBuilder::new(),
-            metadata_index: HashMap::new(),
+            metadata_index: HashMap::default(),
             kind: Vec::new(),
             temporality: Vec::new(),
             monotonic: Vec::new(),
             series_hash: Vec::new(),
             series_row: Vec::new(),
-            series_index: HashMap::new(),
+            series_index: HashMap::default(),
             series_key_bytes: 0,
             time: Vec::new(),
             start: Vec::new(),
@@ -365,6 +367,7 @@ impl Default for PointsBuilder {
             times: TimeRange::default(),
             scratch: Vec::new(),
             dist_parent: Vec::new(),
+            views: wire::MetricsScratch::default(),
         }
     }
 }
@@ -427,6 +430,19 @@ impl std::fmt::Debug for PointsBuilder {
 }
 
 impl PointsBuilder {
+    /// Appends a request the wire reader parsed, exemplar ids checked first.
+    fn append_checked(&mut self, view: &wire::MetricsView<'_>) -> Result<Appended, ConvertError> {
+        for e in &view.exemplars {
+            check_id("exemplar trace_id", &e.trace_id, 16)?;
+            check_id("exemplar span_id", &e.span_id, 8)?;
+        }
+        self.append_view(view);
+        Ok(Appended {
+            rows: view.points.len(),
+            ..Appended::default()
+        })
+    }
+
     /// [`SignalBuilder::append_limited`], with `gate` deciding which
     /// points' series may be added ([`super::gate_series`]) between the
     /// limits and the append; the points it refuses are counted in
@@ -499,9 +515,12 @@ impl SignalBuilder for PointsBuilder {
     /// change) is decoded by prost first. Either way the request is checked
     /// whole before anything is appended.
     fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
-        let view = match wire::parse_metrics(buf) {
+        let view = match wire::parse_metrics(buf, &mut self.views) {
             Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
-            _ => {
+            other => {
+                if let Fast::Done(view) = other {
+                    self.views.keep(view);
+                }
                 return super::limits::append_via_prost::<ExportMetricsServiceRequest>(
                     buf,
                     |req| limits.apply_metrics(req),
@@ -509,15 +528,9 @@ impl SignalBuilder for PointsBuilder {
                 );
             }
         };
-        for e in &view.exemplars {
-            check_id("exemplar trace_id", &e.trace_id, 16)?;
-            check_id("exemplar span_id", &e.span_id, 8)?;
-        }
-        self.append_view(&view);
-        Ok(Appended {
-            rows: view.points.len(),
-            ..Appended::default()
-        })
+        let appended = self.append_checked(&view);
+        self.views.keep(view);
+        appended
     }
 
     fn finish(&mut self) -> Result<TableSet, ConvertError> {
@@ -579,6 +592,7 @@ impl SignalBuilder for PointsBuilder {
             (schema::SERIES_ATTRS, self.attrs.finish()?),
         ];
         self.ctx.finish(&mut tables)?;
+        self.views = wire::MetricsScratch::default();
         let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
         Ok(TableSet {
             signal: Signal::Metrics,

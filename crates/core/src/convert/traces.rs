@@ -53,6 +53,8 @@ pub struct SpansBuilder {
     ln_dropped: Vec<u32>,
     ln_attrs: AttrBuilder,
     times: TimeRange,
+    /// The wire reader's views, kept between requests.
+    scratch: wire::TracesScratch,
 }
 
 impl Default for SpansBuilder {
@@ -89,6 +91,7 @@ impl Default for SpansBuilder {
             ln_dropped: Vec::new(),
             ln_attrs: AttrBuilder::default(),
             times: TimeRange::default(),
+            scratch: wire::TracesScratch::default(),
         }
     }
 }
@@ -206,9 +209,12 @@ impl SignalBuilder for SpansBuilder {
     /// change) is decoded by prost first. Either way the request is checked
     /// whole before anything is appended.
     fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
-        let view = match wire::parse_traces(buf) {
+        let view = match wire::parse_traces(buf, &mut self.scratch) {
             Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
-            _ => {
+            other => {
+                if let Fast::Done(view) = other {
+                    self.scratch.keep(view);
+                }
                 return super::limits::append_via_prost::<ExportTraceServiceRequest>(
                     buf,
                     |req| limits.apply_traces(req),
@@ -216,6 +222,70 @@ impl SignalBuilder for SpansBuilder {
                 );
             }
         };
+        let appended = self.append_view(&view);
+        self.scratch.keep(view);
+        appended
+    }
+
+    fn finish(&mut self) -> Result<TableSet, ConvertError> {
+        let rows = self.start.len();
+        let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
+        let spans: Vec<ArrayRef> = vec![
+            Arc::new(self.trace_id.finish()),
+            Arc::new(self.span_id.finish()),
+            Arc::new(self.parent_span_id.finish()),
+            Arc::new(self.trace_state.finish()),
+            take32(&mut self.flags),
+            self.name.finish()?,
+            Arc::new(Int32Array::from(std::mem::take(&mut self.kind))),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.start))),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.end))),
+            Arc::new(self.status_code.finish()),
+            Arc::new(self.status_message.finish()),
+            take32(&mut self.dropped_attrs),
+            take32(&mut self.dropped_events),
+            take32(&mut self.dropped_links),
+            take32(&mut self.resource_id),
+            take32(&mut self.scope_id),
+        ];
+        let events: Vec<ArrayRef> = vec![
+            take32(&mut self.ev_parent),
+            Arc::new(UInt64Array::from(std::mem::take(&mut self.ev_time))),
+            self.ev_name.finish()?,
+            take32(&mut self.ev_dropped),
+        ];
+        let links: Vec<ArrayRef> = vec![
+            take32(&mut self.ln_parent),
+            Arc::new(self.ln_trace_id.finish()),
+            Arc::new(self.ln_span_id.finish()),
+            Arc::new(self.ln_trace_state.finish()),
+            take32(&mut self.ln_flags),
+            take32(&mut self.ln_dropped),
+        ];
+        let mut tables = vec![
+            (schema::SPANS, schema::batch(&schema::spans(), spans)?),
+            (schema::SPAN_ATTRS, self.attrs.finish()?),
+            (schema::SPAN_EVENTS, schema::batch(&schema::span_events(), events)?),
+            (schema::EVENT_ATTRS, self.ev_attrs.finish()?),
+            (schema::SPAN_LINKS, RecordBatch::try_new(schema::span_links(), links)?),
+            (schema::LINK_ATTRS, self.ln_attrs.finish()?),
+        ];
+        self.ctx.finish(&mut tables)?;
+        self.scratch = wire::TracesScratch::default();
+        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
+        Ok(TableSet {
+            signal: Signal::Traces,
+            tables,
+            rows,
+            min_time,
+            max_time,
+        })
+    }
+}
+
+impl SpansBuilder {
+    /// Appends a request the wire reader parsed, ids checked first.
+    fn append_view(&mut self, view: &wire::TracesView<'_>) -> Result<Appended, ConvertError> {
         // In the order `validate` checks, so both paths name the same id.
         for s in &view.spans {
             check_id("trace_id", s.trace_id, 16)?;
@@ -274,62 +344,6 @@ impl SignalBuilder for SpansBuilder {
         })
     }
 
-    fn finish(&mut self) -> Result<TableSet, ConvertError> {
-        let rows = self.start.len();
-        let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
-        let spans: Vec<ArrayRef> = vec![
-            Arc::new(self.trace_id.finish()),
-            Arc::new(self.span_id.finish()),
-            Arc::new(self.parent_span_id.finish()),
-            Arc::new(self.trace_state.finish()),
-            take32(&mut self.flags),
-            self.name.finish()?,
-            Arc::new(Int32Array::from(std::mem::take(&mut self.kind))),
-            Arc::new(UInt64Array::from(std::mem::take(&mut self.start))),
-            Arc::new(UInt64Array::from(std::mem::take(&mut self.end))),
-            Arc::new(self.status_code.finish()),
-            Arc::new(self.status_message.finish()),
-            take32(&mut self.dropped_attrs),
-            take32(&mut self.dropped_events),
-            take32(&mut self.dropped_links),
-            take32(&mut self.resource_id),
-            take32(&mut self.scope_id),
-        ];
-        let events: Vec<ArrayRef> = vec![
-            take32(&mut self.ev_parent),
-            Arc::new(UInt64Array::from(std::mem::take(&mut self.ev_time))),
-            self.ev_name.finish()?,
-            take32(&mut self.ev_dropped),
-        ];
-        let links: Vec<ArrayRef> = vec![
-            take32(&mut self.ln_parent),
-            Arc::new(self.ln_trace_id.finish()),
-            Arc::new(self.ln_span_id.finish()),
-            Arc::new(self.ln_trace_state.finish()),
-            take32(&mut self.ln_flags),
-            take32(&mut self.ln_dropped),
-        ];
-        let mut tables = vec![
-            (schema::SPANS, schema::batch(&schema::spans(), spans)?),
-            (schema::SPAN_ATTRS, self.attrs.finish()?),
-            (schema::SPAN_EVENTS, schema::batch(&schema::span_events(), events)?),
-            (schema::EVENT_ATTRS, self.ev_attrs.finish()?),
-            (schema::SPAN_LINKS, RecordBatch::try_new(schema::span_links(), links)?),
-            (schema::LINK_ATTRS, self.ln_attrs.finish()?),
-        ];
-        self.ctx.finish(&mut tables)?;
-        let (min_time, max_time) = std::mem::take(&mut self.times).bounds();
-        Ok(TableSet {
-            signal: Signal::Traces,
-            tables,
-            rows,
-            min_time,
-            max_time,
-        })
-    }
-}
-
-impl SpansBuilder {
     fn append_span(&mut self, rid: u32, sid: u32, s: &Span) -> Result<(), ConvertError> {
         let row = self.push_span(
             rid,

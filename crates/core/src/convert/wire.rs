@@ -20,8 +20,17 @@ use prost::Message;
 mod metrics;
 mod traces;
 
-pub(crate) use metrics::{MetricsView, parse_metrics};
-pub(crate) use traces::{TracesView, parse_traces};
+pub(crate) use metrics::{MetricsScratch, MetricsView, parse_metrics};
+pub(crate) use traces::{TracesScratch, TracesView, parse_traces};
+
+/// Empties `v` and returns its allocation for items of another lifetime.
+/// The view types differ only in lifetime, so `collect` reuses the buffer
+/// in place: builders keep a request's views between requests and the next
+/// request's views land in memory that is already paged in.
+pub(crate) fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
 
 /// Outcome of the fast path.
 #[derive(Debug)]
@@ -48,7 +57,20 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// A varint; the one-byte case (most tags and lengths) inline.
+    #[inline(always)]
     fn varint(&mut self) -> W<u64> {
+        match self.buf.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Some(u64::from(b))
+            }
+            _ => self.varint_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self) -> W<u64> {
         let mut v: u64 = 0;
         for i in 0..10 {
             let b = *self.buf.get(self.pos)?;
@@ -65,6 +87,7 @@ impl<'a> Reader<'a> {
         None
     }
 
+    #[inline(always)]
     fn key(&mut self) -> W<(u32, u8)> {
         let k = u32::try_from(self.varint()?).ok()?;
         let field = k >> 3;
@@ -74,6 +97,7 @@ impl<'a> Reader<'a> {
         Some((field, (k & 7) as u8))
     }
 
+    #[inline(always)]
     fn bytes(&mut self) -> W<&'a [u8]> {
         let len = usize::try_from(self.varint()?).ok()?;
         let end = self.pos.checked_add(len)?;
@@ -82,10 +106,12 @@ impl<'a> Reader<'a> {
         Some(s)
     }
 
+    #[inline]
     fn str(&mut self) -> W<&'a str> {
         std::str::from_utf8(self.bytes()?).ok()
     }
 
+    #[inline]
     fn fixed64(&mut self) -> W<u64> {
         let end = self.pos.checked_add(8)?;
         let s = self.buf.get(self.pos..end)?;
@@ -93,6 +119,7 @@ impl<'a> Reader<'a> {
         Some(u64::from_le_bytes(s.try_into().ok()?))
     }
 
+    #[inline]
     fn fixed32(&mut self) -> W<u32> {
         let end = self.pos.checked_add(4)?;
         let s = self.buf.get(self.pos..end)?;
@@ -333,7 +360,58 @@ fn parse_body(buf: &[u8]) -> W<Body<'_>> {
     Some(Body::Other(AnyValue::decode(buf).ok()?))
 }
 
+/// [`parse_attr`] for the layout exporters write: the key, then a value
+/// with one scalar member, every length under 128 bytes. One straight pass,
+/// and one UTF-8 check for a string attribute's key and value together:
+/// the bytes between them are ASCII, so the whole attribute is valid UTF-8
+/// exactly when both are. `None` sends the attribute down the general
+/// path, which decides (malformed input included).
+#[inline(always)]
+fn parse_attr_common(buf: &[u8]) -> Option<AttrView<'_>> {
+    let &[0x0a, kl, ref rest @ ..] = buf else {
+        return None;
+    };
+    if kl >= 0x80 {
+        return None;
+    }
+    let key_at = 2..2 + usize::from(kl);
+    let &[0x12, vl, ref value @ ..] = rest.get(usize::from(kl)..)? else {
+        return None;
+    };
+    if vl >= 0x80 || usize::from(vl) != value.len() {
+        return None;
+    }
+    let value = match *value {
+        [0x0a, sl, ref s @ ..] if sl < 0x80 && usize::from(sl) == s.len() => {
+            let whole = std::str::from_utf8(buf).ok()?;
+            return Some(AttrView {
+                key: whole.get(key_at)?,
+                value: Val::Str(whole.get(buf.len() - s.len()..)?),
+            });
+        }
+        [0x10, b] if b < 0x80 => Val::Bool(b != 0),
+        [0x18, ref v @ ..] => {
+            let mut r = Reader::new(v);
+            let i = r.varint()?;
+            if !r.done() {
+                return None;
+            }
+            Val::Int(i as i64)
+        }
+        [0x21, ref d @ ..] => Val::Double(f64::from_bits(u64::from_le_bytes(d.try_into().ok()?))),
+        [0x3a, bl, ref b @ ..] if bl < 0x80 && usize::from(bl) == b.len() => Val::Bytes(b),
+        _ => return None,
+    };
+    Some(AttrView {
+        key: std::str::from_utf8(buf.get(key_at)?).ok()?,
+        value,
+    })
+}
+
 fn parse_attr(buf: &[u8]) -> W<AttrView<'_>> {
+    if let Some(a) = parse_attr_common(buf) {
+        return Some(a);
+    }
     let mut r = Reader::new(buf);
     let mut key = "";
     let mut value: Option<&[u8]> = None;
@@ -385,11 +463,11 @@ mod tests {
     fn exporter_shaped_spans_and_points_take_the_fast_path() {
         for card in [Cardinality::Low, Cardinality::High] {
             let mut corpus = Corpus::new(5, card);
-            match parse_traces(&corpus.traces(2000).encode_to_vec()) {
+            match parse_traces(&corpus.traces(2000).encode_to_vec(), &mut TracesScratch::default()) {
                 Fast::Done(v) => assert_eq!(v.spans.len(), 2000),
                 Fast::Fallback => panic!("corpus trace request fell back to prost"),
             }
-            match parse_metrics(&corpus.metrics(2000).encode_to_vec()) {
+            match parse_metrics(&corpus.metrics(2000).encode_to_vec(), &mut MetricsScratch::default()) {
                 Fast::Done(v) => assert_eq!(v.points.len(), 2000),
                 Fast::Fallback => panic!("corpus metrics request fell back to prost"),
             }
@@ -407,8 +485,70 @@ mod tests {
             t in mira_testkit::arb::traces_request(),
             m in mira_testkit::arb::metrics_request(),
         ) {
-            proptest::prop_assert!(matches!(parse_traces(&t.encode_to_vec()), Fast::Done(_)));
-            proptest::prop_assert!(matches!(parse_metrics(&m.encode_to_vec()), Fast::Done(_)));
+            proptest::prop_assert!(matches!(parse_traces(&t.encode_to_vec(), &mut TracesScratch::default()), Fast::Done(_)));
+            proptest::prop_assert!(matches!(parse_metrics(&m.encode_to_vec(), &mut MetricsScratch::default()), Fast::Done(_)));
+        }
+    }
+
+    #[test]
+    fn the_straight_line_attribute_reader_takes_exporter_shapes_only() {
+        let string = [0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, b'v'];
+        let a = parse_attr_common(&string).expect("common layout");
+        assert_eq!(a.key, "k");
+        assert!(matches!(a.value, Val::Str("v")));
+        let int = [0x0a, 0x01, b'k', 0x12, 0x03, 0x18, 0xb8, 0x2a];
+        assert!(matches!(parse_attr_common(&int).map(|a| a.value), Some(Val::Int(5432))));
+        // Value before key, a 128-byte key, an empty value: the general path.
+        let swapped = [0x12, 0x03, 0x0a, 0x01, b'v', 0x0a, 0x01, b'k'];
+        assert!(parse_attr_common(&swapped).is_none());
+        assert!(matches!(parse_attr(&swapped).map(|a| a.key), Some("k")));
+        let mut long = vec![0x0a, 0x80, 0x01];
+        long.extend([b'k'; 128]);
+        long.extend([0x12, 0x03, 0x0a, 0x01, b'v']);
+        assert!(parse_attr_common(&long).is_none());
+        assert!(matches!(parse_attr(&long).map(|a| a.value), Some(Val::Str("v"))));
+        assert!(parse_attr_common(&[0x0a, 0x01, b'k', 0x12, 0x00]).is_none());
+        // Invalid UTF-8 is refused on both paths.
+        let bad = [0x0a, 0x01, 0xff, 0x12, 0x03, 0x0a, 0x01, b'v'];
+        assert!(parse_attr_common(&bad).is_none());
+        assert!(parse_attr(&bad).is_none());
+    }
+
+    #[test]
+    fn recycled_views_keep_their_allocation() {
+        let buf = b"abcdef".to_vec();
+        let mut v: Vec<AttrView<'_>> = Vec::with_capacity(100);
+        v.push(AttrView {
+            key: std::str::from_utf8(&buf[..3]).unwrap_or_default(),
+            value: Val::Int(1),
+        });
+        let kept: Vec<AttrView<'static>> = recycle(v);
+        assert!(kept.is_empty());
+        assert!(kept.capacity() >= 100);
+    }
+
+    #[test]
+    fn a_scratch_serves_request_after_request() {
+        let mut corpus = Corpus::new(7, Cardinality::Low);
+        let mut scratch = TracesScratch::default();
+        for n in [500, 50, 900] {
+            match parse_traces(&corpus.traces(n).encode_to_vec(), &mut scratch) {
+                Fast::Done(v) => {
+                    assert_eq!(v.spans.len(), n);
+                    scratch.keep(v);
+                }
+                Fast::Fallback => panic!("corpus trace request fell back to prost"),
+            }
+        }
+        let mut scratch = MetricsScratch::default();
+        for n in [500, 50, 900] {
+            match parse_metrics(&corpus.metrics(n).encode_to_vec(), &mut scratch) {
+                Fast::Done(v) => {
+                    assert_eq!(v.points.len(), n);
+                    scratch.keep(v);
+                }
+                Fast::Fallback => panic!("corpus metrics request fell back to prost"),
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::metrics::v1::Exemplar;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
-use super::{AttrView, Fast, Reader, ResourceView, ScopeView, W, parse_attr, parse_group};
+use super::{AttrView, Fast, Reader, ResourceView, ScopeView, W, parse_attr, parse_group, recycle};
 use crate::schema::metric_type;
 
 #[derive(Debug)]
@@ -78,17 +78,69 @@ pub(crate) struct MetricsView<'a> {
     pub quantile_values: Vec<f64>,
 }
 
-/// Parses an `ExportMetricsServiceRequest`; [`Fast::Fallback`] for anything
-/// prost should decide (malformed bytes included).
-pub(crate) fn parse_metrics(buf: &[u8]) -> Fast<MetricsView<'_>> {
-    let mut v = MetricsView {
-        points: Vec::with_capacity(buf.len() / 64),
-        attrs: Vec::with_capacity(buf.len() / 32),
-        ..MetricsView::default()
-    };
+/// The allocations of a [`MetricsView`], kept by the builder between
+/// requests (and dropped when it seals).
+#[derive(Debug, Default)]
+pub(crate) struct MetricsScratch {
+    resources: Vec<ResourceView<'static>>,
+    scopes: Vec<ScopeView<'static>>,
+    metrics: Vec<MetricView<'static>>,
+    points: Vec<PointView>,
+    attrs: Vec<AttrView<'static>>,
+    exemplars: Vec<Exemplar>,
+    metadata: Vec<KeyValue>,
+    u64s: Vec<u64>,
+    f64s: Vec<f64>,
+    quantiles: Vec<f64>,
+    quantile_values: Vec<f64>,
+}
+
+impl MetricsScratch {
+    fn take<'a>(&mut self) -> MetricsView<'a> {
+        MetricsView {
+            resources: recycle(std::mem::take(&mut self.resources)),
+            scopes: recycle(std::mem::take(&mut self.scopes)),
+            metrics: recycle(std::mem::take(&mut self.metrics)),
+            points: recycle(std::mem::take(&mut self.points)),
+            attrs: recycle(std::mem::take(&mut self.attrs)),
+            exemplars: recycle(std::mem::take(&mut self.exemplars)),
+            metadata: recycle(std::mem::take(&mut self.metadata)),
+            u64s: recycle(std::mem::take(&mut self.u64s)),
+            f64s: recycle(std::mem::take(&mut self.f64s)),
+            quantiles: recycle(std::mem::take(&mut self.quantiles)),
+            quantile_values: recycle(std::mem::take(&mut self.quantile_values)),
+        }
+    }
+
+    /// Keeps the allocations of a view that is no longer needed.
+    pub(crate) fn keep(&mut self, v: MetricsView<'_>) {
+        self.resources = recycle(v.resources);
+        self.scopes = recycle(v.scopes);
+        self.metrics = recycle(v.metrics);
+        self.points = recycle(v.points);
+        self.attrs = recycle(v.attrs);
+        self.exemplars = recycle(v.exemplars);
+        self.metadata = recycle(v.metadata);
+        self.u64s = recycle(v.u64s);
+        self.f64s = recycle(v.f64s);
+        self.quantiles = recycle(v.quantiles);
+        self.quantile_values = recycle(v.quantile_values);
+    }
+}
+
+/// Parses an `ExportMetricsServiceRequest` into views built in `scratch`'s
+/// allocations; [`Fast::Fallback`] for anything prost should decide
+/// (malformed bytes included).
+pub(crate) fn parse_metrics<'a>(buf: &'a [u8], scratch: &mut MetricsScratch) -> Fast<MetricsView<'a>> {
+    let mut v = scratch.take();
+    v.points.reserve(buf.len() / 64);
+    v.attrs.reserve(buf.len() / 32);
     match parse_request(buf, &mut v) {
         Some(()) => Fast::Done(v),
-        None => Fast::Fallback,
+        None => {
+            scratch.keep(v);
+            Fast::Fallback
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::ops::Range;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::{AttrView, Fast, Reader, ResourceView, ScopeView, W, parse_attr, parse_group};
+use super::{AttrView, Fast, Reader, ResourceView, ScopeView, W, parse_attr, parse_group, recycle};
 
 #[derive(Debug)]
 pub(crate) struct SpanView<'a> {
@@ -68,19 +68,62 @@ pub(crate) struct TracesView<'a> {
     pub ln_attrs: Vec<AttrView<'a>>,
 }
 
-/// Parses an `ExportTraceServiceRequest`; [`Fast::Fallback`] for anything
-/// prost should decide (malformed bytes included).
-pub(crate) fn parse_traces(buf: &[u8]) -> Fast<TracesView<'_>> {
+/// The allocations of a [`TracesView`], kept by the builder between
+/// requests (and dropped when it seals).
+#[derive(Debug, Default)]
+pub(crate) struct TracesScratch {
+    resources: Vec<ResourceView<'static>>,
+    scopes: Vec<ScopeView<'static>>,
+    spans: Vec<SpanView<'static>>,
+    events: Vec<EventView<'static>>,
+    links: Vec<LinkView<'static>>,
+    attrs: Vec<AttrView<'static>>,
+    ev_attrs: Vec<AttrView<'static>>,
+    ln_attrs: Vec<AttrView<'static>>,
+}
+
+impl TracesScratch {
+    fn take<'a>(&mut self) -> TracesView<'a> {
+        TracesView {
+            resources: recycle(std::mem::take(&mut self.resources)),
+            scopes: recycle(std::mem::take(&mut self.scopes)),
+            spans: recycle(std::mem::take(&mut self.spans)),
+            events: recycle(std::mem::take(&mut self.events)),
+            links: recycle(std::mem::take(&mut self.links)),
+            attrs: recycle(std::mem::take(&mut self.attrs)),
+            ev_attrs: recycle(std::mem::take(&mut self.ev_attrs)),
+            ln_attrs: recycle(std::mem::take(&mut self.ln_attrs)),
+        }
+    }
+
+    /// Keeps the allocations of a view that is no longer needed.
+    pub(crate) fn keep(&mut self, v: TracesView<'_>) {
+        self.resources = recycle(v.resources);
+        self.scopes = recycle(v.scopes);
+        self.spans = recycle(v.spans);
+        self.events = recycle(v.events);
+        self.links = recycle(v.links);
+        self.attrs = recycle(v.attrs);
+        self.ev_attrs = recycle(v.ev_attrs);
+        self.ln_attrs = recycle(v.ln_attrs);
+    }
+}
+
+/// Parses an `ExportTraceServiceRequest` into views built in `scratch`'s
+/// allocations; [`Fast::Fallback`] for anything prost should decide
+/// (malformed bytes included).
+pub(crate) fn parse_traces<'a>(buf: &'a [u8], scratch: &mut TracesScratch) -> Fast<TracesView<'a>> {
+    let mut v = scratch.take();
     // Sized from the body (spans take 150+ wire bytes, attributes 20+) so
     // the views do not grow as they fill.
-    let mut v = TracesView {
-        spans: Vec::with_capacity(buf.len() / 128),
-        attrs: Vec::with_capacity(buf.len() / 24),
-        ..TracesView::default()
-    };
+    v.spans.reserve(buf.len() / 128);
+    v.attrs.reserve(buf.len() / 24);
     match parse_request(buf, &mut v) {
         Some(()) => Fast::Done(v),
-        None => Fast::Fallback,
+        None => {
+            scratch.keep(v);
+            Fast::Fallback
+        }
     }
 }
 
