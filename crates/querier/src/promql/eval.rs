@@ -26,6 +26,9 @@ pub use steps::{Matrix, Row};
 /// A function of a range window's samples, its start and its end.
 type RangeFn = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64>;
 
+/// A range function as [`range_function`] names it.
+type WindowFn = fn(&[(i64, f64)], i64, i64) -> Option<f64>;
+
 /// Sorted (name, value) pairs; `__name__` included for raw series.
 pub type Labels = Vec<(String, String)>;
 
@@ -535,7 +538,7 @@ impl Engine {
 
 /// A range function by name: its function of a window's samples (and
 /// the window's start and end), and whether its samples keep `__name__`.
-fn range_function(name: &str) -> Option<(fn(&[(i64, f64)], i64, i64) -> Option<f64>, bool)> {
+fn range_function(name: &str) -> Option<(WindowFn, bool)> {
     Some(match name {
         "rate" => (|p, from, to| extrapolated(p, from, to, true, true), false),
         "increase" => (|p, from, to| extrapolated(p, from, to, true, false), false),

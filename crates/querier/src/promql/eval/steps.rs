@@ -17,8 +17,8 @@ use promql_parser::parser::{AggregateExpr, BinaryExpr, Call, Expr, MatrixSelecto
 use rayon::prelude::*;
 
 use super::{
-    Engine, EvalError, Labels, NAME, T_BOTTOMK, T_TOPK, Value, aggregate_values, apply, at_ms, bucket_quantile,
-    k_order, label, match_key, offset_ms, parse_le, range_function, without_name,
+    Engine, EvalError, Labels, NAME, T_BOTTOMK, T_TOPK, Value, WindowFn, aggregate_values, apply, at_ms,
+    bucket_quantile, k_order, label, match_key, offset_ms, parse_le, range_function, without_name,
 };
 
 /// One series of a range evaluation: its labels and its value at each
@@ -30,6 +30,9 @@ pub struct Row {
 }
 
 type Rows = Option<Result<Vec<Row>, EvalError>>;
+
+/// Called with each step's window, its start and its end.
+type EachWindow<'a> = dyn FnMut(&[(i64, f64)], i64, i64) + 'a;
 
 /// A range query's answer: each series' (time, value) points, by labels.
 pub type Matrix = BTreeMap<Labels, Vec<(i64, f64)>>;
@@ -153,7 +156,7 @@ impl Engine {
     fn range_rows(
         &self,
         ms: &MatrixSelector,
-        f: fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+        f: WindowFn,
         keep_name: bool,
         steps: &[i64],
     ) -> Result<Vec<Row>, EvalError> {
@@ -161,9 +164,7 @@ impl Engine {
         let off = offset_ms(&ms.vs.offset);
         let range = ms.range.as_millis() as i64;
         let ids = self.select(&ms.vs);
-        let windows = |s: &[(i64, f64)], each: &mut dyn FnMut(&[(i64, f64)], i64, i64)| {
-            each_window(s, steps, fixed, off, range, each)
-        };
+        let windows = |s: &[(i64, f64)], each: &mut EachWindow| each_window(s, steps, fixed, off, range, each);
         let bound: usize = ids.iter().map(|&i| self.series[i].samples.len()).sum();
         if bound > self.settings.max_samples {
             let mut totals = vec![0; steps.len()];
@@ -338,14 +339,7 @@ fn matrix(rows: Vec<Row>, steps: &[i64]) -> Option<Matrix> {
 /// Calls `each` with the window `(at - range, at]` of every step (`at`
 /// the step's time, or the fixed `@` time, less the offset), found by two
 /// cursors over the sorted samples that only move forward.
-fn each_window(
-    s: &[(i64, f64)],
-    steps: &[i64],
-    fixed: Option<i64>,
-    off: i64,
-    range: i64,
-    each: &mut dyn FnMut(&[(i64, f64)], i64, i64),
-) {
+fn each_window(s: &[(i64, f64)], steps: &[i64], fixed: Option<i64>, off: i64, range: i64, each: &mut EachWindow) {
     let (mut lo, mut hi) = (0, 0);
     for &t in steps {
         let at = fixed.unwrap_or(t) - off;
