@@ -391,27 +391,28 @@ impl ResultCache {
     /// What a scan with `limit` returns, when an entry holds it (counted
     /// as a hit or a miss).
     pub fn scan(&self, key: &ResultKey, limit: Option<usize>, stats: &Stats) -> Option<ScanOutput> {
-        let found = self.get(key).and_then(|(v, weight)| match &*v {
-            Cached::Scan(s) => {
-                let n = match limit {
-                    None if s.complete => s.rows.len(),
-                    Some(m) if s.complete || m <= s.rows.len() => m.min(s.rows.len()),
-                    _ => return None,
-                };
-                Some((
-                    ScanOutput {
-                        rows: s.rows[..n].to_vec(),
-                        times: s.times[..n].to_vec(),
-                        batch: s.batch.slice(0, n),
-                        rows_scanned: 0,
-                    },
-                    weight,
-                ))
-            }
-            Cached::Series(_) | Cached::Page(_) | Cached::Prom(_) => None,
-        });
+        self.lookup(key, stats, |v| {
+            let Cached::Scan(s) = v else { return None };
+            let n = match limit {
+                None if s.complete => s.rows.len(),
+                Some(m) if s.complete || m <= s.rows.len() => m.min(s.rows.len()),
+                _ => return None,
+            };
+            Some(ScanOutput {
+                rows: s.rows[..n].to_vec(),
+                times: s.times[..n].to_vec(),
+                batch: s.batch.slice(0, n),
+                rows_scanned: 0,
+            })
+        })
+    }
+
+    /// What `pick` takes from the entry under `key` (counted as a hit, or
+    /// a miss when there is none or `pick` takes nothing).
+    fn lookup<T>(&self, key: &ResultKey, stats: &Stats, pick: impl FnOnce(&Cached) -> Option<T>) -> Option<T> {
+        let found = self.get(key).and_then(|(v, weight)| pick(&v).map(|t| (t, weight)));
         self.counted(found.as_ref().map(|(_, w)| *w), stats);
-        found.map(|(out, _)| out)
+        found.map(|(t, _)| t)
     }
 
     /// Keeps what a scan with `limit` returned.
@@ -428,12 +429,10 @@ impl ResultCache {
 
     /// The series a load found, when an entry holds them (counted).
     pub fn series(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<BlockSeries>> {
-        let found = self.get(key).and_then(|(v, weight)| match &*v {
-            Cached::Series(m) => Some((m.clone(), weight)),
-            Cached::Scan(_) | Cached::Page(_) | Cached::Prom(_) => None,
-        });
-        self.counted(found.as_ref().map(|(_, w)| *w), stats);
-        found.map(|(m, _)| m)
+        self.lookup(key, stats, |v| match v {
+            Cached::Series(m) => Some(m.clone()),
+            _ => None,
+        })
     }
 
     /// Keeps what a load found.
@@ -444,22 +443,18 @@ impl ResultCache {
 
     /// The page of log lines an entry holds (counted).
     pub fn page(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<LogLines>> {
-        let found = self.get(key).and_then(|(v, weight)| match &*v {
-            Cached::Page(p) => Some((p.clone(), weight)),
-            Cached::Scan(_) | Cached::Series(_) | Cached::Prom(_) => None,
-        });
-        self.counted(found.as_ref().map(|(_, w)| *w), stats);
-        found.map(|(p, _)| p)
+        self.lookup(key, stats, |v| match v {
+            Cached::Page(p) => Some(p.clone()),
+            _ => None,
+        })
     }
 
     /// The PromQL answer an entry holds (counted).
     pub fn prom_answer(&self, key: &ResultKey, stats: &Stats) -> Option<Arc<PromData>> {
-        let found = self.get(key).and_then(|(v, weight)| match &*v {
-            Cached::Prom(p) => Some((p.clone(), weight)),
-            Cached::Scan(_) | Cached::Series(_) | Cached::Page(_) => None,
-        });
-        self.counted(found.as_ref().map(|(_, w)| *w), stats);
-        found.map(|(p, _)| p)
+        self.lookup(key, stats, |v| match v {
+            Cached::Prom(p) => Some(p.clone()),
+            _ => None,
+        })
     }
 
     /// Keeps a PromQL answer (weighed by its JSON form).

@@ -765,27 +765,32 @@ pub(crate) fn quantile(q: f64, mut vals: Vec<f64>) -> f64 {
 fn histogram_quantile(q: f64, input: Vec<Sample>) -> Vec<Sample> {
     let mut groups: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
     for s in input {
-        let Some(le) = label(&s.labels, "le").and_then(parse_le) else {
-            continue;
-        };
-        let key: Labels = s
-            .labels
-            .iter()
-            .filter(|(k, _)| k != "le" && k != NAME)
-            .cloned()
-            .collect();
-        groups.entry(key).or_default().push((le, s.v));
+        if let Some((key, le)) = bucket_of(&s.labels) {
+            groups.entry(key).or_default().push((le, s.v));
+        }
     }
     groups
         .into_iter()
-        .map(|(labels, mut buckets)| {
-            buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
-            Sample {
-                labels,
-                v: bucket_quantile(q, &mut buckets),
-            }
+        .map(|(labels, mut buckets)| Sample {
+            labels,
+            v: sorted_bucket_quantile(q, &mut buckets),
         })
         .collect()
+}
+
+/// A bucket series' group (every label but `le` and the name) and bound;
+/// `None` without a readable `le`.
+fn bucket_of(labels: &Labels) -> Option<(Labels, f64)> {
+    let le = label(labels, "le").and_then(parse_le)?;
+    let key = labels.iter().filter(|(k, _)| k != "le" && k != NAME).cloned().collect();
+    Some((key, le))
+}
+
+/// The quantile of (bound, count) buckets in any order (sorted by bound
+/// here, stably).
+fn sorted_bucket_quantile(q: f64, buckets: &mut [(f64, f64)]) -> f64 {
+    buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    bucket_quantile(q, buckets)
 }
 
 fn parse_le(v: &str) -> Option<f64> {

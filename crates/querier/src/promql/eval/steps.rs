@@ -17,8 +17,8 @@ use promql_parser::parser::{AggregateExpr, BinaryExpr, Call, Expr, MatrixSelecto
 use rayon::prelude::*;
 
 use super::{
-    Engine, EvalError, Labels, NAME, T_BOTTOMK, T_TOPK, Value, WindowFn, aggregate_values, apply, at_ms,
-    bucket_quantile, k_order, label, match_key, offset_ms, parse_le, range_function, without_name,
+    Engine, EvalError, Labels, T_BOTTOMK, T_TOPK, Value, WindowFn, aggregate_values, apply, at_ms, bucket_of, k_order,
+    match_key, offset_ms, range_function, sorted_bucket_quantile, without_name,
 };
 
 /// One series of a range evaluation: its labels and its value at each
@@ -358,16 +358,9 @@ fn each_window(s: &[(i64, f64)], steps: &[i64], fixed: Option<i64>, off: i64, ra
 fn histogram_quantile_rows(q: f64, rows: &[Row], steps: usize) -> Vec<Row> {
     let mut groups: BTreeMap<Labels, Vec<(usize, f64)>> = BTreeMap::new();
     for (i, r) in rows.iter().enumerate() {
-        let Some(le) = label(&r.labels, "le").and_then(parse_le) else {
-            continue;
-        };
-        let key: Labels = r
-            .labels
-            .iter()
-            .filter(|(k, _)| k != "le" && k != NAME)
-            .cloned()
-            .collect();
-        groups.entry(key).or_default().push((i, le));
+        if let Some((key, le)) = bucket_of(&r.labels) {
+            groups.entry(key).or_default().push((i, le));
+        }
     }
     let mut buckets: Vec<(f64, f64)> = Vec::new();
     groups
@@ -380,8 +373,7 @@ fn histogram_quantile_rows(q: f64, rows: &[Row], steps: usize) -> Vec<Row> {
                     if buckets.is_empty() {
                         return None;
                     }
-                    buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
-                    Some(bucket_quantile(q, &mut buckets))
+                    Some(sorted_bucket_quantile(q, &mut buckets))
                 })
                 .collect();
             Row { labels, vals }
@@ -393,7 +385,7 @@ fn histogram_quantile_rows(q: f64, rows: &[Row], steps: usize) -> Vec<Row> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::{Series, Settings};
+    use super::super::{NAME, Series, Settings};
     use super::*;
 
     /// Expressions the all-steps path takes (it must not give `None`).
