@@ -463,10 +463,20 @@ impl ResultCache {
         self.insert(key, Cached::Prom(data), w);
     }
 
-    /// Keeps a page of log lines (weighed by its JSON form).
+    /// Keeps a page of log lines (weighed by its records' protobuf sizes).
     pub fn insert_page(&self, key: ResultKey, page: Arc<LogLines>) {
-        let w = serde_json::to_vec(&*page).map_or(0, |j| j.len() as u64) + 64;
-        self.insert(key, Cached::Page(page), w);
+        use prost::Message as _;
+        let w: usize = page
+            .lines
+            .iter()
+            .map(|l| {
+                l.record.encoded_len()
+                    + l.resource.as_ref().map_or(0, |r| r.encoded_len())
+                    + l.scope.as_ref().map_or(0, |s| s.encoded_len())
+                    + 64
+            })
+            .sum();
+        self.insert(key, Cached::Page(page), w as u64 + 64);
     }
 }
 
