@@ -9,11 +9,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{block_bodies, post_log, published_logs, start, status};
+use common::{post_log, published_bodies, start, status};
 use mira_ingester::PipelineConfig;
 use mira_ingester::shard::SealPolicy;
 use mira_testkit::store::TestStore;
-use object_store::ObjectStoreExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
@@ -82,25 +81,15 @@ async fn a_stalled_store_parks_then_refuses_and_loses_nothing_admitted() {
     running.node.shutdown().await;
 
     // Everything acknowledged is published, once; nothing refused is.
-    let mut seen = Vec::new();
-    for b in published_logs(&running.client).await.blocks {
-        let bytes = store
-            .get(&object_store::path::Path::from(b.object_key.as_str()))
-            .await
-            .expect("object")
-            .bytes()
-            .await
-            .expect("bytes");
-        for body in block_bodies(bytes) {
-            if let Some(n) = body
-                .strip_prefix("bp-")
+    let mut seen: Vec<u64> = published_bodies(&running.client, &store)
+        .await
+        .iter()
+        .filter_map(|body| {
+            body.strip_prefix("bp-")
                 .and_then(|s| s.split(' ').next())
                 .and_then(|n| n.parse::<u64>().ok())
-            {
-                seen.push(n);
-            }
-        }
-    }
+        })
+        .collect();
     seen.sort_unstable();
     let mut want: Vec<u64> = acked.into_iter().collect();
     want.sort_unstable();

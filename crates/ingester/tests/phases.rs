@@ -10,12 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{block_bodies, post_log, published_logs, start, status};
+use common::{post_log, published_bodies, start, status};
 use mira_ingester::PipelineConfig;
 use mira_ingester::metrics::Phase;
 use mira_ingester::shard::{DECODE_INLINE_MAX, SealPolicy};
 use mira_testkit::store::TestStore;
-use object_store::ObjectStoreExt;
 
 /// `mira_ingester_phase_seconds_{count,sum}` of logs, by phase.
 fn phase_series(metrics: &str, kind: &str) -> HashMap<String, f64> {
@@ -120,17 +119,7 @@ async fn every_accepted_export_is_timed_once_in_every_phase() {
 
     // What was accepted is published, once; nothing refused is.
     running.node.shutdown().await;
-    let mut bodies = Vec::new();
-    for b in published_logs(&running.client).await.blocks {
-        let bytes = store
-            .get(&object_store::path::Path::from(b.object_key.as_str()))
-            .await
-            .expect("object")
-            .bytes()
-            .await
-            .expect("bytes");
-        bodies.extend(block_bodies(bytes));
-    }
+    let mut bodies = published_bodies(&running.client, &store).await;
     let large = bodies.iter().filter(|b| b.starts_with("large-")).count();
     bodies.retain(|b| !b.starts_with("large-"));
     bodies.sort_unstable();

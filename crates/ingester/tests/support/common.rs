@@ -39,6 +39,23 @@ pub fn block_bodies(bytes: bytes::Bytes) -> Vec<String> {
     mira_testkit::flatten::log_bodies(&req)
 }
 
+/// The string bodies of every published logs block of the default tenant.
+pub async fn published_bodies(client: &CatalogClient, store: &TestStore) -> Vec<String> {
+    use object_store::ObjectStoreExt as _;
+    let mut out = Vec::new();
+    for b in published_logs(client).await.blocks {
+        let bytes = store
+            .get(&object_store::path::Path::from(b.object_key.as_str()))
+            .await
+            .expect("object")
+            .bytes()
+            .await
+            .expect("bytes");
+        out.extend(block_bodies(bytes));
+    }
+    out
+}
+
 /// A single-member catalog and an ingester (page-cache WAL) in `dir`.
 pub struct Running {
     pub catalog: CatalogNode,
