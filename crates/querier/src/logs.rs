@@ -201,21 +201,11 @@ impl Querier {
         }
         // A page read from published blocks only may be kept whole
         // ([`crate::results`]): the same blocks give the same page.
-        let page_key = if self.results.enabled() {
-            let mut blocks = Vec::with_capacity(order.len());
-            for &i in &order {
-                match &planned[i].src {
-                    Src::Published { key } => blocks.push((planned[i].id, key.as_str())),
-                    Src::Recent(_) => {
-                        blocks.clear();
-                        break;
-                    }
-                }
-            }
-            crate::results::page_key(&q.tenant, &format!("{q:?}"), &blocks)
-        } else {
-            None
-        };
+        let page_key = self
+            .results
+            .enabled()
+            .then(|| crate::results::answer_key(&q.tenant, &format!("{q:?}"), order.iter().map(|&i| &planned[i])))
+            .flatten();
         if let Some(k) = &page_key
             && let Some(page) = self.results.page(k, stats)
         {

@@ -124,17 +124,6 @@ fn error_position(query: &str, reason: &str) -> usize {
     }
 }
 
-/// The (id, object key) of every block of `plan`, when all are published.
-pub(crate) fn published_only(plan: &Plan) -> Option<Vec<(mira_core::BlockId, &str)>> {
-    plan.candidates
-        .iter()
-        .map(|c| match &c.src {
-            Src::Published { key } => Some((c.id, key.as_str())),
-            Src::Recent(_) => None,
-        })
-        .collect()
-}
-
 /// Every vector selector of `expr` with how far back it reads (range +
 /// offset), for the load window.
 fn selectors(expr: &Expr, out: &mut Vec<(promql_parser::parser::VectorSelector, i64)>) {
@@ -481,15 +470,14 @@ impl Querier {
         let answer_key = self
             .results
             .enabled()
-            .then(|| published_only(&plan))
-            .flatten()
-            .and_then(|blocks| {
+            .then(|| {
                 let what = format!(
                     "promql {} {} {} {} {:?}",
                     q.start_ms, q.end_ms, q.step_ms, q.instant, q.query
                 );
-                crate::results::page_key(&q.tenant, &what, &blocks)
-            });
+                crate::results::answer_key(&q.tenant, &what, &plan.candidates)
+            })
+            .flatten();
         if let Some(k) = &answer_key
             && let Some(data) = self.results.prom_answer(k, &stats)
         {

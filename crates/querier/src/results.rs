@@ -60,6 +60,7 @@ use mira_core::{BlockId, Signal};
 use promql_parser::parser::VectorSelector;
 
 use crate::logs::LogLines;
+use crate::plan::{Candidate, Src};
 use crate::promql::PromData;
 use crate::promql::load::BlockSeries;
 use crate::stats::Stats;
@@ -157,24 +158,34 @@ pub fn scan_key(tenant: &str, block: BlockId, signal: Signal, req: &ScanRequest,
     }
 }
 
-/// The key of a page of log lines of `tenant` read from published blocks
-/// only: `query` (the Debug form of every field that selects, orders or
-/// cuts lines) and the blocks read, as (id, object key) in reading order.
-/// `None` without blocks.
-pub fn page_key(tenant: &str, query: &str, blocks: &[(BlockId, &str)]) -> Option<ResultKey> {
+/// The key of a whole answer of `tenant` (a page of log lines, a PromQL
+/// answer) read from `blocks`: `query` (every field that selects, orders
+/// or cuts what it answers) and the blocks, as (id, object key) in reading
+/// order. `None` when one of them is recent (not published), or without
+/// blocks.
+pub(crate) fn answer_key<'a>(
+    tenant: &str,
+    query: &str,
+    blocks: impl IntoIterator<Item = &'a Candidate>,
+) -> Option<ResultKey> {
     use sha2::Digest as _;
-    let first = blocks.first()?.0;
     let mut h = sha2::Sha256::new();
-    for (id, key) in blocks {
-        h.update(id.0.to_bytes());
+    let (mut first, mut n) = (None, 0);
+    for c in blocks {
+        let Src::Published { key } = &c.src else {
+            return None;
+        };
+        first.get_or_insert(c.id);
+        h.update(c.id.0.to_bytes());
         h.update((key.len() as u64).to_le_bytes());
         h.update(key.as_bytes());
+        n += 1;
     }
     let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     Some(ResultKey {
         tenant: tenant.to_owned(),
-        block: first,
-        what: format!("page {} {digest} {query}", blocks.len()),
+        block: first?,
+        what: format!("answer {n} {digest} {query}"),
     })
 }
 
