@@ -2,12 +2,18 @@
 //! for generated requests full of edge cases, through the in-memory tables,
 //! a hot block and a cold block.
 
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::datatypes::{UInt32Type, UInt64Type};
 use mira_core::convert::TableSet;
 use mira_core::convert::{
-    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, logs_to_otlp, points_to_otlp, spans_to_otlp,
+    LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, logs_to_otlp, points_by_series, points_to_otlp,
+    spans_to_otlp,
 };
+use mira_core::schema;
+use mira_testkit::corpus::{Cardinality, Corpus};
 use mira_testkit::{arb, flatten};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use proptest::prelude::*;
 use prost::Message;
 
@@ -67,7 +73,131 @@ proptest! {
             let got = flatten::metrics(&points_to_otlp(&t).expect("to otlp"));
             prop_assert_eq!(&got, &want);
         }
+        // Ordered by series (what a sealed block holds): the same points,
+        // each series' in arrival order, its distribution still its own.
+        let sorted = points_by_series(tables.clone()).expect("by series");
+        check_by_series(&tables, &sorted);
+        let mut want = want;
+        want.sort();
+        let mut got = flatten::metrics(&points_to_otlp(&sorted).expect("to otlp"));
+        got.sort();
+        prop_assert_eq!(got, want);
     }
+}
+
+/// Per series, the times of its points in row order.
+fn times_by_series(t: &TableSet) -> std::collections::BTreeMap<u32, Vec<u64>> {
+    let points = t.get(schema::POINTS).expect("points");
+    let of = points
+        .column_by_name("series")
+        .expect("series")
+        .as_primitive::<UInt32Type>();
+    let time = points
+        .column_by_name("time_unix_nano")
+        .expect("time")
+        .as_primitive::<UInt64Type>();
+    let mut m = std::collections::BTreeMap::<u32, Vec<u64>>::new();
+    for row in 0..points.num_rows() {
+        m.entry(of.value(row)).or_default().push(time.value(row));
+    }
+    m
+}
+
+/// `sorted` holds `before`'s points ordered by series, arrival order kept
+/// within a series, and its distributions in point order.
+fn check_by_series(before: &TableSet, sorted: &TableSet) {
+    let points = sorted.get(schema::POINTS).expect("points");
+    let of = points
+        .column_by_name("series")
+        .expect("series")
+        .as_primitive::<UInt32Type>();
+    assert!(
+        of.values().windows(2).all(|w| w[0] <= w[1]),
+        "points not ordered by series"
+    );
+    assert_eq!(times_by_series(before), times_by_series(sorted));
+    let dists = sorted.get(schema::POINT_DISTS).expect("dists");
+    let parent = dists
+        .column_by_name("parent")
+        .expect("parent")
+        .as_primitive::<UInt32Type>();
+    assert!(
+        parent.values().windows(2).all(|w| w[0] < w[1]),
+        "distributions not in point order"
+    );
+    assert_eq!(
+        dists.num_rows(),
+        before.get(schema::POINT_DISTS).expect("dists").num_rows()
+    );
+}
+
+/// Points of many series sent interleaved, as scrapes arrive (every request
+/// holds a slice of every series): ordered by series, each series' points
+/// are one run, and the block reads back the same points.
+#[test]
+fn interleaved_points_are_ordered_by_series() {
+    let mut corpus = Corpus::new(3, Cardinality::Low);
+    let per_request = corpus.series_count() / 3 + 1;
+    let mut b = PointsBuilder::default();
+    let mut all = ExportMetricsServiceRequest::default();
+    for _ in 0..12 {
+        let r = corpus.metrics(per_request);
+        b.append(&r).expect("append");
+        all.resource_metrics.extend(r.resource_metrics);
+    }
+    let tables = b.finish().expect("finish");
+    let of = tables
+        .get(schema::POINTS)
+        .expect("points")
+        .column_by_name("series")
+        .expect("series")
+        .as_primitive::<UInt32Type>()
+        .clone();
+    assert!(
+        !of.values().windows(2).all(|w| w[0] <= w[1]),
+        "the corpus must interleave series for this test to mean anything"
+    );
+    let dists = tables.get(schema::POINT_DISTS).expect("dists").num_rows();
+    assert!(dists > 0, "the corpus must hold histograms or summaries");
+    let sorted = points_by_series(tables.clone()).expect("by series");
+    check_by_series(&tables, &sorted);
+    for t in through_blocks(&sorted) {
+        let mut got = flatten::metrics(&points_to_otlp(&t).expect("to otlp"));
+        got.sort();
+        let mut want = flatten::metrics(&all);
+        want.sort();
+        assert_eq!(got, want);
+    }
+    // Already ordered: returned as it is.
+    let again = points_by_series(sorted.clone()).expect("by series");
+    assert_eq!(
+        again.get(schema::POINTS).expect("points"),
+        sorted.get(schema::POINTS).expect("points")
+    );
+}
+
+/// A points table naming a series the block does not have is refused, not
+/// a panic or an out-of-bounds write.
+#[test]
+fn points_by_series_refuses_a_dangling_series() {
+    let mut corpus = Corpus::new(4, Cardinality::Low);
+    let mut b = PointsBuilder::default();
+    b.append(&corpus.metrics(50)).expect("append");
+    b.append(&corpus.metrics(50)).expect("append");
+    let mut tables = b.finish().expect("finish");
+    let n_series = tables.get(schema::SERIES).expect("series").num_rows() as u32;
+    for (name, batch) in &mut tables.tables {
+        if *name == schema::POINTS {
+            let at = batch.schema().index_of("series").expect("series");
+            let mut cols = batch.columns().to_vec();
+            let mut v: Vec<u32> = cols[at].as_primitive::<UInt32Type>().values().to_vec();
+            v[0] = n_series + 7;
+            cols[at] = std::sync::Arc::new(UInt32Array::from(v));
+            *batch = RecordBatch::try_new(batch.schema(), cols).expect("batch");
+        }
+    }
+    let err = points_by_series(tables).expect_err("a dangling series");
+    assert!(err.to_string().contains("points"), "{err}");
 }
 
 /// Builds tables from encoded bytes both ways: the wire reader and prost.

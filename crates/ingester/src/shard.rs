@@ -82,11 +82,13 @@ impl AnyBuilder {
         }
     }
 
+    /// The rows as a block's tables (a metrics block's points ordered by
+    /// series: [`mira_core::convert::points_by_series`]); resets the builder.
     pub fn finish(&mut self) -> Result<TableSet, mira_core::convert::ConvertError> {
         match self {
             AnyBuilder::Logs(b) => b.finish(),
             AnyBuilder::Traces(b) => b.finish(),
-            AnyBuilder::Metrics(b) => b.finish(),
+            AnyBuilder::Metrics(b) => b.finish().and_then(mira_core::convert::points_by_series),
         }
     }
 }
