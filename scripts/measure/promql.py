@@ -12,7 +12,8 @@ points each (an hour at 15 s), and 100 histograms (10 `svc` x 10
 `instance`, 5 bounds: 600 bucket series). Scale 10 has ten times the
 instances.
 
-Usage: scripts/measure/promql.sh [scale] [runs]"""
+Usage: scripts/measure/promql.sh [scale] [runs]
+(PROMQL_ONLY=<text> runs only the expressions containing it.)"""
 
 import json
 import math
@@ -178,7 +179,10 @@ def main():
         params = {"start": START + 600, "end": END, "step": 60}
         print(f"{'expression':<78} {'mira ms':>8} {'vm ms':>8} {'ratio':>6}  answers")
         ratios = []
-        for expr in EXPRESSIONS:
+        # PROMQL_ONLY=<text>: only the expressions containing it (to
+        # profile one).
+        only = os.environ.get("PROMQL_ONLY", "")
+        for expr in [e for e in EXPRESSIONS if only in e]:
             p = dict(params, query=expr)
             ours, ref = [], []
             # The first run of each is the warm-up (and the answer compared).

@@ -271,8 +271,16 @@ impl Querier {
                 };
                 let (map, read) = self
                     .on_pool(move || {
-                        let wanted = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
-                        load::read_block(&tables, lo, hi, &wanted)
+                        let full = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
+                        let partial = |l: &Labels| {
+                            sel.iter()
+                                .any(|s| eval::may_match(&s.matchers, s.name.as_deref(), l, &["le", "quantile"]))
+                        };
+                        let want = load::Want {
+                            full: &full,
+                            partial: &partial,
+                        };
+                        load::read_block(&tables, lo, hi, &want)
                     })
                     .await
                     .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;

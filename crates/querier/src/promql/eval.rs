@@ -113,7 +113,17 @@ fn without_name(labels: &Labels) -> Labels {
 
 /// Whether `labels` satisfy every matcher (and one `or` group, if any).
 pub fn matches(m: &Matchers, name: Option<&str>, labels: &Labels) -> bool {
+    may_match(m, name, labels, &[])
+}
+
+/// [`matches`] for labels whose `unknown` labels are not known yet: a
+/// matcher on one of those is taken as met, so the answer is false only
+/// when no value of them could match.
+pub fn may_match(m: &Matchers, name: Option<&str>, labels: &Labels, unknown: &[&str]) -> bool {
     let one = |matcher: &promql_parser::label::Matcher| {
+        if unknown.contains(&matcher.name.as_str()) {
+            return true;
+        }
         let v = label(labels, &matcher.name).unwrap_or("");
         match &matcher.op {
             PMatchOp::Equal => v == matcher.value,

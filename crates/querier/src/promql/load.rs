@@ -8,7 +8,11 @@
 
 use std::collections::HashMap;
 
-use arrow::array::{Array, BooleanArray, Float64Array, Int64Array, ListArray, UInt8Array, UInt32Array, UInt64Array};
+use arrow::array::{
+    Array, ArrowPrimitiveType, BooleanArray, Float64Array, Int64Array, ListArray, PrimitiveArray, UInt8Array,
+    UInt32Array, UInt64Array,
+};
+use arrow::datatypes::{Float64Type, UInt64Type};
 use mira_core::attrs::AttrReader;
 use mira_core::convert::columns::{DictStr, col};
 use mira_core::convert::{ConvertError, TableSet};
@@ -183,13 +187,15 @@ impl<'w> Slots<'w> {
         Some(s)
     }
 
-    fn push(&mut self, key: (usize, Variant, u64), tms: i64, v: f64, labels: impl FnOnce() -> Labels) {
+    /// The slot of `key`'s samples (labels built at its first sample);
+    /// None when the query does not want them.
+    fn slot(&mut self, key: (usize, Variant, u64), labels: impl FnOnce() -> Labels) -> Option<usize> {
         let known = if key.1 == Variant::Value {
             self.value_of.get(key.0).copied().flatten()
         } else {
             self.of.get(&key).copied()
         };
-        let slot = match known {
+        match known {
             Some(s) => s,
             None => {
                 let slot = self.slot_for(labels());
@@ -203,8 +209,11 @@ impl<'w> Slots<'w> {
                 }
                 slot
             }
-        };
-        if let Some(s) = slot {
+        }
+    }
+
+    fn push(&mut self, key: (usize, Variant, u64), tms: i64, v: f64, labels: impl FnOnce() -> Labels) {
+        if let Some(s) = self.slot(key, labels) {
             self.series[s].1.push((tms, v));
         }
     }
@@ -268,15 +277,64 @@ impl<'a> DistIndex<'a> {
     }
 }
 
-/// The block's series `wanted` accepts, with their samples with time in
+/// Which Prometheus series a read wants.
+pub struct Want<'a> {
+    /// Asked of a series' labels.
+    pub full: &'a dyn Fn(&Labels) -> bool,
+    /// Asked of labels without `le` or `quantile` (a bucket or quantile
+    /// series before its points are read): whether a series with these
+    /// labels and some value of those could be wanted. Never false when
+    /// one could.
+    pub partial: &'a dyn Fn(&Labels) -> bool,
+}
+
+impl std::fmt::Debug for Want<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Want").finish_non_exhaustive()
+    }
+}
+
+/// A list column read without an array per row: its offsets and values.
+struct Lists<'a, T: ArrowPrimitiveType> {
+    list: &'a ListArray,
+    offsets: &'a [i32],
+    values: &'a [T::Native],
+}
+
+impl<'a, T: ArrowPrimitiveType> Lists<'a, T> {
+    fn new(list: &'a ListArray, table: &'static str, column: &'static str) -> Result<Self, ConvertError> {
+        let values = list
+            .values()
+            .as_any()
+            .downcast_ref::<PrimitiveArray<T>>()
+            .ok_or(ConvertError::WrongType { table, column })?;
+        Ok(Lists {
+            list,
+            offsets: list.value_offsets(),
+            values: values.values(),
+        })
+    }
+
+    /// Row `row`'s list; None when it is null (or its offsets are not
+    /// inside the values).
+    fn get(&self, row: usize) -> Option<&'a [T::Native]> {
+        if !self.list.is_valid(row) {
+            return None;
+        }
+        let (from, to) = (*self.offsets.get(row)?, *self.offsets.get(row + 1)?);
+        self.values.get(usize::try_from(from).ok()?..usize::try_from(to).ok()?)
+    }
+}
+
+/// The block's series `want` accepts, with their samples with time in
 /// `[from_ms, to_ms]`, and the points read.
 pub fn read_block(
     tables: &TableSet,
     from_ms: i64,
     to_ms: i64,
-    wanted: &dyn Fn(&Labels) -> bool,
+    want: &Want<'_>,
 ) -> Result<(BlockSeries, usize), ConvertError> {
-    read_block_with(tables, from_ms, to_ms, wanted, true)
+    read_block_with(tables, from_ms, to_ms, want, true)
 }
 
 /// [`read_block`]; `search` false walks every point whatever their order
@@ -285,7 +343,7 @@ fn read_block_with(
     tables: &TableSet,
     from_ms: i64,
     to_ms: i64,
-    wanted: &dyn Fn(&Labels) -> bool,
+    want: &Want<'_>,
     search: bool,
 ) -> Result<(BlockSeries, usize), ConvertError> {
     let series = tables.get(schema::SERIES)?;
@@ -331,9 +389,9 @@ fn read_block_with(
             }
             _ => vec![name.clone()],
         };
-        let any = kind == metric_type::HISTOGRAM
-            || kind == metric_type::SUMMARY
-            || candidates.iter().any(|n| wanted(&with(&base, n, None)));
+        // Bucket and quantile series are asked without their `le` or
+        // `quantile` (not known before their points are read).
+        let any = candidates.iter().any(|n| (want.partial)(&with(&base, n, None)));
         infos.push(any.then_some(Info { base, name, kind }));
     }
 
@@ -354,108 +412,107 @@ fn read_block_with(
     let quantile_values: &ListArray = col(dists, d, "quantile_values")?;
     let dist_of = DistIndex::new(parent.values());
 
-    let mut slots = Slots::new(wanted);
+    let counts_of = Lists::<UInt64Type>::new(bucket_counts, d, "bucket_counts")?;
+    let bounds_of = Lists::<Float64Type>::new(bounds, d, "explicit_bounds")?;
+    let quantiles_of = Lists::<Float64Type>::new(quantiles, d, "quantiles")?;
+    let quantile_values_of = Lists::<Float64Type>::new(quantile_values, d, "quantile_values")?;
+
+    let mut slots = Slots::new(want.full);
     let mut read = 0;
-    let mut visit = |row: usize| -> Result<(), ConvertError> {
-        let sid = of.value(row) as usize;
+    // The samples of series `sid` in `rows` (one row while walking, a
+    // series' run while searching).
+    let mut visit = |sid: usize, rows: std::ops::Range<usize>| -> Result<(), ConvertError> {
         let Some(Some(info)) = infos.get(sid) else {
             if sid >= n_series {
-                return Err(ConvertError::BadReference { table: p, row });
+                return Err(ConvertError::BadReference {
+                    table: p,
+                    row: rows.start,
+                });
             }
             return Ok(());
         };
-        let tms = (time.value(row) / 1_000_000) as i64;
-        if tms < from_ms || tms > to_ms {
-            return Ok(());
-        }
-        read += 1;
-        match info.kind {
-            metric_type::GAUGE | metric_type::SUM => {
+        let in_range = |row: usize| {
+            let tms = (time.value(row) / 1_000_000) as i64;
+            (tms >= from_ms && tms <= to_ms).then_some(tms)
+        };
+        if matches!(info.kind, metric_type::GAUGE | metric_type::SUM) {
+            // One slot for the whole run, looked up at its first sample.
+            let mut slot: Option<Option<usize>> = None;
+            for row in rows {
+                let Some(tms) = in_range(row) else {
+                    continue;
+                };
+                read += 1;
                 let v = if vd.is_valid(row) {
                     vd.value(row)
                 } else if vi.is_valid(row) {
                     vi.value(row) as f64
                 } else {
-                    return Ok(());
+                    continue;
                 };
-                slots.push((sid, Variant::Value, 0), tms, v, || with(&info.base, &info.name, None));
+                let s = *slot
+                    .get_or_insert_with(|| slots.slot((sid, Variant::Value, 0), || with(&info.base, &info.name, None)));
+                if let Some(s) = s {
+                    slots.series[s].1.push((tms, v));
+                }
             }
-            kind => {
-                let Some(dr) = dist_of.get(row as u32) else {
-                    return Ok(());
-                };
-                slots.push((sid, Variant::Count, 0), tms, count.value(dr) as f64, || {
-                    with(&info.base, &format!("{}_count", info.name), None)
+            return Ok(());
+        }
+        for row in rows {
+            let Some(tms) = in_range(row) else {
+                continue;
+            };
+            read += 1;
+            let Some(dr) = dist_of.get(row as u32) else {
+                continue;
+            };
+            slots.push((sid, Variant::Count, 0), tms, count.value(dr) as f64, || {
+                with(&info.base, &format!("{}_count", info.name), None)
+            });
+            if sum.is_valid(dr) {
+                slots.push((sid, Variant::Sum, 0), tms, sum.value(dr), || {
+                    with(&info.base, &format!("{}_sum", info.name), None)
                 });
-                if sum.is_valid(dr) {
-                    slots.push((sid, Variant::Sum, 0), tms, sum.value(dr), || {
-                        with(&info.base, &format!("{}_sum", info.name), None)
+            }
+            if info.kind == metric_type::HISTOGRAM
+                && let (Some(counts), Some(b)) = (counts_of.get(dr), bounds_of.get(dr))
+            {
+                let mut cumulative = 0u64;
+                for (i, &c) in counts.iter().enumerate() {
+                    cumulative = cumulative.saturating_add(c);
+                    let le = b.get(i).copied().unwrap_or(f64::INFINITY);
+                    slots.push((sid, Variant::Bucket, le.to_bits()), tms, cumulative as f64, || {
+                        with(
+                            &info.base,
+                            &format!("{}_bucket", info.name),
+                            Some(("le", format_float(le))),
+                        )
                     });
                 }
-                if kind == metric_type::HISTOGRAM && bucket_counts.is_valid(dr) {
-                    let counts = bucket_counts.value(dr);
-                    let counts = counts
-                        .as_any()
-                        .downcast_ref::<UInt64Array>()
-                        .ok_or(ConvertError::WrongType {
-                            table: d,
-                            column: "bucket_counts",
-                        })?;
-                    let b = if bounds.is_valid(dr) {
-                        bounds.value(dr)
-                    } else {
-                        return Ok(());
-                    };
-                    let b = b
-                        .as_any()
-                        .downcast_ref::<Float64Array>()
-                        .ok_or(ConvertError::WrongType {
-                            table: d,
-                            column: "explicit_bounds",
-                        })?;
-                    let mut cumulative = 0u64;
-                    for i in 0..counts.len() {
-                        cumulative = cumulative.saturating_add(counts.value(i));
-                        let le = if i < b.len() { b.value(i) } else { f64::INFINITY };
-                        slots.push((sid, Variant::Bucket, le.to_bits()), tms, cumulative as f64, || {
+                if counts.len() <= b.len() {
+                    // No +Inf bucket was sent: the total count is it.
+                    let inf = f64::INFINITY;
+                    slots.push(
+                        (sid, Variant::Bucket, inf.to_bits()),
+                        tms,
+                        count.value(dr) as f64,
+                        || {
                             with(
                                 &info.base,
                                 &format!("{}_bucket", info.name),
-                                Some(("le", format_float(le))),
+                                Some(("le", "+Inf".into())),
                             )
-                        });
-                    }
-                    if counts.len() <= b.len() {
-                        // No +Inf bucket was sent: the total count is it.
-                        let inf = f64::INFINITY;
-                        slots.push(
-                            (sid, Variant::Bucket, inf.to_bits()),
-                            tms,
-                            count.value(dr) as f64,
-                            || {
-                                with(
-                                    &info.base,
-                                    &format!("{}_bucket", info.name),
-                                    Some(("le", "+Inf".into())),
-                                )
-                            },
-                        );
-                    }
+                        },
+                    );
                 }
-                if kind == metric_type::SUMMARY && quantiles.is_valid(dr) && quantile_values.is_valid(dr) {
-                    let qs = quantiles.value(dr);
-                    let vs = quantile_values.value(dr);
-                    if let (Some(qs), Some(vs)) = (
-                        qs.as_any().downcast_ref::<Float64Array>(),
-                        vs.as_any().downcast_ref::<Float64Array>(),
-                    ) {
-                        for i in 0..qs.len().min(vs.len()) {
-                            let q = qs.value(i);
-                            slots.push((sid, Variant::Quantile, q.to_bits()), tms, vs.value(i), || {
-                                with(&info.base, &info.name, Some(("quantile", format_float(q))))
-                            });
-                        }
-                    }
+            }
+            if info.kind == metric_type::SUMMARY
+                && let (Some(qs), Some(vs)) = (quantiles_of.get(dr), quantile_values_of.get(dr))
+            {
+                for (&q, &v) in qs.iter().zip(vs) {
+                    slots.push((sid, Variant::Quantile, q.to_bits()), tms, v, || {
+                        with(&info.base, &info.name, Some(("quantile", format_float(q))))
+                    });
                 }
             }
         }
@@ -486,16 +543,16 @@ fn read_block_with(
                     let rest = &series_of[at..run.end];
                     let first = at + rest.partition_point(|&s| (s as usize) < sid);
                     let end = first + series_of[first..run.end].partition_point(|&s| s as usize == sid);
-                    for row in first..end {
-                        visit(row)?;
+                    if first < end {
+                        visit(sid, first..end)?;
                     }
                     at = end;
                 }
             }
         }
         None => {
-            for row in 0..points.num_rows() {
-                visit(row)?;
+            for (row, &sid) in series_of.iter().enumerate() {
+                visit(sid as usize, row..row + 1)?;
             }
         }
     }
@@ -509,6 +566,11 @@ mod tests {
     use mira_testkit::corpus::{Cardinality, Corpus};
 
     type Wanted = dyn Fn(&Labels) -> bool;
+
+    /// A selection that needs no `le` or `quantile` to decide.
+    fn want(full: &Wanted) -> Want<'_> {
+        Want { full, partial: full }
+    }
 
     fn label<'a>(l: &'a Labels, name: &str) -> Option<&'a str> {
         l.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
@@ -565,14 +627,22 @@ mod tests {
             label(l, "instance").is_some_and(|i| i.ends_with('1')) && label(l, NAME).is_some_and(|n| !n.is_empty())
         };
         let none = |_: &Labels| false;
-        let wanted: [(&str, &Wanted); 4] = [
-            ("all", &all),
-            ("histogram buckets", &histograms),
-            ("a tenth of the instances", &one_instance),
-            ("none", &none),
+        let inf_buckets = |l: &Labels| histograms(l) && label(l, "le") == Some("+Inf");
+        let wanted: [(&str, Want<'_>); 5] = [
+            ("all", want(&all)),
+            ("histogram buckets", want(&histograms)),
+            ("a tenth of the instances", want(&one_instance)),
+            ("none", want(&none)),
+            (
+                "+Inf buckets",
+                Want {
+                    full: &inf_buckets,
+                    partial: &histograms,
+                },
+            ),
         ];
-        let (_, everything) = read_block(&sorted, i64::MIN, i64::MAX, &all).expect("read");
-        for (what, w) in wanted {
+        let (_, everything) = read_block(&sorted, i64::MIN, i64::MAX, &want(&all)).expect("read");
+        for (what, w) in &wanted {
             let mid = ((arrival.min_time / 2 + arrival.max_time / 2) / 1_000_000) as i64;
             for (from, to) in [(i64::MIN, i64::MAX), (mid, i64::MAX)] {
                 let (a, read_a) = read_block(&arrival, from, to, w).expect("read arrival order");
@@ -582,15 +652,18 @@ mod tests {
                 let walked = read_block_with(&merged, from, to, w, false).expect("walk the merge");
                 let searched = read_block_with(&merged, from, to, w, true).expect("search the merge");
                 assert_eq!(walked, searched, "{what}: merged block read differs");
-                if what != "all" {
+                if *what != "all" {
                     assert!(read_b < everything, "{what}: {read_b} of {everything} points read");
+                }
+                if *what == "none" {
+                    assert_eq!(read_b, 0, "no series wanted, no point read");
+                }
+                if *what == "+Inf buckets" {
+                    assert!(b.iter().all(|s| label(&s.labels, "le") == Some("+Inf")), "{b:?}");
                 }
             }
         }
-        for (what, w) in [
-            ("histograms", &histograms as &dyn Fn(&Labels) -> bool),
-            ("instances", &one_instance),
-        ] {
+        for (what, w) in [&wanted[1], &wanted[2], &wanted[4]] {
             let (some, _) = read_block(&sorted, i64::MIN, i64::MAX, w).expect("read");
             assert!(
                 !some.is_empty(),
