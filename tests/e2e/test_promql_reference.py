@@ -111,6 +111,11 @@ EXPRESSIONS = [
     "histogram_quantile(0.5, sum by (le, job) (rate(http_server_duration_seconds_bucket[5m])))",
     "histogram_quantile(0.99, rate(http_server_duration_seconds_bucket[5m]))",
     "rate(http_server_duration_seconds_sum[5m]) / rate(http_server_duration_seconds_count[5m])",
+    # Matchers on `le`: a block's bucket series are chosen before their
+    # points are read, without their `le` (querier promql::load).
+    'http_server_duration_seconds_bucket{le="0.5"}',
+    'sum by (le) (rate(http_server_duration_seconds_bucket{le=~"0.1|.Inf"}[5m]))',
+    'http_server_duration_seconds_bucket{le!="+Inf", le=~"0[.].*", job="web"}',
     "sum by (job) (rate(http_server_requests_total[5m])) * 60",
 ]
 
