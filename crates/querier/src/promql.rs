@@ -271,8 +271,11 @@ impl Querier {
                 };
                 let (map, read) = self
                     .on_pool(move || {
-                        let full = |l: &Labels| sel.iter().any(|s| eval::matches(&s.matchers, s.name.as_deref(), l));
-                        let partial = |l: &Labels| {
+                        let full = |l: &dyn eval::LabelLookup| {
+                            sel.iter()
+                                .any(|s| eval::may_match(&s.matchers, s.name.as_deref(), l, &[]))
+                        };
+                        let partial = |l: &dyn eval::LabelLookup| {
                             sel.iter()
                                 .any(|s| eval::may_match(&s.matchers, s.name.as_deref(), l, &["le", "quantile"]))
                         };

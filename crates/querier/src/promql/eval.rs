@@ -116,15 +116,27 @@ pub fn matches(m: &Matchers, name: Option<&str>, labels: &Labels) -> bool {
     may_match(m, name, labels, &[])
 }
 
+/// Labels read by name: a series' [`Labels`], or a view of labels not
+/// built yet. A label with an empty value reads as absent does.
+pub trait LabelLookup {
+    fn get(&self, name: &str) -> Option<&str>;
+}
+
+impl LabelLookup for Labels {
+    fn get(&self, name: &str) -> Option<&str> {
+        label(self, name)
+    }
+}
+
 /// [`matches`] for labels whose `unknown` labels are not known yet: a
 /// matcher on one of those is taken as met, so the answer is false only
 /// when no value of them could match.
-pub fn may_match(m: &Matchers, name: Option<&str>, labels: &Labels, unknown: &[&str]) -> bool {
+pub fn may_match(m: &Matchers, name: Option<&str>, labels: &dyn LabelLookup, unknown: &[&str]) -> bool {
     let one = |matcher: &promql_parser::label::Matcher| {
         if unknown.contains(&matcher.name.as_str()) {
             return true;
         }
-        let v = label(labels, &matcher.name).unwrap_or("");
+        let v = labels.get(&matcher.name).unwrap_or("");
         match &matcher.op {
             PMatchOp::Equal => v == matcher.value,
             PMatchOp::NotEqual => v != matcher.value,
@@ -133,7 +145,7 @@ pub fn may_match(m: &Matchers, name: Option<&str>, labels: &Labels, unknown: &[&
         }
     };
     if let Some(n) = name
-        && label(labels, NAME) != Some(n)
+        && labels.get(NAME) != Some(n)
     {
         return false;
     }

@@ -6,7 +6,7 @@
 //! `job` and `service.instance.id` gives `instance`, as Prometheus' OTLP
 //! receiver does. Exponential histograms give `_sum` and `_count` only.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use arrow::array::{
     Array, ArrowPrimitiveType, BooleanArray, Float64Array, Int64Array, ListArray, PrimitiveArray, UInt8Array,
@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
 
 use std::sync::Arc;
 
-use super::eval::{Labels, NAME, Series};
+use super::eval::{LabelLookup, Labels, NAME, Series};
 use super::names::{label_name, metric_name};
 
 /// Tables a metrics block is read from.
@@ -50,8 +50,11 @@ fn text(kv: &KeyValue) -> Option<String> {
     }
 }
 
-fn base_labels(resource: &[KeyValue], point: &[KeyValue]) -> Vec<(String, String)> {
-    let mut m: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+/// A resource's labels before a series' own: its attributes, then `job`
+/// and `instance`; sorted by name, empty values kept (a series' attribute
+/// may still override them).
+fn resource_labels(resource: &[KeyValue]) -> Vec<(String, String)> {
+    let mut m: BTreeMap<String, String> = BTreeMap::new();
     let find = |k: &str| resource.iter().find(|kv| kv.key == k).and_then(text);
     for kv in resource {
         if let Some(v) = text(kv) {
@@ -68,12 +71,49 @@ fn base_labels(resource: &[KeyValue], point: &[KeyValue]) -> Vec<(String, String
     if let Some(instance) = find("service.instance.id") {
         m.insert("instance".into(), instance);
     }
-    for kv in point {
-        if let Some(v) = text(kv) {
-            m.insert(label_name(&kv.key), v);
-        }
+    m.into_iter().collect()
+}
+
+/// A series' own attributes as labels, in order (a later one wins).
+fn point_labels(point: &[KeyValue]) -> Vec<(String, String)> {
+    point
+        .iter()
+        .filter_map(|kv| Some((label_name(&kv.key), text(kv)?)))
+        .collect()
+}
+
+/// A series' labels without its name: the resource's, overridden by its
+/// own, empty values dropped.
+fn base_labels(resource: &[(String, String)], point: &[(String, String)]) -> Vec<(String, String)> {
+    let mut m: BTreeMap<String, String> = resource.iter().cloned().collect();
+    for (k, v) in point {
+        m.insert(k.clone(), v.clone());
     }
     m.into_iter().filter(|(_, v)| !v.is_empty()).collect()
+}
+
+/// A series' labels read without building them (what [`base_labels`]
+/// and [`with`] would give, for asking a selector).
+struct SeriesView<'a> {
+    name: &'a str,
+    resource: &'a [(String, String)],
+    point: &'a [(String, String)],
+}
+
+impl LabelLookup for SeriesView<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        if name == NAME {
+            return Some(self.name);
+        }
+        let v = match self.point.iter().rev().find(|(k, _)| k == name) {
+            Some((_, v)) => v,
+            None => {
+                let i = self.resource.binary_search_by(|(k, _)| k.as_str().cmp(name)).ok()?;
+                &self.resource[i].1
+            }
+        };
+        (!v.is_empty()).then_some(v.as_str())
+    }
 }
 
 fn with(base: &[(String, String)], name: &str, extra: Option<(&str, String)>) -> Labels {
@@ -151,7 +191,7 @@ enum Variant {
 /// (at its first sample), not once per sample; each sample then costs a
 /// lookup by (OTLP series, variant, bound) and a push.
 struct Slots<'w> {
-    wanted: &'w dyn Fn(&Labels) -> bool,
+    wanted: &'w dyn Fn(&dyn LabelLookup) -> bool,
     /// A gauge's or sum's slot by OTLP series (the common case, no hash):
     /// None: not met yet; Some(None): not wanted.
     value_of: Vec<Option<Option<usize>>>,
@@ -163,7 +203,7 @@ struct Slots<'w> {
 }
 
 impl<'w> Slots<'w> {
-    fn new(wanted: &'w dyn Fn(&Labels) -> bool) -> Slots<'w> {
+    fn new(wanted: &'w dyn Fn(&dyn LabelLookup) -> bool) -> Slots<'w> {
         Slots {
             wanted,
             value_of: Vec::new(),
@@ -280,12 +320,12 @@ impl<'a> DistIndex<'a> {
 /// Which Prometheus series a read wants.
 pub struct Want<'a> {
     /// Asked of a series' labels.
-    pub full: &'a dyn Fn(&Labels) -> bool,
+    pub full: &'a dyn Fn(&dyn LabelLookup) -> bool,
     /// Asked of labels without `le` or `quantile` (a bucket or quantile
     /// series before its points are read): whether a series with these
     /// labels and some value of those could be wanted. Never false when
     /// one could.
-    pub partial: &'a dyn Fn(&Labels) -> bool,
+    pub partial: &'a dyn Fn(&dyn LabelLookup) -> bool,
 }
 
 impl std::fmt::Debug for Want<'_> {
@@ -367,32 +407,56 @@ fn read_block_with(
         kind: u8,
     }
     let mut infos: Vec<Option<Info>> = Vec::with_capacity(n_series);
+    // Built once per resource and once per metric, not per series.
+    let mut by_resource: Vec<Option<Vec<(String, String)>>> = vec![None; resource_attrs.len()];
+    type MetricKey<'k> = (Option<&'k str>, Option<&'k str>, u8, bool);
+    let mut by_metric: HashMap<MetricKey<'_>, (String, Vec<String>), foldhash::fast::RandomState> = HashMap::default();
     for (i, point_attrs) in point_attrs.iter().enumerate() {
         let kind = types.value(i);
         let rid = resource_id.value(i) as usize;
-        let resource = resource_attrs
-            .get(rid)
-            .ok_or(ConvertError::BadReference { table: t, row: i })?;
-        let base = base_labels(resource, point_attrs);
-        let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !monotonic.value(i));
-        let name = metric_name(
-            names.get(i).unwrap_or(""),
-            units.get(i).unwrap_or(""),
-            is_gauge,
-            kind == metric_type::SUM && monotonic.value(i),
-        );
-        // A cheap check on the plain name before building every variant.
-        let candidates: Vec<String> = match kind {
-            metric_type::HISTOGRAM => vec![format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count")],
-            metric_type::SUMMARY | metric_type::EXP_HISTOGRAM => {
-                vec![name.clone(), format!("{name}_sum"), format!("{name}_count")]
-            }
-            _ => vec![name.clone()],
+        let resource = match by_resource.get_mut(rid) {
+            Some(Some(r)) => &*r,
+            Some(slot) => &*slot.insert(resource_labels(&resource_attrs[rid])),
+            None => return Err(ConvertError::BadReference { table: t, row: i }),
         };
+        let point = point_labels(point_attrs);
+        let (name, candidates) = by_metric
+            .entry((names.get(i), units.get(i), kind, monotonic.value(i)))
+            .or_insert_with(|| {
+                let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !monotonic.value(i));
+                let name = metric_name(
+                    names.get(i).unwrap_or(""),
+                    units.get(i).unwrap_or(""),
+                    is_gauge,
+                    kind == metric_type::SUM && monotonic.value(i),
+                );
+                let candidates = match kind {
+                    metric_type::HISTOGRAM => {
+                        vec![format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count")]
+                    }
+                    metric_type::SUMMARY | metric_type::EXP_HISTOGRAM => {
+                        vec![name.clone(), format!("{name}_sum"), format!("{name}_count")]
+                    }
+                    _ => vec![name.clone()],
+                };
+                (name, candidates)
+            });
         // Bucket and quantile series are asked without their `le` or
-        // `quantile` (not known before their points are read).
-        let any = candidates.iter().any(|n| (want.partial)(&with(&base, n, None)));
-        infos.push(any.then_some(Info { base, name, kind }));
+        // `quantile` (not known before their points are read), and every
+        // series without building its labels.
+        let any = candidates.iter().any(|n| {
+            (want.partial)(&SeriesView {
+                name: n,
+                resource,
+                point: &point,
+            })
+        });
+        let Some(name) = any.then(|| name.clone()) else {
+            infos.push(None);
+            continue;
+        };
+        let base = base_labels(resource, &point);
+        infos.push(Some(Info { base, name, kind }));
     }
 
     let points = tables.get(schema::POINTS)?;
@@ -565,15 +629,15 @@ mod tests {
     use mira_core::convert::{PointsBuilder, SignalBuilder, points_by_series};
     use mira_testkit::corpus::{Cardinality, Corpus};
 
-    type Wanted = dyn Fn(&Labels) -> bool;
+    type Wanted = dyn Fn(&dyn LabelLookup) -> bool;
 
     /// A selection that needs no `le` or `quantile` to decide.
     fn want(full: &Wanted) -> Want<'_> {
         Want { full, partial: full }
     }
 
-    fn label<'a>(l: &'a Labels, name: &str) -> Option<&'a str> {
-        l.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    fn label<'a>(l: &'a dyn LabelLookup, name: &str) -> Option<&'a str> {
+        l.get(name)
     }
 
     /// A block read with its points in arrival order (every point walked)
@@ -621,13 +685,13 @@ mod tests {
             "a merge of two ordered blocks is a few runs: {}",
             runs.len()
         );
-        let all = |_: &Labels| true;
-        let histograms = |l: &Labels| label(l, NAME).is_some_and(|n| n.ends_with("_bucket"));
-        let one_instance = |l: &Labels| {
+        let all = |_: &dyn LabelLookup| true;
+        let histograms = |l: &dyn LabelLookup| label(l, NAME).is_some_and(|n| n.ends_with("_bucket"));
+        let one_instance = |l: &dyn LabelLookup| {
             label(l, "instance").is_some_and(|i| i.ends_with('1')) && label(l, NAME).is_some_and(|n| !n.is_empty())
         };
-        let none = |_: &Labels| false;
-        let inf_buckets = |l: &Labels| histograms(l) && label(l, "le") == Some("+Inf");
+        let none = |_: &dyn LabelLookup| false;
+        let inf_buckets = |l: &dyn LabelLookup| histograms(l) && label(l, "le") == Some("+Inf");
         let wanted: [(&str, Want<'_>); 5] = [
             ("all", want(&all)),
             ("histogram buckets", want(&histograms)),
