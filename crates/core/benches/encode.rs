@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mira_core::convert::{Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder};
+use mira_core::convert::{Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, points_by_series};
 use mira_core::{BlockId, TenantId, tables};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -151,6 +151,39 @@ fn bench(c: &mut Criterion) {
             criterion::BatchSize::LargeInput,
         )
     });
+    // A metrics block as the ingester seals it (points ordered by series)
+    // against the builder's arrival order: the price of the ordering.
+    let reqs: Vec<_> = (0..REQUESTS).map(|_| corpus.metrics(BATCH)).collect();
+    for by_series in [false, true] {
+        let name = if by_series {
+            "points_by_series_finish_and_write_hot"
+        } else {
+            "points_finish_and_write_hot"
+        };
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let mut builder = PointsBuilder::default();
+                    for r in &reqs {
+                        builder.append(r).expect("append");
+                    }
+                    builder
+                },
+                |mut builder| {
+                    let mut t = builder.finish().expect("finish");
+                    if by_series {
+                        t = points_by_series(t).expect("by series");
+                    }
+                    black_box(
+                        tables::write_hot(&t, BlockId::new(), TenantId::default_tenant())
+                            .expect("write")
+                            .len(),
+                    )
+                },
+                criterion::BatchSize::LargeInput,
+            )
+        });
+    }
     g.finish();
 }
 
