@@ -6,7 +6,9 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mira_core::convert::{Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, points_by_series};
+use mira_core::convert::{
+    ConvertError, Limits, LogsBuilder, PointsBuilder, SignalBuilder, SpansBuilder, TableSet, points_by_series,
+};
 use mira_core::{BlockId, TenantId, tables};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -83,6 +85,35 @@ fn bench_decode_only<T: Message + Default>(
     );
 }
 
+/// Finishing a builder holding `reqs`, `then`, and writing the hot block.
+fn bench_seal<B: SignalBuilder>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    reqs: &[B::Request],
+    then: fn(TableSet) -> Result<TableSet, ConvertError>,
+) {
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            || {
+                let mut builder = B::default();
+                for r in reqs {
+                    builder.append(r).expect("append");
+                }
+                builder
+            },
+            |mut builder| {
+                let t = then(builder.finish().expect("finish")).expect("then");
+                black_box(
+                    tables::write_hot(&t, BlockId::new(), TenantId::default_tenant())
+                        .expect("write")
+                        .len(),
+                )
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("decode_append");
     g.throughput(Throughput::Elements((BATCH * REQUESTS) as u64));
@@ -130,60 +161,18 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements((BATCH * REQUESTS) as u64));
     g.sample_size(10);
     let mut corpus = Corpus::new(1, Cardinality::Low);
-    let reqs: Vec<_> = (0..REQUESTS).map(|_| corpus.logs(BATCH)).collect();
-    g.bench_function("logs_finish_and_write_hot", |b| {
-        b.iter_batched(
-            || {
-                let mut builder = LogsBuilder::default();
-                for r in &reqs {
-                    builder.append(r).expect("append");
-                }
-                builder
-            },
-            |mut builder| {
-                let t = builder.finish().expect("finish");
-                black_box(
-                    tables::write_hot(&t, BlockId::new(), TenantId::default_tenant())
-                        .expect("write")
-                        .len(),
-                )
-            },
-            criterion::BatchSize::LargeInput,
-        )
-    });
+    let logs: Vec<_> = (0..REQUESTS).map(|_| corpus.logs(BATCH)).collect();
+    bench_seal::<LogsBuilder>(&mut g, "logs_finish_and_write_hot", &logs, Ok);
     // A metrics block as the ingester seals it (points ordered by series)
     // against the builder's arrival order: the price of the ordering.
-    let reqs: Vec<_> = (0..REQUESTS).map(|_| corpus.metrics(BATCH)).collect();
-    for by_series in [false, true] {
-        let name = if by_series {
-            "points_by_series_finish_and_write_hot"
-        } else {
-            "points_finish_and_write_hot"
-        };
-        g.bench_function(name, |b| {
-            b.iter_batched(
-                || {
-                    let mut builder = PointsBuilder::default();
-                    for r in &reqs {
-                        builder.append(r).expect("append");
-                    }
-                    builder
-                },
-                |mut builder| {
-                    let mut t = builder.finish().expect("finish");
-                    if by_series {
-                        t = points_by_series(t).expect("by series");
-                    }
-                    black_box(
-                        tables::write_hot(&t, BlockId::new(), TenantId::default_tenant())
-                            .expect("write")
-                            .len(),
-                    )
-                },
-                criterion::BatchSize::LargeInput,
-            )
-        });
-    }
+    let points: Vec<_> = (0..REQUESTS).map(|_| corpus.metrics(BATCH)).collect();
+    bench_seal::<PointsBuilder>(&mut g, "points_finish_and_write_hot", &points, Ok);
+    bench_seal::<PointsBuilder>(
+        &mut g,
+        "points_by_series_finish_and_write_hot",
+        &points,
+        points_by_series,
+    );
     g.finish();
 }
 

@@ -103,28 +103,30 @@ fn times_by_series(t: &TableSet) -> std::collections::BTreeMap<u32, Vec<u64>> {
     m
 }
 
+/// A `UInt32` column of one of `t`'s tables.
+fn u32_column<'a>(t: &'a TableSet, table: &'static str, column: &str) -> &'a UInt32Array {
+    t.get(table)
+        .expect("table")
+        .column_by_name(column)
+        .expect("column")
+        .as_primitive::<UInt32Type>()
+}
+
 /// `sorted` holds `before`'s points ordered by series, arrival order kept
 /// within a series, and its distributions in point order.
 fn check_by_series(before: &TableSet, sorted: &TableSet) {
-    let points = sorted.get(schema::POINTS).expect("points");
-    let of = points
-        .column_by_name("series")
-        .expect("series")
-        .as_primitive::<UInt32Type>();
+    let of = u32_column(sorted, schema::POINTS, "series");
     assert!(
         of.values().windows(2).all(|w| w[0] <= w[1]),
         "points not ordered by series"
     );
     assert_eq!(times_by_series(before), times_by_series(sorted));
-    let dists = sorted.get(schema::POINT_DISTS).expect("dists");
-    let parent = dists
-        .column_by_name("parent")
-        .expect("parent")
-        .as_primitive::<UInt32Type>();
+    let parent = u32_column(sorted, schema::POINT_DISTS, "parent");
     assert!(
         parent.values().windows(2).all(|w| w[0] < w[1]),
         "distributions not in point order"
     );
+    let dists = sorted.get(schema::POINT_DISTS).expect("dists");
     assert_eq!(
         dists.num_rows(),
         before.get(schema::POINT_DISTS).expect("dists").num_rows()
