@@ -5,6 +5,13 @@
 //! [`label_name`]; `service.name` (with `service.namespace`) also gives
 //! `job` and `service.instance.id` gives `instance`, as Prometheus' OTLP
 //! receiver does. Exponential histograms give `_sum` and `_count` only.
+//!
+//! A block is read for a query's selectors ([`read_block`]): they are
+//! asked of each series' labels without building them ([`Want`]; bucket
+//! and quantile series without their `le` / `quantile`), and only the
+//! points of series they may want are read: a sealed block's points are
+//! ordered by series, so each wanted series' run is found by binary
+//! search; blocks in another order are walked.
 
 use std::collections::{BTreeMap, HashMap};
 
