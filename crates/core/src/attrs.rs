@@ -71,6 +71,14 @@ impl AttrBuilder {
             + self.str.value_bytes()
     }
 
+    /// Room for `additional` more attributes (their keys, types and
+    /// offsets; the value columns grow as values arrive).
+    pub fn reserve(&mut self, additional: usize) {
+        self.key.reserve(additional);
+        self.type_ids.reserve(additional);
+        self.offsets.reserve(additional);
+    }
+
     pub fn append_all(&mut self, parent: u32, kvs: &[KeyValue]) {
         for kv in kvs {
             self.append(parent, kv);

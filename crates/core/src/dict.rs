@@ -163,6 +163,15 @@ impl DictBuilder {
         self.data.len()
     }
 
+    /// Room for `additional` more rows.
+    pub fn reserve(&mut self, additional: usize) {
+        match &mut self.keys {
+            Keys::U8(k) => k.reserve(additional),
+            Keys::U16(k) => k.reserve(additional),
+            Keys::U32(k) => k.reserve(additional),
+        }
+    }
+
     /// Appends `v`; returns its key.
     #[inline]
     pub fn append(&mut self, v: &str) -> u32 {
