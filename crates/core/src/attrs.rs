@@ -17,7 +17,7 @@ use prost::Message;
 
 use crate::convert::ConvertError;
 use crate::convert::columns::{DictStr, col};
-use crate::convert::wire::Val;
+use crate::convert::wire::{AttrDicts, Text, Val};
 use crate::dict::DictBuilder;
 use crate::schema::{self, attr_type};
 
@@ -88,31 +88,40 @@ impl AttrBuilder {
     pub fn append(&mut self, parent: u32, kv: &KeyValue) {
         match (&kv.value, kv.key_strindex) {
             (Some(AnyValue { value: Some(v) }), 0) => match v {
-                Value::StringValue(s) => self.append_val(parent, &kv.key, &Val::Str(s)),
-                Value::IntValue(i) => self.append_val(parent, &kv.key, &Val::Int(*i)),
-                Value::DoubleValue(d) => self.append_val(parent, &kv.key, &Val::Double(*d)),
-                Value::BoolValue(b) => self.append_val(parent, &kv.key, &Val::Bool(*b)),
-                Value::BytesValue(b) => self.append_val(parent, &kv.key, &Val::Bytes(b)),
+                Value::StringValue(s) => self.append_val(parent, Text::Str(&kv.key), &Val::Str(Text::Str(s))),
+                Value::IntValue(i) => self.append_val(parent, Text::Str(&kv.key), &Val::Int(*i)),
+                Value::DoubleValue(d) => self.append_val(parent, Text::Str(&kv.key), &Val::Double(*d)),
+                Value::BoolValue(b) => self.append_val(parent, Text::Str(&kv.key), &Val::Bool(*b)),
+                Value::BytesValue(b) => self.append_val(parent, Text::Str(&kv.key), &Val::Bytes(b)),
                 Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {
                     let encoded = kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default();
-                    self.push(parent, &kv.key, attr_type::ANY, |b| b.any.append_value(encoded));
+                    self.push(parent, Text::Str(&kv.key), attr_type::ANY, |b| {
+                        b.any.append_value(encoded)
+                    });
                 }
             },
             (Some(AnyValue { value: None }), 0) => {
-                self.push(parent, &kv.key, attr_type::ANY, |b| b.any.append_value([]))
+                self.push(parent, Text::Str(&kv.key), attr_type::ANY, |b| b.any.append_value([]))
             }
-            _ => self.push(parent, &kv.key, attr_type::KV, |b| {
+            _ => self.push(parent, Text::Str(&kv.key), attr_type::KV, |b| {
                 b.kv.append_value(kv.encode_to_vec())
             }),
         }
     }
 
+    /// The dictionaries of keys and string values, for the wire reader to
+    /// look strings up in while parsing.
+    pub(crate) fn dicts(&self) -> AttrDicts<'_> {
+        AttrDicts {
+            keys: &self.key,
+            strs: &self.str,
+        }
+    }
+
     /// Appends a value the wire reader decoded without prost.
-    pub(crate) fn append_val(&mut self, parent: u32, key: &str, v: &Val<'_>) {
+    pub(crate) fn append_val(&mut self, parent: u32, key: Text<'_>, v: &Val<'_>) {
         match v {
-            Val::Str(s) => self.push(parent, key, attr_type::STR, |b| {
-                b.str.append(s);
-            }),
+            Val::Str(s) => self.push(parent, key, attr_type::STR, |b| s.append_to(&mut b.str)),
             Val::Int(i) => self.push(parent, key, attr_type::INT, |b| b.int.push(*i)),
             Val::Double(d) => self.push(parent, key, attr_type::DOUBLE, |b| b.double.push(*d)),
             Val::Bool(x) => self.push(parent, key, attr_type::BOOL, |b| b.boolean.append_value(*x)),
@@ -122,8 +131,8 @@ impl AttrBuilder {
     }
 
     /// Appends one row whose value `write` appends to the child of `type_id`.
-    fn push(&mut self, parent: u32, key: &str, type_id: i8, write: impl FnOnce(&mut Self)) {
-        self.key.append(key);
+    fn push(&mut self, parent: u32, key: Text<'_>, type_id: i8, write: impl FnOnce(&mut Self)) {
+        key.append_to(&mut self.key);
         self.push_row(parent, type_id, write);
     }
 

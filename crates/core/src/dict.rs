@@ -194,6 +194,15 @@ impl DictBuilder {
         self.intern_uncached(b, s)
     }
 
+    /// The key of `v` if the cache holds it, without changing anything.
+    /// Keys stay valid until [`DictBuilder::finish`], so a reader can look
+    /// strings up before deciding to append them.
+    #[inline]
+    pub fn peek(&self, v: &[u8]) -> Option<u32> {
+        let cached = self.cache[slot(v)];
+        (cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), v)).then_some(cached)
+    }
+
     /// [`DictBuilder::intern`] past the cache: the hash table, or a new value.
     #[inline(never)]
     fn intern_uncached(&mut self, b: &[u8], s: usize) -> u32 {

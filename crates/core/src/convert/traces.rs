@@ -12,7 +12,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 
 use super::columns::{DictStr, IdColumn, TextColumn, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
-use super::wire::{self, Fast};
+use super::wire::{self, Fast, Text};
 use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
@@ -125,7 +125,7 @@ struct SpanRow<'a> {
     parent_span_id: &'a [u8],
     trace_state: &'a str,
     flags: u32,
-    name: &'a str,
+    name: Text<'a>,
     kind: i32,
     start: u64,
     end: u64,
@@ -211,7 +211,14 @@ impl SignalBuilder for SpansBuilder {
     /// change) is decoded by prost first. Either way the request is checked
     /// whole before anything is appended.
     fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
-        let view = match wire::parse_traces(buf, &mut self.scratch) {
+        let dicts = wire::TracesDicts {
+            name: &self.name,
+            ev_name: &self.ev_name,
+            attrs: self.attrs.dicts(),
+            ev_attrs: self.ev_attrs.dicts(),
+            ln_attrs: self.ln_attrs.dicts(),
+        };
+        let view = match wire::parse_traces(buf, &mut self.scratch, dicts) {
             Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
             other => {
                 if let Fast::Done(view) = other {
@@ -396,7 +403,7 @@ impl SpansBuilder {
                 parent_span_id: &s.parent_span_id,
                 trace_state: &s.trace_state,
                 flags: s.flags,
-                name: &s.name,
+                name: Text::Str(&s.name),
                 kind: s.kind,
                 start: s.start_time_unix_nano,
                 end: s.end_time_unix_nano,
@@ -408,7 +415,7 @@ impl SpansBuilder {
         )?;
         self.attrs.append_all(row, &s.attributes);
         for e in &s.events {
-            let erow = self.push_event(row, e.time_unix_nano, &e.name, e.dropped_attributes_count);
+            let erow = self.push_event(row, e.time_unix_nano, Text::Str(&e.name), e.dropped_attributes_count);
             self.ev_attrs.append_all(erow, &e.attributes);
         }
         for l in &s.links {
@@ -434,7 +441,7 @@ impl SpansBuilder {
         self.parent_span_id.append("parent_span_id", s.parent_span_id)?;
         self.trace_state.append(s.trace_state);
         self.flags.push(s.flags);
-        self.name.append(s.name);
+        s.name.append_to(&mut self.name);
         self.kind.push(s.kind);
         self.start.push(s.start);
         self.end.push(s.end);
@@ -460,11 +467,11 @@ impl SpansBuilder {
     }
 
     /// Appends one event of span `row`; returns the event's row.
-    fn push_event(&mut self, row: u32, time: u64, name: &str, dropped: u32) -> u32 {
+    fn push_event(&mut self, row: u32, time: u64, name: Text<'_>, dropped: u32) -> u32 {
         let erow = self.ev_time.len() as u32;
         self.ev_parent.push(row);
         self.ev_time.push(time);
-        self.ev_name.append(name);
+        name.append_to(&mut self.ev_name);
         self.ev_dropped.push(dropped);
         erow
     }
