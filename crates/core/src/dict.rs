@@ -197,7 +197,7 @@ impl DictBuilder {
     /// The key of `v` if the cache holds it, without changing anything.
     /// Keys stay valid until [`DictBuilder::finish`], so a reader can look
     /// strings up before deciding to append them.
-    #[inline]
+    #[inline(always)]
     pub fn peek(&self, v: &[u8]) -> Option<u32> {
         let cached = self.cache[slot(v)];
         (cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), v)).then_some(cached)
@@ -239,7 +239,7 @@ impl DictBuilder {
     }
 
     /// Appends a row holding key `k`, which [`DictBuilder::intern`] returned.
-    #[inline]
+    #[inline(always)]
     pub fn push_key(&mut self, k: u32) {
         self.keys.push(k);
         if let Some(n) = &mut self.nulls {

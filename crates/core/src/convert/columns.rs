@@ -191,7 +191,7 @@ impl<const N: usize> IdColumn<N> {
     /// Appends an OTLP id, empty meaning null; an id of another length is
     /// refused (callers check ids with [`check_id`] before appending
     /// anything, so this only guards the invariant).
-    #[inline]
+    #[inline(always)]
     pub fn append(&mut self, field: &'static str, id: &[u8]) -> Result<(), ConvertError> {
         if id.is_empty() {
             self.values.push([0; N]);

@@ -89,9 +89,21 @@ impl<'a> Reader<'a> {
         None
     }
 
+    /// A field's tag; one- and two-byte tags (fields up to 2047, such as
+    /// a span's `flags`, field 16) inline.
     #[inline(always)]
     fn key(&mut self) -> W<(u32, u8)> {
-        let k = u32::try_from(self.varint()?).ok()?;
+        let k = match *self.buf.get(self.pos..)? {
+            [b, ..] if b < 0x80 => {
+                self.pos += 1;
+                u32::from(b)
+            }
+            [b0, b1, ..] if b1 < 0x80 => {
+                self.pos += 2;
+                u32::from(b0 & 0x7f) | u32::from(b1) << 7
+            }
+            _ => u32::try_from(self.varint_long()?).ok()?,
+        };
         let field = k >> 3;
         if field == 0 {
             return None;
@@ -168,7 +180,7 @@ impl<'a> Text<'a> {
     }
 
     /// Appends a row holding this text to `dict`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn append_to(self, dict: &mut DictBuilder) {
         match self {
             Text::Str(s) => {
@@ -485,9 +497,24 @@ fn parse_attr_common<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> Option<
 
 /// An attribute (a `KeyValue`'s bytes); `dicts` as for [`parse_attr_common`].
 fn parse_attr<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<AttrView<'a>> {
-    if let Some(a) = parse_attr_common(buf, dicts) {
-        return Some(a);
+    parse_attr_inline(buf, dicts)
+}
+
+/// [`parse_attr`] inlined into the caller (the span reader): a call
+/// returning the view through memory, then copied into the vector, cost
+/// more than the parse (a store-forwarding stall per attribute). Only the
+/// straight-line path is inlined.
+#[inline(always)]
+fn parse_attr_inline<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<AttrView<'a>> {
+    match parse_attr_common(buf, dicts) {
+        Some(a) => Some(a),
+        None => parse_attr_general(buf),
     }
+}
+
+/// [`parse_attr`] for any layout.
+#[inline(never)]
+fn parse_attr_general(buf: &[u8]) -> W<AttrView<'_>> {
     let mut r = Reader::new(buf);
     let mut key = "";
     let mut value: Option<&[u8]> = None;

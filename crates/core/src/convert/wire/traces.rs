@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::{
-    AttrDicts, AttrView, Fast, Reader, ResourceView, ScopeView, Text, W, parse_attr, parse_group, recycle, text,
+    AttrDicts, AttrView, Fast, Reader, ResourceView, ScopeView, Text, W, parse_attr_inline, parse_group, recycle, text,
 };
 use crate::dict::DictBuilder;
 
@@ -144,8 +144,8 @@ pub(crate) fn parse_traces<'a>(
     };
     // Sized from the body (spans take 150+ wire bytes, attributes 20+) so
     // the views do not grow as they fill.
-    p.v.spans.reserve(buf.len() / 128);
-    p.v.attrs.reserve(buf.len() / 24);
+    room(&mut p.v.spans, buf.len() / 128);
+    room(&mut p.v.attrs, buf.len() / 24);
     match parse_request(buf, &mut p) {
         Some(()) => Fast::Done(p.v),
         None => {
@@ -153,6 +153,16 @@ pub(crate) fn parse_traces<'a>(
             Fast::Fallback
         }
     }
+}
+
+/// Room for `n` items in the empty `v`. A kept allocation too small for
+/// this request is replaced, not grown: `reserve` would `realloc` it,
+/// copying (and so paging in) all of its stale capacity.
+fn room<T>(v: &mut Vec<T>, n: usize) {
+    if v.is_empty() && v.capacity() < n {
+        *v = Vec::with_capacity(n.max(v.capacity() * 2));
+    }
+    v.reserve(n);
 }
 
 fn parse_request<'a>(buf: &'a [u8], v: &mut Parse<'a, '_>) -> W<()> {
@@ -225,7 +235,7 @@ fn parse_span<'a>(buf: &'a [u8], p: &mut Parse<'a, '_>) -> W<()> {
             (8, 1) => s.end = r.fixed64()?,
             (9, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv, Some(d.attrs))?);
+                v.attrs.push(parse_attr_inline(kv, Some(d.attrs))?);
             }
             (10, 0) => s.dropped_attrs = r.varint()? as u32,
             (11, 2) => parse_event(r.bytes()?, v, &d)?,
@@ -278,7 +288,7 @@ fn parse_event<'a>(buf: &'a [u8], v: &mut TracesView<'a>, d: &TracesDicts<'_>) -
             (2, 2) => e.name = text(r.bytes()?, Some(d.ev_name))?,
             (3, 2) => {
                 let kv = r.bytes()?;
-                v.ev_attrs.push(parse_attr(kv, Some(d.ev_attrs))?);
+                v.ev_attrs.push(parse_attr_inline(kv, Some(d.ev_attrs))?);
             }
             (4, 0) => e.dropped = r.varint()? as u32,
             (1..=4, _) => return None,
@@ -308,7 +318,7 @@ fn parse_link<'a>(buf: &'a [u8], v: &mut TracesView<'a>, d: &TracesDicts<'_>) ->
             (3, 2) => l.trace_state = r.str()?,
             (4, 2) => {
                 let kv = r.bytes()?;
-                v.ln_attrs.push(parse_attr(kv, Some(d.ln_attrs))?);
+                v.ln_attrs.push(parse_attr_inline(kv, Some(d.ln_attrs))?);
             }
             (5, 0) => l.dropped = r.varint()? as u32,
             (6, 5) => l.flags = r.fixed32()?,
