@@ -369,20 +369,14 @@ impl SpansBuilder {
                             dropped_links: s.dropped_links,
                         },
                     )?;
-                    for a in &view.attrs[s.attrs.clone()] {
-                        self.attrs.append_val(row, a.key, &a.value);
-                    }
+                    self.attrs.append_views(row, &view.attrs[s.attrs.clone()]);
                     for e in &view.events[s.events.clone()] {
                         let erow = self.push_event(row, e.time, e.name, e.dropped);
-                        for a in &view.ev_attrs[e.attrs.clone()] {
-                            self.ev_attrs.append_val(erow, a.key, &a.value);
-                        }
+                        self.ev_attrs.append_views(erow, &view.ev_attrs[e.attrs.clone()]);
                     }
                     for l in &view.links[s.links.clone()] {
                         let lrow = self.push_link(row, l.trace_id, l.span_id, l.trace_state, l.flags, l.dropped)?;
-                        for a in &view.ln_attrs[l.attrs.clone()] {
-                            self.ln_attrs.append_val(lrow, a.key, &a.value);
-                        }
+                        self.ln_attrs.append_views(lrow, &view.ln_attrs[l.attrs.clone()]);
                     }
                 }
             }

@@ -440,6 +440,15 @@ fn parse_body(buf: &[u8]) -> W<Body<'_>> {
 /// path, which decides (malformed input included).
 #[inline(always)]
 fn parse_attr_common<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> Option<AttrView<'a>> {
+    attr_common(buf, dicts, |a| a)
+}
+
+/// [`parse_attr_common`], handing the view to `emit` where it is built:
+/// with `emit` pushing onto the views, each layout's view is written
+/// straight into the vector instead of being assembled on the stack and
+/// copied (a store-forwarding stall per attribute).
+#[inline(always)]
+fn attr_common<'a, R>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>, emit: impl FnOnce(AttrView<'a>) -> R) -> Option<R> {
     let &[0x0a, kl, ref rest @ ..] = buf else {
         return None;
     };
@@ -458,21 +467,21 @@ fn parse_attr_common<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> Option<
     let value = match *value {
         [0x0a, sl, ref s @ ..] if sl < 0x80 && usize::from(sl) == s.len() => {
             let known_value = dicts.and_then(|d| d.strs.peek(s));
-            let (key, value) = match (known_key, known_value) {
-                (Some(k), Some(v)) => (Text::Known(k, key_bytes), Text::Known(v, s)),
-                (Some(k), None) => (Text::Known(k, key_bytes), Text::Str(std::str::from_utf8(s).ok()?)),
-                (None, Some(v)) => (Text::Str(std::str::from_utf8(key_bytes).ok()?), Text::Known(v, s)),
-                (None, None) => {
-                    let whole = std::str::from_utf8(buf).ok()?;
-                    (
-                        Text::Str(whole.get(key_at)?),
-                        Text::Str(whole.get(buf.len() - s.len()..)?),
-                    )
-                }
-            };
-            return Some(AttrView {
+            let view = |key, value| AttrView {
                 key,
                 value: Val::Str(value),
+            };
+            return Some(match (known_key, known_value) {
+                (Some(k), Some(v)) => emit(view(Text::Known(k, key_bytes), Text::Known(v, s))),
+                (Some(k), None) => emit(view(Text::Known(k, key_bytes), Text::Str(std::str::from_utf8(s).ok()?))),
+                (None, Some(v)) => emit(view(Text::Str(std::str::from_utf8(key_bytes).ok()?), Text::Known(v, s))),
+                (None, None) => {
+                    let whole = std::str::from_utf8(buf).ok()?;
+                    emit(view(
+                        Text::Str(whole.get(key_at)?),
+                        Text::Str(whole.get(buf.len() - s.len()..)?),
+                    ))
+                }
             });
         }
         [0x10, b] if b < 0x80 => Val::Bool(b != 0),
@@ -492,24 +501,27 @@ fn parse_attr_common<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> Option<
         Some(k) => Text::Known(k, key_bytes),
         None => Text::Str(std::str::from_utf8(key_bytes).ok()?),
     };
-    Some(AttrView { key, value })
+    Some(emit(AttrView { key, value }))
 }
 
 /// An attribute (a `KeyValue`'s bytes); `dicts` as for [`parse_attr_common`].
 fn parse_attr<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<AttrView<'a>> {
-    parse_attr_inline(buf, dicts)
-}
-
-/// [`parse_attr`] inlined into the caller (the span reader): a call
-/// returning the view through memory, then copied into the vector, cost
-/// more than the parse (a store-forwarding stall per attribute). Only the
-/// straight-line path is inlined.
-#[inline(always)]
-fn parse_attr_inline<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<AttrView<'a>> {
     match parse_attr_common(buf, dicts) {
         Some(a) => Some(a),
         None => parse_attr_general(buf),
     }
+}
+
+/// Parses an attribute onto `out`, inlined into the caller (the span
+/// reader): a call returning the view through memory, then copied into
+/// the vector, cost more than the parse. Only the straight-line path is
+/// inlined.
+#[inline(always)]
+fn push_attr<'a>(out: &mut Vec<AttrView<'a>>, buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<()> {
+    if attr_common(buf, dicts, |a| out.push(a)).is_none() {
+        out.push(parse_attr_general(buf)?);
+    }
+    Some(())
 }
 
 /// [`parse_attr`] for any layout.

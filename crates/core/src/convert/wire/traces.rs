@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::{
-    AttrDicts, AttrView, Fast, Reader, ResourceView, ScopeView, Text, W, parse_attr_inline, parse_group, recycle, text,
+    AttrDicts, AttrView, Fast, Reader, ResourceView, ScopeView, Text, W, parse_group, push_attr, recycle, text,
 };
 use crate::dict::DictBuilder;
 
@@ -235,7 +235,7 @@ fn parse_span<'a>(buf: &'a [u8], p: &mut Parse<'a, '_>) -> W<()> {
             (8, 1) => s.end = r.fixed64()?,
             (9, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr_inline(kv, Some(d.attrs))?);
+                push_attr(&mut v.attrs, kv, Some(d.attrs))?;
             }
             (10, 0) => s.dropped_attrs = r.varint()? as u32,
             (11, 2) => parse_event(r.bytes()?, v, &d)?,
@@ -288,7 +288,7 @@ fn parse_event<'a>(buf: &'a [u8], v: &mut TracesView<'a>, d: &TracesDicts<'_>) -
             (2, 2) => e.name = text(r.bytes()?, Some(d.ev_name))?,
             (3, 2) => {
                 let kv = r.bytes()?;
-                v.ev_attrs.push(parse_attr_inline(kv, Some(d.ev_attrs))?);
+                push_attr(&mut v.ev_attrs, kv, Some(d.ev_attrs))?;
             }
             (4, 0) => e.dropped = r.varint()? as u32,
             (1..=4, _) => return None,
@@ -318,7 +318,7 @@ fn parse_link<'a>(buf: &'a [u8], v: &mut TracesView<'a>, d: &TracesDicts<'_>) ->
             (3, 2) => l.trace_state = r.str()?,
             (4, 2) => {
                 let kv = r.bytes()?;
-                v.ln_attrs.push(parse_attr_inline(kv, Some(d.ln_attrs))?);
+                push_attr(&mut v.ln_attrs, kv, Some(d.ln_attrs))?;
             }
             (5, 0) => l.dropped = r.varint()? as u32,
             (6, 5) => l.flags = r.fixed32()?,
