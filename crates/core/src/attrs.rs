@@ -141,7 +141,13 @@ impl AttrBuilder {
     #[inline(always)]
     fn val_row(&mut self, key: Text<'_>, v: &Val<'_>) {
         match v {
-            Val::Str(s) => self.push_value(key, attr_type::STR, |b| s.append_to(&mut b.str)),
+            // Forced inline: the compiler kept this one out of line.
+            Val::Str(s) => self.push_value(
+                key,
+                attr_type::STR,
+                #[inline(always)]
+                |b| s.append_to(&mut b.str),
+            ),
             Val::Int(i) => self.push_value(key, attr_type::INT, |b| b.int.push(*i)),
             Val::Double(d) => self.push_value(key, attr_type::DOUBLE, |b| b.double.push(*d)),
             Val::Bool(x) => self.push_value(key, attr_type::BOOL, |b| b.boolean.append_value(*x)),

@@ -518,7 +518,16 @@ fn parse_attr<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<AttrView<'a>
 /// inlined.
 #[inline(always)]
 fn push_attr<'a>(out: &mut Vec<AttrView<'a>>, buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<()> {
-    if attr_common(buf, dicts, |a| out.push(a)).is_none() {
+    // The pushing closure is forced inline too: called from five places,
+    // the compiler kept it out of line (8.8% of the spans profile).
+    if attr_common(
+        buf,
+        dicts,
+        #[inline(always)]
+        |a| out.push(a),
+    )
+    .is_none()
+    {
         out.push(parse_attr_general(buf)?);
     }
     Some(())
