@@ -17,7 +17,7 @@ use prost::Message;
 
 use crate::convert::ConvertError;
 use crate::convert::columns::{DictStr, col};
-use crate::convert::wire::Val;
+use crate::convert::wire::{AttrDicts, AttrView, Text, Val};
 use crate::dict::DictBuilder;
 use crate::schema::{self, attr_type};
 
@@ -71,6 +71,14 @@ impl AttrBuilder {
             + self.str.value_bytes()
     }
 
+    /// Room for `additional` more attributes (their keys, types and
+    /// offsets; the value columns grow as values arrive).
+    pub fn reserve(&mut self, additional: usize) {
+        self.key.reserve(additional);
+        self.type_ids.reserve(additional);
+        self.offsets.reserve(additional);
+    }
+
     pub fn append_all(&mut self, parent: u32, kvs: &[KeyValue]) {
         for kv in kvs {
             self.append(parent, kv);
@@ -78,53 +86,107 @@ impl AttrBuilder {
     }
 
     pub fn append(&mut self, parent: u32, kv: &KeyValue) {
+        self.kv_row(kv);
+        self.extend_run(parent);
+    }
+
+    /// [`AttrBuilder::append`] without the parent's run.
+    fn kv_row(&mut self, kv: &KeyValue) {
+        let key = Text::Str(&kv.key);
         match (&kv.value, kv.key_strindex) {
             (Some(AnyValue { value: Some(v) }), 0) => match v {
-                Value::StringValue(s) => self.append_val(parent, &kv.key, &Val::Str(s)),
-                Value::IntValue(i) => self.append_val(parent, &kv.key, &Val::Int(*i)),
-                Value::DoubleValue(d) => self.append_val(parent, &kv.key, &Val::Double(*d)),
-                Value::BoolValue(b) => self.append_val(parent, &kv.key, &Val::Bool(*b)),
-                Value::BytesValue(b) => self.append_val(parent, &kv.key, &Val::Bytes(b)),
+                Value::StringValue(s) => self.val_row(key, &Val::Str(Text::Str(s))),
+                Value::IntValue(i) => self.val_row(key, &Val::Int(*i)),
+                Value::DoubleValue(d) => self.val_row(key, &Val::Double(*d)),
+                Value::BoolValue(b) => self.val_row(key, &Val::Bool(*b)),
+                Value::BytesValue(b) => self.val_row(key, &Val::Bytes(b)),
                 Value::ArrayValue(_) | Value::KvlistValue(_) | Value::StringValueStrindex(_) => {
                     let encoded = kv.value.as_ref().map(Message::encode_to_vec).unwrap_or_default();
-                    self.push(parent, &kv.key, attr_type::ANY, |b| b.any.append_value(encoded));
+                    self.push_value(key, attr_type::ANY, |b| b.any.append_value(encoded));
                 }
             },
-            (Some(AnyValue { value: None }), 0) => {
-                self.push(parent, &kv.key, attr_type::ANY, |b| b.any.append_value([]))
-            }
-            _ => self.push(parent, &kv.key, attr_type::KV, |b| {
-                b.kv.append_value(kv.encode_to_vec())
-            }),
+            (Some(AnyValue { value: None }), 0) => self.push_value(key, attr_type::ANY, |b| b.any.append_value([])),
+            _ => self.push_value(key, attr_type::KV, |b| b.kv.append_value(kv.encode_to_vec())),
+        }
+    }
+
+    /// The dictionaries of keys and string values, for the wire reader to
+    /// look strings up in while parsing.
+    pub(crate) fn dicts(&self) -> AttrDicts<'_> {
+        AttrDicts {
+            keys: &self.key,
+            strs: &self.str,
         }
     }
 
     /// Appends a value the wire reader decoded without prost.
-    pub(crate) fn append_val(&mut self, parent: u32, key: &str, v: &Val<'_>) {
+    pub(crate) fn append_val(&mut self, parent: u32, key: Text<'_>, v: &Val<'_>) {
+        self.val_row(key, v);
+        self.extend_run(parent);
+    }
+
+    /// Appends the attributes of one parent the wire reader parsed; the
+    /// parent's run is extended once for the list, not checked per row.
+    pub(crate) fn append_views(&mut self, parent: u32, attrs: &[AttrView<'_>]) {
+        if attrs.is_empty() {
+            return;
+        }
+        for a in attrs {
+            self.val_row(a.key, &a.value);
+        }
+        self.extend_run(parent);
+    }
+
+    /// [`AttrBuilder::append_val`] without the parent's run.
+    #[inline(always)]
+    fn val_row(&mut self, key: Text<'_>, v: &Val<'_>) {
         match v {
-            Val::Str(s) => self.push(parent, key, attr_type::STR, |b| {
-                b.str.append(s);
-            }),
-            Val::Int(i) => self.push(parent, key, attr_type::INT, |b| b.int.push(*i)),
-            Val::Double(d) => self.push(parent, key, attr_type::DOUBLE, |b| b.double.push(*d)),
-            Val::Bool(x) => self.push(parent, key, attr_type::BOOL, |b| b.boolean.append_value(*x)),
-            Val::Bytes(x) => self.push(parent, key, attr_type::BYTES, |b| b.bytes.append_value(x)),
-            Val::Other(kv) => self.append(parent, kv),
+            // Forced inline: the compiler kept this one out of line.
+            Val::Str(s) => self.push_value(
+                key,
+                attr_type::STR,
+                #[inline(always)]
+                |b| s.append_to(&mut b.str),
+            ),
+            Val::Int(i) => self.push_value(key, attr_type::INT, |b| b.int.push(*i)),
+            Val::Double(d) => self.push_value(key, attr_type::DOUBLE, |b| b.double.push(*d)),
+            Val::Bool(x) => self.push_value(key, attr_type::BOOL, |b| b.boolean.append_value(*x)),
+            Val::Bytes(x) => self.push_value(key, attr_type::BYTES, |b| b.bytes.append_value(x)),
+            Val::Other(kv) => self.kv_row(kv),
         }
     }
 
-    /// Appends one row whose value `write` appends to the child of `type_id`.
-    fn push(&mut self, parent: u32, key: &str, type_id: i8, write: impl FnOnce(&mut Self)) {
-        self.key.append(key);
-        self.push_row(parent, type_id, write);
+    /// Appends one row but for its parent's run: the key, the type, and
+    /// the value, which `write` appends to the child of `type_id`.
+    #[inline(always)]
+    fn push_value(&mut self, key: Text<'_>, type_id: i8, write: impl FnOnce(&mut Self)) {
+        key.append_to(&mut self.key);
+        self.type_and_value(type_id, write);
     }
 
-    /// [`AttrBuilder::push`] for a key already appended to `self.key`.
+    /// Appends one row for a key already appended to `self.key`.
     fn push_row(&mut self, parent: u32, type_id: i8, write: impl FnOnce(&mut Self)) {
+        self.type_and_value(type_id, write);
+        self.extend_run(parent);
+    }
+
+    /// The type and value of a row whose key is appended.
+    #[inline(always)]
+    fn type_and_value(&mut self, type_id: i8, write: impl FnOnce(&mut Self)) {
         let offset = self.child_len(type_id);
         write(self);
+        self.type_ids.push(type_id);
+        // A block holds far fewer than 2^31 attributes of one type: the
+        // seal size bounds it.
+        self.offsets.push(offset as i32);
+    }
+
+    /// Ends `parent`'s run at the rows appended so far: extends it if it is
+    /// the last run, else starts it.
+    #[inline(always)]
+    fn extend_run(&mut self, parent: u32) {
         // Rows stay far below 2^31 per block: the seal size bounds them.
-        let rows = self.type_ids.len() as i32 + 1;
+        let rows = self.type_ids.len() as i32;
         match (self.run_parents.last(), self.run_ends.last_mut()) {
             (Some(&p), Some(end)) if p == parent => *end = rows,
             _ => {
@@ -132,10 +194,6 @@ impl AttrBuilder {
                 self.run_ends.push(rows);
             }
         }
-        self.type_ids.push(type_id);
-        // A block holds far fewer than 2^31 attributes of one type: the
-        // seal size bounds it.
-        self.offsets.push(offset as i32);
     }
 
     fn child_len(&self, type_id: i8) -> usize {

@@ -163,6 +163,15 @@ impl DictBuilder {
         self.data.len()
     }
 
+    /// Room for `additional` more rows.
+    pub fn reserve(&mut self, additional: usize) {
+        match &mut self.keys {
+            Keys::U8(k) => k.reserve(additional),
+            Keys::U16(k) => k.reserve(additional),
+            Keys::U32(k) => k.reserve(additional),
+        }
+    }
+
     /// Appends `v`; returns its key.
     #[inline]
     pub fn append(&mut self, v: &str) -> u32 {
@@ -183,6 +192,15 @@ impl DictBuilder {
             return cached;
         }
         self.intern_uncached(b, s)
+    }
+
+    /// The key of `v` if the cache holds it, without changing anything.
+    /// Keys stay valid until [`DictBuilder::finish`], so a reader can look
+    /// strings up before deciding to append them.
+    #[inline(always)]
+    pub fn peek(&self, v: &[u8]) -> Option<u32> {
+        let cached = self.cache[slot(v)];
+        (cached != EMPTY && bytes_eq(value(&self.offsets, &self.data, cached), v)).then_some(cached)
     }
 
     /// [`DictBuilder::intern`] past the cache: the hash table, or a new value.
@@ -221,7 +239,7 @@ impl DictBuilder {
     }
 
     /// Appends a row holding key `k`, which [`DictBuilder::intern`] returned.
-    #[inline]
+    #[inline(always)]
     pub fn push_key(&mut self, k: u32) {
         self.keys.push(k);
         if let Some(n) = &mut self.nulls {

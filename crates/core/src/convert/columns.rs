@@ -161,3 +161,110 @@ pub fn append_id(b: &mut arrow::array::FixedSizeBinaryBuilder, id: &[u8]) -> Res
         Ok(b.append_value(id)?)
     }
 }
+
+/// A nullable fixed-size id column (OTLP trace and span ids; empty = null)
+/// in a plain vector. Each id is one `[u8; N]` store (no `memcpy` call per
+/// id), and the vector grows with `realloc`, which moves large blocks
+/// without copying; Arrow's builders keep 64-byte-aligned buffers, which
+/// the system allocator grows by allocating, copying and freeing. The
+/// array is the one `FixedSizeBinaryBuilder` builds: null slots hold zeros.
+#[derive(Debug)]
+pub struct IdColumn<const N: usize> {
+    values: Vec<[u8; N]>,
+    nulls: arrow::array::builder::NullBufferBuilder,
+}
+
+impl<const N: usize> Default for IdColumn<N> {
+    fn default() -> Self {
+        IdColumn {
+            values: Vec::new(),
+            nulls: arrow::array::builder::NullBufferBuilder::new(0),
+        }
+    }
+}
+
+impl<const N: usize> IdColumn<N> {
+    pub fn reserve(&mut self, additional: usize) {
+        self.values.reserve(additional);
+    }
+
+    /// Appends an OTLP id, empty meaning null; an id of another length is
+    /// refused (callers check ids with [`check_id`] before appending
+    /// anything, so this only guards the invariant).
+    #[inline(always)]
+    pub fn append(&mut self, field: &'static str, id: &[u8]) -> Result<(), ConvertError> {
+        if id.is_empty() {
+            self.values.push([0; N]);
+            self.nulls.append_null();
+            return Ok(());
+        }
+        let v: [u8; N] = id.try_into().map_err(|_| ConvertError::InvalidId {
+            field,
+            expected: N,
+            len: id.len(),
+        })?;
+        self.values.push(v);
+        self.nulls.append_non_null();
+        Ok(())
+    }
+
+    /// The array of everything appended; resets the column.
+    pub fn finish(&mut self) -> Result<FixedSizeBinaryArray, ConvertError> {
+        let values = std::mem::take(&mut self.values).into_flattened();
+        Ok(FixedSizeBinaryArray::try_new(
+            N as i32,
+            arrow::buffer::Buffer::from_vec(values),
+            self.nulls.finish(),
+        )?)
+    }
+}
+
+/// A non-null UTF-8 column in plain vectors (see [`IdColumn`] for why not
+/// Arrow's builder); builds the array `StringBuilder` builds.
+#[derive(Debug)]
+pub struct TextColumn {
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+}
+
+impl Default for TextColumn {
+    fn default() -> Self {
+        TextColumn {
+            offsets: vec![0],
+            data: Vec::new(),
+        }
+    }
+}
+
+impl TextColumn {
+    pub fn reserve(&mut self, additional: usize) {
+        self.offsets.reserve(additional);
+    }
+
+    /// Bytes of text held.
+    pub fn value_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    #[inline]
+    pub fn append(&mut self, v: &str) {
+        if !v.is_empty() {
+            self.data.extend_from_slice(v.as_bytes());
+        }
+        // As `StringBuilder`, which panics past i32 offsets; blocks seal
+        // long before (the text counts toward the builders' size target).
+        let end = i32::try_from(self.data.len()).expect("a block's text column stays under 2 GiB");
+        self.offsets.push(end);
+    }
+
+    /// The array of everything appended; resets the column.
+    pub fn finish(&mut self) -> Result<StringArray, ConvertError> {
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        let data = std::mem::take(&mut self.data);
+        Ok(StringArray::try_new(
+            arrow::buffer::OffsetBuffer::new(arrow::buffer::ScalarBuffer::from(offsets)),
+            arrow::buffer::Buffer::from_vec(data),
+            None,
+        )?)
+    }
+}

@@ -3,17 +3,16 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int32Array, Int32Builder, StringArray,
-    StringBuilder, UInt32Array, UInt64Array,
-};
+use arrow::array::builder::NullBufferBuilder;
+use arrow::array::{Array, ArrayRef, FixedSizeBinaryArray, Int32Array, StringArray, UInt32Array, UInt64Array};
+use arrow::buffer::ScalarBuffer;
 use arrow::record_batch::RecordBatch;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
 
-use super::columns::{DictStr, append_id, check_id, col, id_bytes};
+use super::columns::{DictStr, IdColumn, TextColumn, check_id, col, id_bytes};
 use super::context::{ContextBuilder, Contexts, Grouper};
-use super::wire::{self, Fast};
+use super::wire::{self, Fast, Text};
 use super::{Appended, ConvertError, Limits, SignalBuilder, TableSet, TimeRange};
 use crate::attrs::{AttrBuilder, AttrReader};
 use crate::dict::DictBuilder;
@@ -23,17 +22,19 @@ use crate::schema;
 /// Appends OTLP trace requests to the tables of one open block.
 pub struct SpansBuilder {
     ctx: ContextBuilder,
-    trace_id: FixedSizeBinaryBuilder,
-    span_id: FixedSizeBinaryBuilder,
-    parent_span_id: FixedSizeBinaryBuilder,
-    trace_state: StringBuilder,
+    trace_id: IdColumn<16>,
+    span_id: IdColumn<8>,
+    parent_span_id: IdColumn<8>,
+    trace_state: TextColumn,
     flags: Vec<u32>,
     name: DictBuilder,
     kind: Vec<i32>,
     start: Vec<u64>,
     end: Vec<u64>,
-    status_code: Int32Builder,
-    status_message: StringBuilder,
+    /// Status codes; null (and 0 in the values) for spans without a status.
+    status_code: Vec<i32>,
+    status_nulls: NullBufferBuilder,
+    status_message: TextColumn,
     dropped_attrs: Vec<u32>,
     dropped_events: Vec<u32>,
     dropped_links: Vec<u32>,
@@ -46,9 +47,9 @@ pub struct SpansBuilder {
     ev_dropped: Vec<u32>,
     ev_attrs: AttrBuilder,
     ln_parent: Vec<u32>,
-    ln_trace_id: FixedSizeBinaryBuilder,
-    ln_span_id: FixedSizeBinaryBuilder,
-    ln_trace_state: StringBuilder,
+    ln_trace_id: IdColumn<16>,
+    ln_span_id: IdColumn<8>,
+    ln_trace_state: TextColumn,
     ln_flags: Vec<u32>,
     ln_dropped: Vec<u32>,
     ln_attrs: AttrBuilder,
@@ -61,17 +62,18 @@ impl Default for SpansBuilder {
     fn default() -> Self {
         SpansBuilder {
             ctx: ContextBuilder::default(),
-            trace_id: FixedSizeBinaryBuilder::new(16),
-            span_id: FixedSizeBinaryBuilder::new(8),
-            parent_span_id: FixedSizeBinaryBuilder::new(8),
-            trace_state: StringBuilder::new(),
+            trace_id: IdColumn::default(),
+            span_id: IdColumn::default(),
+            parent_span_id: IdColumn::default(),
+            trace_state: TextColumn::default(),
             flags: Vec::new(),
             name: DictBuilder::default(),
             kind: Vec::new(),
             start: Vec::new(),
             end: Vec::new(),
-            status_code: Int32Builder::new(),
-            status_message: StringBuilder::new(),
+            status_code: Vec::new(),
+            status_nulls: NullBufferBuilder::new(0),
+            status_message: TextColumn::default(),
             dropped_attrs: Vec::new(),
             dropped_events: Vec::new(),
             dropped_links: Vec::new(),
@@ -84,9 +86,9 @@ impl Default for SpansBuilder {
             ev_dropped: Vec::new(),
             ev_attrs: AttrBuilder::default(),
             ln_parent: Vec::new(),
-            ln_trace_id: FixedSizeBinaryBuilder::new(16),
-            ln_span_id: FixedSizeBinaryBuilder::new(8),
-            ln_trace_state: StringBuilder::new(),
+            ln_trace_id: IdColumn::default(),
+            ln_span_id: IdColumn::default(),
+            ln_trace_state: TextColumn::default(),
             ln_flags: Vec::new(),
             ln_dropped: Vec::new(),
             ln_attrs: AttrBuilder::default(),
@@ -123,7 +125,7 @@ struct SpanRow<'a> {
     parent_span_id: &'a [u8],
     trace_state: &'a str,
     flags: u32,
-    name: &'a str,
+    name: Text<'a>,
     kind: i32,
     start: u64,
     end: u64,
@@ -183,9 +185,9 @@ impl SignalBuilder for SpansBuilder {
             + self.ev_attrs.approx_bytes()
             + self.ln_attrs.approx_bytes()
             + self.ctx.approx_bytes()
-            + self.trace_state.values_slice().len()
-            + self.status_message.values_slice().len()
-            + self.ln_trace_state.values_slice().len()
+            + self.trace_state.value_bytes()
+            + self.status_message.value_bytes()
+            + self.ln_trace_state.value_bytes()
             + self.name.value_bytes()
             + self.ev_name.value_bytes()
     }
@@ -209,7 +211,14 @@ impl SignalBuilder for SpansBuilder {
     /// change) is decoded by prost first. Either way the request is checked
     /// whole before anything is appended.
     fn append_limited(&mut self, buf: &[u8], limits: &Limits) -> Result<Appended, ConvertError> {
-        let view = match wire::parse_traces(buf, &mut self.scratch) {
+        let dicts = wire::TracesDicts {
+            name: &self.name,
+            ev_name: &self.ev_name,
+            attrs: self.attrs.dicts(),
+            ev_attrs: self.ev_attrs.dicts(),
+            ln_attrs: self.ln_attrs.dicts(),
+        };
+        let view = match wire::parse_traces(buf, &mut self.scratch, dicts) {
             Fast::Done(view) if limits.is_none() || view_fits(&view, limits) => view,
             other => {
                 if let Fast::Done(view) = other {
@@ -231,17 +240,20 @@ impl SignalBuilder for SpansBuilder {
         let rows = self.start.len();
         let take32 = |v: &mut Vec<u32>| Arc::new(UInt32Array::from(std::mem::take(v))) as ArrayRef;
         let spans: Vec<ArrayRef> = vec![
-            Arc::new(self.trace_id.finish()),
-            Arc::new(self.span_id.finish()),
-            Arc::new(self.parent_span_id.finish()),
-            Arc::new(self.trace_state.finish()),
+            Arc::new(self.trace_id.finish()?),
+            Arc::new(self.span_id.finish()?),
+            Arc::new(self.parent_span_id.finish()?),
+            Arc::new(self.trace_state.finish()?),
             take32(&mut self.flags),
             self.name.finish()?,
             Arc::new(Int32Array::from(std::mem::take(&mut self.kind))),
             Arc::new(UInt64Array::from(std::mem::take(&mut self.start))),
             Arc::new(UInt64Array::from(std::mem::take(&mut self.end))),
-            Arc::new(self.status_code.finish()),
-            Arc::new(self.status_message.finish()),
+            Arc::new(Int32Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.status_code)),
+                self.status_nulls.finish(),
+            )),
+            Arc::new(self.status_message.finish()?),
             take32(&mut self.dropped_attrs),
             take32(&mut self.dropped_events),
             take32(&mut self.dropped_links),
@@ -256,9 +268,9 @@ impl SignalBuilder for SpansBuilder {
         ];
         let links: Vec<ArrayRef> = vec![
             take32(&mut self.ln_parent),
-            Arc::new(self.ln_trace_id.finish()),
-            Arc::new(self.ln_span_id.finish()),
-            Arc::new(self.ln_trace_state.finish()),
+            Arc::new(self.ln_trace_id.finish()?),
+            Arc::new(self.ln_span_id.finish()?),
+            Arc::new(self.ln_trace_state.finish()?),
             take32(&mut self.ln_flags),
             take32(&mut self.ln_dropped),
         ];
@@ -284,6 +296,42 @@ impl SignalBuilder for SpansBuilder {
 }
 
 impl SpansBuilder {
+    /// Room for `spans` more spans (and the events, links and attributes
+    /// given), so a request's rows do not grow the columns step by step.
+    fn reserve(&mut self, spans: usize, attrs: usize, events: usize, links: usize) {
+        self.trace_id.reserve(spans);
+        self.span_id.reserve(spans);
+        self.parent_span_id.reserve(spans);
+        self.trace_state.reserve(spans);
+        self.flags.reserve(spans);
+        self.name.reserve(spans);
+        self.kind.reserve(spans);
+        self.start.reserve(spans);
+        self.end.reserve(spans);
+        self.status_code.reserve(spans);
+        self.status_message.reserve(spans);
+        self.dropped_attrs.reserve(spans);
+        self.dropped_events.reserve(spans);
+        self.dropped_links.reserve(spans);
+        self.resource_id.reserve(spans);
+        self.scope_id.reserve(spans);
+        self.attrs.reserve(attrs);
+        if events > 0 {
+            self.ev_parent.reserve(events);
+            self.ev_time.reserve(events);
+            self.ev_name.reserve(events);
+            self.ev_dropped.reserve(events);
+        }
+        if links > 0 {
+            self.ln_parent.reserve(links);
+            self.ln_trace_id.reserve(links);
+            self.ln_span_id.reserve(links);
+            self.ln_trace_state.reserve(links);
+            self.ln_flags.reserve(links);
+            self.ln_dropped.reserve(links);
+        }
+    }
+
     /// Appends a request the wire reader parsed, ids checked first.
     fn append_view(&mut self, view: &wire::TracesView<'_>) -> Result<Appended, ConvertError> {
         // In the order `validate` checks, so both paths name the same id.
@@ -296,6 +344,7 @@ impl SpansBuilder {
                 check_id("link span_id", l.span_id, 8)?;
             }
         }
+        self.reserve(view.spans.len(), view.attrs.len(), view.events.len(), view.links.len());
         for res in &view.resources {
             let rid = self.ctx.resource(res.resource.as_ref(), res.schema_url);
             for scope in &view.scopes[res.scopes.clone()] {
@@ -320,20 +369,14 @@ impl SpansBuilder {
                             dropped_links: s.dropped_links,
                         },
                     )?;
-                    for a in &view.attrs[s.attrs.clone()] {
-                        self.attrs.append_val(row, a.key, &a.value);
-                    }
+                    self.attrs.append_views(row, &view.attrs[s.attrs.clone()]);
                     for e in &view.events[s.events.clone()] {
                         let erow = self.push_event(row, e.time, e.name, e.dropped);
-                        for a in &view.ev_attrs[e.attrs.clone()] {
-                            self.ev_attrs.append_val(erow, a.key, &a.value);
-                        }
+                        self.ev_attrs.append_views(erow, &view.ev_attrs[e.attrs.clone()]);
                     }
                     for l in &view.links[s.links.clone()] {
                         let lrow = self.push_link(row, l.trace_id, l.span_id, l.trace_state, l.flags, l.dropped)?;
-                        for a in &view.ln_attrs[l.attrs.clone()] {
-                            self.ln_attrs.append_val(lrow, a.key, &a.value);
-                        }
+                        self.ln_attrs.append_views(lrow, &view.ln_attrs[l.attrs.clone()]);
                     }
                 }
             }
@@ -354,7 +397,7 @@ impl SpansBuilder {
                 parent_span_id: &s.parent_span_id,
                 trace_state: &s.trace_state,
                 flags: s.flags,
-                name: &s.name,
+                name: Text::Str(&s.name),
                 kind: s.kind,
                 start: s.start_time_unix_nano,
                 end: s.end_time_unix_nano,
@@ -366,7 +409,7 @@ impl SpansBuilder {
         )?;
         self.attrs.append_all(row, &s.attributes);
         for e in &s.events {
-            let erow = self.push_event(row, e.time_unix_nano, &e.name, e.dropped_attributes_count);
+            let erow = self.push_event(row, e.time_unix_nano, Text::Str(&e.name), e.dropped_attributes_count);
             self.ev_attrs.append_all(erow, &e.attributes);
         }
         for l in &s.links {
@@ -387,24 +430,26 @@ impl SpansBuilder {
     /// checked.
     fn push_span(&mut self, rid: u32, sid: u32, s: &SpanRow<'_>) -> Result<u32, ConvertError> {
         let row = self.start.len() as u32;
-        append_id(&mut self.trace_id, s.trace_id)?;
-        append_id(&mut self.span_id, s.span_id)?;
-        append_id(&mut self.parent_span_id, s.parent_span_id)?;
-        self.trace_state.append_value(s.trace_state);
+        self.trace_id.append("trace_id", s.trace_id)?;
+        self.span_id.append("span_id", s.span_id)?;
+        self.parent_span_id.append("parent_span_id", s.parent_span_id)?;
+        self.trace_state.append(s.trace_state);
         self.flags.push(s.flags);
-        self.name.append(s.name);
+        s.name.append_to(&mut self.name);
         self.kind.push(s.kind);
         self.start.push(s.start);
         self.end.push(s.end);
         self.times.add(s.start);
         match s.status {
             Some((code, message)) => {
-                self.status_code.append_value(code);
-                self.status_message.append_value(message);
+                self.status_code.push(code);
+                self.status_nulls.append_non_null();
+                self.status_message.append(message);
             }
             None => {
-                self.status_code.append_null();
-                self.status_message.append_value("");
+                self.status_code.push(0);
+                self.status_nulls.append_null();
+                self.status_message.append("");
             }
         }
         self.dropped_attrs.push(s.dropped_attrs);
@@ -416,11 +461,11 @@ impl SpansBuilder {
     }
 
     /// Appends one event of span `row`; returns the event's row.
-    fn push_event(&mut self, row: u32, time: u64, name: &str, dropped: u32) -> u32 {
+    fn push_event(&mut self, row: u32, time: u64, name: Text<'_>, dropped: u32) -> u32 {
         let erow = self.ev_time.len() as u32;
         self.ev_parent.push(row);
         self.ev_time.push(time);
-        self.ev_name.append(name);
+        name.append_to(&mut self.ev_name);
         self.ev_dropped.push(dropped);
         erow
     }
@@ -438,9 +483,9 @@ impl SpansBuilder {
     ) -> Result<u32, ConvertError> {
         let lrow = self.ln_parent.len() as u32;
         self.ln_parent.push(row);
-        append_id(&mut self.ln_trace_id, trace_id)?;
-        append_id(&mut self.ln_span_id, span_id)?;
-        self.ln_trace_state.append_value(trace_state);
+        self.ln_trace_id.append("link trace_id", trace_id)?;
+        self.ln_span_id.append("link span_id", span_id)?;
+        self.ln_trace_state.append(trace_state);
         self.ln_flags.push(flags);
         self.ln_dropped.push(dropped);
         Ok(lrow)

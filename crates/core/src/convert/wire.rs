@@ -17,11 +17,13 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, Key
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
+use crate::dict::DictBuilder;
+
 mod metrics;
 mod traces;
 
 pub(crate) use metrics::{MetricsScratch, MetricsView, parse_metrics};
-pub(crate) use traces::{TracesScratch, TracesView, parse_traces};
+pub(crate) use traces::{TracesDicts, TracesScratch, TracesView, parse_traces};
 
 /// Empties `v` and returns its allocation for items of another lifetime.
 /// The view types differ only in lifetime, so `collect` reuses the buffer
@@ -87,9 +89,21 @@ impl<'a> Reader<'a> {
         None
     }
 
+    /// A field's tag; one- and two-byte tags (fields up to 2047, such as
+    /// a span's `flags`, field 16) inline.
     #[inline(always)]
     fn key(&mut self) -> W<(u32, u8)> {
-        let k = u32::try_from(self.varint()?).ok()?;
+        let k = match *self.buf.get(self.pos..)? {
+            [b, ..] if b < 0x80 => {
+                self.pos += 1;
+                u32::from(b)
+            }
+            [b0, b1, ..] if b1 < 0x80 => {
+                self.pos += 2;
+                u32::from(b0 & 0x7f) | u32::from(b1) << 7
+            }
+            _ => u32::try_from(self.varint_long()?).ok()?,
+        };
         let field = k >> 3;
         if field == 0 {
             return None;
@@ -139,10 +153,66 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A string bound for a dictionary. `Known` is its key there, found while
+/// parsing because the dictionary's cache already held these bytes: they
+/// are then neither checked for UTF-8 (a dictionary holds only text that
+/// was checked) nor looked up again when appended. `Str` is checked text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Text<'a> {
+    Str(&'a str),
+    Known(u32, &'a [u8]),
+}
+
+impl<'a> Text<'a> {
+    pub(crate) fn as_bytes(self) -> &'a [u8] {
+        match self {
+            Text::Str(s) => s.as_bytes(),
+            Text::Known(_, b) => b,
+        }
+    }
+
+    pub(crate) fn len(self) -> usize {
+        self.as_bytes().len()
+    }
+
+    pub(crate) fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a row holding this text to `dict`.
+    #[inline(always)]
+    pub(crate) fn append_to(self, dict: &mut DictBuilder) {
+        match self {
+            Text::Str(s) => {
+                dict.append(s);
+            }
+            Text::Known(k, _) => dict.push_key(k),
+        }
+    }
+}
+
+/// `b` as [`Text`]: its key if `dict`'s cache holds it, else checked text.
+#[inline(always)]
+fn text<'a>(b: &'a [u8], dict: Option<&DictBuilder>) -> W<Text<'a>> {
+    if let Some(k) = dict.and_then(|d| d.peek(b)) {
+        return Some(Text::Known(k, b));
+    }
+    std::str::from_utf8(b).ok().map(Text::Str)
+}
+
+/// The dictionaries an attribute list's keys and string values go to,
+/// looked up (read-only: the request may still fall back to prost) while
+/// the attributes are parsed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttrDicts<'d> {
+    pub keys: &'d DictBuilder,
+    pub strs: &'d DictBuilder,
+}
+
 /// An attribute value the builders take without prost.
 #[derive(Debug)]
 pub(crate) enum Val<'a> {
-    Str(&'a str),
+    Str(Text<'a>),
     Int(i64),
     Double(f64),
     Bool(bool),
@@ -154,7 +224,7 @@ pub(crate) enum Val<'a> {
 
 #[derive(Debug)]
 pub(crate) struct AttrView<'a> {
-    pub key: &'a str,
+    pub key: Text<'a>,
     pub value: Val<'a>,
 }
 
@@ -316,7 +386,7 @@ fn parse_record<'a>(buf: &'a [u8], v: &mut LogsView<'a>) -> W<()> {
             }
             (6, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv)?);
+                v.attrs.push(parse_attr(kv, None)?);
             }
             (7, 0) => rec.dropped = r.varint()? as u32,
             (8, 5) => rec.flags = r.fixed32()?,
@@ -338,7 +408,7 @@ fn simple_value(buf: &[u8]) -> W<Option<Val<'_>>> {
     let mut out = None;
     while !r.done() {
         let val = match r.key()? {
-            (1, 2) => Val::Str(r.str()?),
+            (1, 2) => Val::Str(Text::Str(r.str()?)),
             (2, 0) => Val::Bool(r.varint()? != 0),
             (3, 0) => Val::Int(r.varint()? as i64),
             (4, 1) => Val::Double(f64::from_bits(r.fixed64()?)),
@@ -354,20 +424,31 @@ fn simple_value(buf: &[u8]) -> W<Option<Val<'_>>> {
 }
 
 fn parse_body(buf: &[u8]) -> W<Body<'_>> {
-    if let Some(Val::Str(s)) = simple_value(buf)? {
+    if let Some(Val::Str(Text::Str(s))) = simple_value(buf)? {
         return Some(Body::Str(s));
     }
     Some(Body::Other(AnyValue::decode(buf).ok()?))
 }
 
 /// [`parse_attr`] for the layout exporters write: the key, then a value
-/// with one scalar member, every length under 128 bytes. One straight pass,
-/// and one UTF-8 check for a string attribute's key and value together:
-/// the bytes between them are ASCII, so the whole attribute is valid UTF-8
+/// with one scalar member, every length under 128 bytes. One straight pass.
+/// With `dicts`, a key or string value their caches hold is taken as its
+/// key there, unchecked (see [`Text`]); the rest is checked, a string
+/// attribute's key and value with **one** UTF-8 check when neither is
+/// known: the bytes between them are ASCII, so the whole attribute is valid
 /// exactly when both are. `None` sends the attribute down the general
 /// path, which decides (malformed input included).
 #[inline(always)]
-fn parse_attr_common(buf: &[u8]) -> Option<AttrView<'_>> {
+fn parse_attr_common<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> Option<AttrView<'a>> {
+    attr_common(buf, dicts, |a| a)
+}
+
+/// [`parse_attr_common`], handing the view to `emit` where it is built:
+/// with `emit` pushing onto the views, each layout's view is written
+/// straight into the vector instead of being assembled on the stack and
+/// copied (a store-forwarding stall per attribute).
+#[inline(always)]
+fn attr_common<'a, R>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>, emit: impl FnOnce(AttrView<'a>) -> R) -> Option<R> {
     let &[0x0a, kl, ref rest @ ..] = buf else {
         return None;
     };
@@ -381,12 +462,26 @@ fn parse_attr_common(buf: &[u8]) -> Option<AttrView<'_>> {
     if vl >= 0x80 || usize::from(vl) != value.len() {
         return None;
     }
+    let key_bytes = buf.get(key_at.clone())?;
+    let known_key = dicts.and_then(|d| d.keys.peek(key_bytes));
     let value = match *value {
         [0x0a, sl, ref s @ ..] if sl < 0x80 && usize::from(sl) == s.len() => {
-            let whole = std::str::from_utf8(buf).ok()?;
-            return Some(AttrView {
-                key: whole.get(key_at)?,
-                value: Val::Str(whole.get(buf.len() - s.len()..)?),
+            let known_value = dicts.and_then(|d| d.strs.peek(s));
+            let view = |key, value| AttrView {
+                key,
+                value: Val::Str(value),
+            };
+            return Some(match (known_key, known_value) {
+                (Some(k), Some(v)) => emit(view(Text::Known(k, key_bytes), Text::Known(v, s))),
+                (Some(k), None) => emit(view(Text::Known(k, key_bytes), Text::Str(std::str::from_utf8(s).ok()?))),
+                (None, Some(v)) => emit(view(Text::Str(std::str::from_utf8(key_bytes).ok()?), Text::Known(v, s))),
+                (None, None) => {
+                    let whole = std::str::from_utf8(buf).ok()?;
+                    emit(view(
+                        Text::Str(whole.get(key_at)?),
+                        Text::Str(whole.get(buf.len() - s.len()..)?),
+                    ))
+                }
             });
         }
         [0x10, b] if b < 0x80 => Val::Bool(b != 0),
@@ -402,16 +497,45 @@ fn parse_attr_common(buf: &[u8]) -> Option<AttrView<'_>> {
         [0x3a, bl, ref b @ ..] if bl < 0x80 && usize::from(bl) == b.len() => Val::Bytes(b),
         _ => return None,
     };
-    Some(AttrView {
-        key: std::str::from_utf8(buf.get(key_at)?).ok()?,
-        value,
-    })
+    let key = match known_key {
+        Some(k) => Text::Known(k, key_bytes),
+        None => Text::Str(std::str::from_utf8(key_bytes).ok()?),
+    };
+    Some(emit(AttrView { key, value }))
 }
 
-fn parse_attr(buf: &[u8]) -> W<AttrView<'_>> {
-    if let Some(a) = parse_attr_common(buf) {
-        return Some(a);
+/// An attribute (a `KeyValue`'s bytes); `dicts` as for [`parse_attr_common`].
+fn parse_attr<'a>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<AttrView<'a>> {
+    match parse_attr_common(buf, dicts) {
+        Some(a) => Some(a),
+        None => parse_attr_general(buf),
     }
+}
+
+/// Parses an attribute onto `out`, inlined into the caller (the span
+/// reader): a call returning the view through memory, then copied into
+/// the vector, cost more than the parse. Only the straight-line path is
+/// inlined.
+#[inline(always)]
+fn push_attr<'a>(out: &mut Vec<AttrView<'a>>, buf: &'a [u8], dicts: Option<AttrDicts<'_>>) -> W<()> {
+    // The pushing closure is forced inline too: called from five places,
+    // the compiler kept it out of line (8.8% of the spans profile).
+    if attr_common(
+        buf,
+        dicts,
+        #[inline(always)]
+        |a| out.push(a),
+    )
+    .is_none()
+    {
+        out.push(parse_attr_general(buf)?);
+    }
+    Some(())
+}
+
+/// [`parse_attr`] for any layout.
+#[inline(never)]
+fn parse_attr_general(buf: &[u8]) -> W<AttrView<'_>> {
     let mut r = Reader::new(buf);
     let mut key = "";
     let mut value: Option<&[u8]> = None;
@@ -435,10 +559,13 @@ fn parse_attr(buf: &[u8]) -> W<AttrView<'_>> {
         && let Some(b) = value
         && let Some(val) = simple_value(b)?
     {
-        return Some(AttrView { key, value: val });
+        return Some(AttrView {
+            key: Text::Str(key),
+            value: val,
+        });
     }
     Some(AttrView {
-        key,
+        key: Text::Str(key),
         value: Val::Other(Box::new(KeyValue::decode(buf).ok()?)),
     })
 }
@@ -447,6 +574,18 @@ fn parse_attr(buf: &[u8]) -> W<AttrView<'_>> {
 mod tests {
     use super::*;
     use mira_testkit::corpus::{Cardinality, Corpus};
+
+    /// Dictionaries for parsing traces: all one (empty unless filled).
+    fn dicts(d: &DictBuilder) -> TracesDicts<'_> {
+        let a = AttrDicts { keys: d, strs: d };
+        TracesDicts {
+            name: d,
+            ev_name: d,
+            attrs: a,
+            ev_attrs: a,
+            ln_attrs: a,
+        }
+    }
 
     #[test]
     fn exporter_shaped_requests_take_the_fast_path() {
@@ -463,7 +602,12 @@ mod tests {
     fn exporter_shaped_spans_and_points_take_the_fast_path() {
         for card in [Cardinality::Low, Cardinality::High] {
             let mut corpus = Corpus::new(5, card);
-            match parse_traces(&corpus.traces(2000).encode_to_vec(), &mut TracesScratch::default()) {
+            let d = DictBuilder::default();
+            match parse_traces(
+                &corpus.traces(2000).encode_to_vec(),
+                &mut TracesScratch::default(),
+                dicts(&d),
+            ) {
                 Fast::Done(v) => assert_eq!(v.spans.len(), 2000),
                 Fast::Fallback => panic!("corpus trace request fell back to prost"),
             }
@@ -485,7 +629,8 @@ mod tests {
             t in mira_testkit::arb::traces_request(),
             m in mira_testkit::arb::metrics_request(),
         ) {
-            proptest::prop_assert!(matches!(parse_traces(&t.encode_to_vec(), &mut TracesScratch::default()), Fast::Done(_)));
+            let d = DictBuilder::default();
+            proptest::prop_assert!(matches!(parse_traces(&t.encode_to_vec(), &mut TracesScratch::default(), dicts(&d)), Fast::Done(_)));
             proptest::prop_assert!(matches!(parse_metrics(&m.encode_to_vec(), &mut MetricsScratch::default()), Fast::Done(_)));
         }
     }
@@ -493,25 +638,67 @@ mod tests {
     #[test]
     fn the_straight_line_attribute_reader_takes_exporter_shapes_only() {
         let string = [0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, b'v'];
-        let a = parse_attr_common(&string).expect("common layout");
-        assert_eq!(a.key, "k");
-        assert!(matches!(a.value, Val::Str("v")));
+        let a = parse_attr_common(&string, None).expect("common layout");
+        assert!(matches!(a.key, Text::Str("k")));
+        assert!(matches!(a.value, Val::Str(Text::Str("v"))));
         let int = [0x0a, 0x01, b'k', 0x12, 0x03, 0x18, 0xb8, 0x2a];
-        assert!(matches!(parse_attr_common(&int).map(|a| a.value), Some(Val::Int(5432))));
+        assert!(matches!(
+            parse_attr_common(&int, None).map(|a| a.value),
+            Some(Val::Int(5432))
+        ));
         // Value before key, a 128-byte key, an empty value: the general path.
         let swapped = [0x12, 0x03, 0x0a, 0x01, b'v', 0x0a, 0x01, b'k'];
-        assert!(parse_attr_common(&swapped).is_none());
-        assert!(matches!(parse_attr(&swapped).map(|a| a.key), Some("k")));
+        assert!(parse_attr_common(&swapped, None).is_none());
+        assert!(matches!(
+            parse_attr(&swapped, None).map(|a| a.key),
+            Some(Text::Str("k"))
+        ));
         let mut long = vec![0x0a, 0x80, 0x01];
         long.extend([b'k'; 128]);
         long.extend([0x12, 0x03, 0x0a, 0x01, b'v']);
-        assert!(parse_attr_common(&long).is_none());
-        assert!(matches!(parse_attr(&long).map(|a| a.value), Some(Val::Str("v"))));
-        assert!(parse_attr_common(&[0x0a, 0x01, b'k', 0x12, 0x00]).is_none());
+        assert!(parse_attr_common(&long, None).is_none());
+        assert!(matches!(
+            parse_attr(&long, None).map(|a| a.value),
+            Some(Val::Str(Text::Str("v")))
+        ));
+        assert!(parse_attr_common(&[0x0a, 0x01, b'k', 0x12, 0x00], None).is_none());
         // Invalid UTF-8 is refused on both paths.
         let bad = [0x0a, 0x01, 0xff, 0x12, 0x03, 0x0a, 0x01, b'v'];
-        assert!(parse_attr_common(&bad).is_none());
-        assert!(parse_attr(&bad).is_none());
+        assert!(parse_attr_common(&bad, None).is_none());
+        assert!(parse_attr(&bad, None).is_none());
+    }
+
+    #[test]
+    fn strings_the_dictionaries_hold_are_parsed_as_their_keys() {
+        let (mut keys, mut strs) = (DictBuilder::default(), DictBuilder::default());
+        keys.append("k");
+        strs.append("x");
+        strs.append("v");
+        let d = Some(AttrDicts {
+            keys: &keys,
+            strs: &strs,
+        });
+        let string = [0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, b'v'];
+        let a = parse_attr(&string, d).expect("common layout");
+        assert!(matches!(a.key, Text::Known(0, b"k")));
+        assert!(matches!(a.value, Val::Str(Text::Known(1, b"v"))));
+        // One side known, the other checked text.
+        let other = [0x0a, 0x01, b'j', 0x12, 0x03, 0x0a, 0x01, b'v'];
+        let a = parse_attr(&other, d).expect("common layout");
+        assert!(matches!(
+            (a.key, a.value),
+            (Text::Str("j"), Val::Str(Text::Known(1, _)))
+        ));
+        let int = [0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05];
+        let a = parse_attr(&int, d).expect("common layout");
+        assert!(matches!((a.key, a.value), (Text::Known(0, _), Val::Int(5))));
+        // Unknown and invalid UTF-8 is still refused.
+        let bad = [0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, 0xff];
+        assert!(parse_attr(&bad, d).is_none());
+        // The dictionaries are only read.
+        assert_eq!((keys.len(), strs.len()), (1, 2));
+        assert!(matches!(text(b"q", Some(&keys)), Some(Text::Str("q"))));
+        assert!(matches!(text(b"k", Some(&keys)), Some(Text::Known(0, _))));
     }
 
     #[test]
@@ -519,7 +706,7 @@ mod tests {
         let buf = b"abcdef".to_vec();
         let mut v: Vec<AttrView<'_>> = Vec::with_capacity(100);
         v.push(AttrView {
-            key: std::str::from_utf8(&buf[..3]).unwrap_or_default(),
+            key: Text::Str(std::str::from_utf8(&buf[..3]).unwrap_or_default()),
             value: Val::Int(1),
         });
         let kept: Vec<AttrView<'static>> = recycle(v);
@@ -531,8 +718,9 @@ mod tests {
     fn a_scratch_serves_request_after_request() {
         let mut corpus = Corpus::new(7, Cardinality::Low);
         let mut scratch = TracesScratch::default();
+        let d = DictBuilder::default();
         for n in [500, 50, 900] {
-            match parse_traces(&corpus.traces(n).encode_to_vec(), &mut scratch) {
+            match parse_traces(&corpus.traces(n).encode_to_vec(), &mut scratch, dicts(&d)) {
                 Fast::Done(v) => {
                     assert_eq!(v.spans.len(), n);
                     scratch.keep(v);

@@ -276,7 +276,7 @@ fn parse_number<'a>(buf: &'a [u8], v: &mut MetricsView<'a>) -> W<PointView> {
         match r.key()? {
             (7, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv)?);
+                v.attrs.push(parse_attr(kv, None)?);
             }
             (2, 1) => p.start = r.fixed64()?,
             (3, 1) => p.time = r.fixed64()?,
@@ -327,7 +327,7 @@ fn parse_histogram<'a>(buf: &'a [u8], v: &mut MetricsView<'a>) -> W<PointView> {
         match r.key()? {
             (9, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv)?);
+                v.attrs.push(parse_attr(kv, None)?);
             }
             (2, 1) => p.start = r.fixed64()?,
             (3, 1) => p.time = r.fixed64()?,
@@ -384,7 +384,7 @@ fn parse_exp_histogram<'a>(buf: &'a [u8], v: &mut MetricsView<'a>) -> W<PointVie
         match r.key()? {
             (1, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv)?);
+                v.attrs.push(parse_attr(kv, None)?);
             }
             (2, 1) => p.start = r.fixed64()?,
             (3, 1) => p.time = r.fixed64()?,
@@ -420,7 +420,7 @@ fn parse_summary<'a>(buf: &'a [u8], v: &mut MetricsView<'a>) -> W<PointView> {
         match r.key()? {
             (7, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv)?);
+                v.attrs.push(parse_attr(kv, None)?);
             }
             (2, 1) => p.start = r.fixed64()?,
             (3, 1) => p.time = r.fixed64()?,

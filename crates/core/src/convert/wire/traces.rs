@@ -6,7 +6,10 @@ use std::ops::Range;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::{AttrView, Fast, Reader, ResourceView, ScopeView, W, parse_attr, parse_group, recycle};
+use super::{
+    AttrDicts, AttrView, Fast, Reader, ResourceView, ScopeView, Text, W, parse_group, push_attr, recycle, text,
+};
+use crate::dict::DictBuilder;
 
 #[derive(Debug)]
 pub(crate) struct SpanView<'a> {
@@ -15,7 +18,7 @@ pub(crate) struct SpanView<'a> {
     pub trace_state: &'a str,
     pub parent_span_id: &'a [u8],
     pub flags: u32,
-    pub name: &'a str,
+    pub name: Text<'a>,
     pub kind: i32,
     pub start: u64,
     pub end: u64,
@@ -35,7 +38,7 @@ pub(crate) struct SpanView<'a> {
 #[derive(Debug)]
 pub(crate) struct EventView<'a> {
     pub time: u64,
-    pub name: &'a str,
+    pub name: Text<'a>,
     /// Into [`TracesView::ev_attrs`].
     pub attrs: Range<usize>,
     pub dropped: u32,
@@ -109,25 +112,60 @@ impl TracesScratch {
     }
 }
 
+/// The dictionaries of the builder a request is parsed for: span and
+/// event names, span, event and link attributes. Names, keys and string
+/// values their caches hold are parsed as [`Text::Known`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TracesDicts<'d> {
+    pub name: &'d DictBuilder,
+    pub ev_name: &'d DictBuilder,
+    pub attrs: AttrDicts<'d>,
+    pub ev_attrs: AttrDicts<'d>,
+    pub ln_attrs: AttrDicts<'d>,
+}
+
+/// A request being parsed: the views so far and the dictionaries.
+struct Parse<'a, 'd> {
+    v: TracesView<'a>,
+    d: TracesDicts<'d>,
+}
+
 /// Parses an `ExportTraceServiceRequest` into views built in `scratch`'s
 /// allocations; [`Fast::Fallback`] for anything prost should decide
-/// (malformed bytes included).
-pub(crate) fn parse_traces<'a>(buf: &'a [u8], scratch: &mut TracesScratch) -> Fast<TracesView<'a>> {
-    let mut v = scratch.take();
+/// (malformed bytes included). `dicts` are only read.
+pub(crate) fn parse_traces<'a>(
+    buf: &'a [u8],
+    scratch: &mut TracesScratch,
+    dicts: TracesDicts<'_>,
+) -> Fast<TracesView<'a>> {
+    let mut p = Parse {
+        v: scratch.take(),
+        d: dicts,
+    };
     // Sized from the body (spans take 150+ wire bytes, attributes 20+) so
     // the views do not grow as they fill.
-    v.spans.reserve(buf.len() / 128);
-    v.attrs.reserve(buf.len() / 24);
-    match parse_request(buf, &mut v) {
-        Some(()) => Fast::Done(v),
+    room(&mut p.v.spans, buf.len() / 128);
+    room(&mut p.v.attrs, buf.len() / 24);
+    match parse_request(buf, &mut p) {
+        Some(()) => Fast::Done(p.v),
         None => {
-            scratch.keep(v);
+            scratch.keep(p.v);
             Fast::Fallback
         }
     }
 }
 
-fn parse_request<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+/// Room for `n` items in the empty `v`. A kept allocation too small for
+/// this request is replaced, not grown: `reserve` would `realloc` it,
+/// copying (and so paging in) all of its stale capacity.
+fn room<T>(v: &mut Vec<T>, n: usize) {
+    if v.is_empty() && v.capacity() < n {
+        *v = Vec::with_capacity(n.max(v.capacity() * 2));
+    }
+    v.reserve(n);
+}
+
+fn parse_request<'a>(buf: &'a [u8], v: &mut Parse<'a, '_>) -> W<()> {
     let mut r = Reader::new(buf);
     while !r.done() {
         match r.key()? {
@@ -139,30 +177,32 @@ fn parse_request<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
     Some(())
 }
 
-fn parse_resource_spans<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
-    let first = v.scopes.len();
-    let (resource, schema_url) = parse_group::<Resource, _>(buf, v, parse_scope_spans)?;
-    v.resources.push(ResourceView {
+fn parse_resource_spans<'a>(buf: &'a [u8], p: &mut Parse<'a, '_>) -> W<()> {
+    let first = p.v.scopes.len();
+    let (resource, schema_url) = parse_group::<Resource, _>(buf, p, parse_scope_spans)?;
+    p.v.resources.push(ResourceView {
         resource,
         schema_url,
-        scopes: first..v.scopes.len(),
+        scopes: first..p.v.scopes.len(),
     });
     Some(())
 }
 
-fn parse_scope_spans<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
-    let first = v.spans.len();
-    let (scope, schema_url) = parse_group::<InstrumentationScope, _>(buf, v, parse_span)?;
-    v.scopes.push(ScopeView {
+fn parse_scope_spans<'a>(buf: &'a [u8], p: &mut Parse<'a, '_>) -> W<()> {
+    let first = p.v.spans.len();
+    let (scope, schema_url) = parse_group::<InstrumentationScope, _>(buf, p, parse_span)?;
+    p.v.scopes.push(ScopeView {
         scope,
         schema_url,
-        records: first..v.spans.len(),
+        records: first..p.v.spans.len(),
     });
     Some(())
 }
 
-fn parse_span<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+fn parse_span<'a>(buf: &'a [u8], p: &mut Parse<'a, '_>) -> W<()> {
     let mut r = Reader::new(buf);
+    let d = p.d;
+    let v = &mut p.v;
     let (attrs, events, links) = (v.attrs.len(), v.events.len(), v.links.len());
     let mut s = SpanView {
         trace_id: &[],
@@ -170,7 +210,7 @@ fn parse_span<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
         trace_state: "",
         parent_span_id: &[],
         flags: 0,
-        name: "",
+        name: Text::Str(""),
         kind: 0,
         start: 0,
         end: 0,
@@ -189,18 +229,18 @@ fn parse_span<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
             (3, 2) => s.trace_state = r.str()?,
             (4, 2) => s.parent_span_id = r.bytes()?,
             (16, 5) => s.flags = r.fixed32()?,
-            (5, 2) => s.name = r.str()?,
+            (5, 2) => s.name = text(r.bytes()?, Some(d.name))?,
             (6, 0) => s.kind = r.varint()? as i32,
             (7, 1) => s.start = r.fixed64()?,
             (8, 1) => s.end = r.fixed64()?,
             (9, 2) => {
                 let kv = r.bytes()?;
-                v.attrs.push(parse_attr(kv)?);
+                push_attr(&mut v.attrs, kv, Some(d.attrs))?;
             }
             (10, 0) => s.dropped_attrs = r.varint()? as u32,
-            (11, 2) => parse_event(r.bytes()?, v)?,
+            (11, 2) => parse_event(r.bytes()?, v, &d)?,
             (12, 0) => s.dropped_events = r.varint()? as u32,
-            (13, 2) => parse_link(r.bytes()?, v)?,
+            (13, 2) => parse_link(r.bytes()?, v, &d)?,
             (14, 0) => s.dropped_links = r.varint()? as u32,
             (15, 2) => {
                 if s.status.is_some() {
@@ -233,22 +273,22 @@ fn parse_status(buf: &[u8]) -> W<(i32, &str)> {
     Some((code, message))
 }
 
-fn parse_event<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+fn parse_event<'a>(buf: &'a [u8], v: &mut TracesView<'a>, d: &TracesDicts<'_>) -> W<()> {
     let mut r = Reader::new(buf);
     let first = v.ev_attrs.len();
     let mut e = EventView {
         time: 0,
-        name: "",
+        name: Text::Str(""),
         attrs: 0..0,
         dropped: 0,
     };
     while !r.done() {
         match r.key()? {
             (1, 1) => e.time = r.fixed64()?,
-            (2, 2) => e.name = r.str()?,
+            (2, 2) => e.name = text(r.bytes()?, Some(d.ev_name))?,
             (3, 2) => {
                 let kv = r.bytes()?;
-                v.ev_attrs.push(parse_attr(kv)?);
+                push_attr(&mut v.ev_attrs, kv, Some(d.ev_attrs))?;
             }
             (4, 0) => e.dropped = r.varint()? as u32,
             (1..=4, _) => return None,
@@ -260,7 +300,7 @@ fn parse_event<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
     Some(())
 }
 
-fn parse_link<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
+fn parse_link<'a>(buf: &'a [u8], v: &mut TracesView<'a>, d: &TracesDicts<'_>) -> W<()> {
     let mut r = Reader::new(buf);
     let first = v.ln_attrs.len();
     let mut l = LinkView {
@@ -278,7 +318,7 @@ fn parse_link<'a>(buf: &'a [u8], v: &mut TracesView<'a>) -> W<()> {
             (3, 2) => l.trace_state = r.str()?,
             (4, 2) => {
                 let kv = r.bytes()?;
-                v.ln_attrs.push(parse_attr(kv)?);
+                push_attr(&mut v.ln_attrs, kv, Some(d.ln_attrs))?;
             }
             (5, 0) => l.dropped = r.varint()? as u32,
             (6, 5) => l.flags = r.fixed32()?,
