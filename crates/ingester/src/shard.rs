@@ -22,20 +22,21 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use crate::error::{IngestError, WalError};
 use crate::wal::{Acks, Wal, WalMode, Written};
 
-/// An open block's builder for any signal.
+/// An open block's builder for any signal (boxed: the builders differ
+/// in size by hundreds of bytes, and a shard holds one per tenant).
 #[derive(Debug)]
 pub enum AnyBuilder {
-    Logs(LogsBuilder),
-    Traces(SpansBuilder),
-    Metrics(PointsBuilder),
+    Logs(Box<LogsBuilder>),
+    Traces(Box<SpansBuilder>),
+    Metrics(Box<PointsBuilder>),
 }
 
 impl AnyBuilder {
     pub fn new(signal: Signal) -> AnyBuilder {
         match signal {
-            Signal::Logs => AnyBuilder::Logs(LogsBuilder::default()),
-            Signal::Traces => AnyBuilder::Traces(SpansBuilder::default()),
-            Signal::Metrics => AnyBuilder::Metrics(PointsBuilder::default()),
+            Signal::Logs => AnyBuilder::Logs(Box::default()),
+            Signal::Traces => AnyBuilder::Traces(Box::default()),
+            Signal::Metrics => AnyBuilder::Metrics(Box::default()),
         }
     }
 
