@@ -271,14 +271,13 @@ impl Querier {
                 };
                 let (map, read) = self
                     .on_pool(move || {
-                        let full = |l: &dyn eval::LabelLookup| {
+                        // Any selector; `unknown` labels count as met.
+                        let asks = |l: &dyn eval::LabelLookup, unknown: &[&str]| {
                             sel.iter()
-                                .any(|s| eval::may_match(&s.matchers, s.name.as_deref(), l, &[]))
+                                .any(|s| eval::may_match(&s.matchers, s.name.as_deref(), l, unknown))
                         };
-                        let partial = |l: &dyn eval::LabelLookup| {
-                            sel.iter()
-                                .any(|s| eval::may_match(&s.matchers, s.name.as_deref(), l, &["le", "quantile"]))
-                        };
+                        let full = |l: &dyn eval::LabelLookup| asks(l, &[]);
+                        let partial = |l: &dyn eval::LabelLookup| asks(l, &["le", "quantile"]);
                         let want = load::Want {
                             full: &full,
                             partial: &partial,

@@ -112,7 +112,7 @@ fn without_name(labels: &Labels) -> Labels {
 }
 
 /// Whether `labels` satisfy every matcher (and one `or` group, if any).
-pub fn matches(m: &Matchers, name: Option<&str>, labels: &Labels) -> bool {
+pub fn matches(m: &Matchers, name: Option<&str>, labels: &dyn LabelLookup) -> bool {
     may_match(m, name, labels, &[])
 }
 
