@@ -461,6 +461,7 @@ impl CatalogNode {
             node_id: config.node_id,
             cluster_id: config.cluster_id.clone(),
             resets: Arc::new(tokio::sync::Semaphore::new(crate::service::MAX_CONCURRENT_RESETS)),
+            dialer: process.security.dialer.clone(),
         };
         let raft_svc = RaftService {
             raft: raft.clone(),

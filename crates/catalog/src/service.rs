@@ -53,6 +53,8 @@ pub struct CatalogService {
     pub(crate) cluster_id: String,
     /// Full-state resets built at once (each copies the whole state).
     pub(crate) resets: Arc<tokio::sync::Semaphore>,
+    /// Reaches the other members when this one removes itself.
+    pub(crate) dialer: mira_common::cluster::Dialer,
 }
 
 /// Watch resets built concurrently per member.
@@ -373,7 +375,40 @@ impl pb::catalog_server::Catalog for CatalogService {
                 .filter(|id| !wanted.contains_key(id))
                 .collect()
         });
+        //
+        // A leader that removed itself steps down once the new membership is
+        // applied; an entry it appends after that is never committed by it
+        // and its caller would wait forever. So a member leaving the
+        // membership sends the forgets to the remaining members, which pass
+        // them to their leader.
+        let remaining = (!wanted.contains_key(&self.node_id)).then(|| {
+            crate::CatalogClient::new(
+                wanted.values().cloned().collect(),
+                crate::ClientConfig {
+                    dialer: self.dialer.clone(),
+                    ..crate::client::ClientConfig::default()
+                },
+            )
+        });
+        #[cfg(feature = "fault-hooks")]
+        if !wanted.contains_key(&self.node_id) && std::env::var_os("MIRA_TEST_FORGET_AFTER_STEP_DOWN").is_some() {
+            let _ = self
+                .raft
+                .wait(Some(Duration::from_secs(30)))
+                .metrics(|m| m.state != openraft::ServerState::Leader, "stepped down")
+                .await;
+        }
         for node_id in gone {
+            if let Some(client) = &remaining {
+                let forget = pb::write_request::Command::ForgetMember(pb::ForgetMember { node_id });
+                client.write(forget).await.map_err(|e| {
+                    Status::unavailable(format!(
+                        "the membership changed, but forgetting member {node_id}'s registration failed \
+                         (set the members again to finish): {e}"
+                    ))
+                })?;
+                continue;
+            }
             let res = self.raft.client_write(Command::ForgetMember { node_id }).await;
             match res {
                 Ok(r) => r.data.map_err(Status::from)?,
