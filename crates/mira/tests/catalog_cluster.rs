@@ -45,7 +45,10 @@ fn cluster(n: usize, snapshot_every: u64, keep_logs: u64) -> Procs {
     Procs::catalogs(
         n,
         &flags,
-        &[("MIRA_LOG", "info,openraft=warn"), ("MIRA_TEST_FORGET_AFTER_STEP_DOWN", "1")],
+        &[
+            ("MIRA_LOG", "info,openraft=warn"),
+            ("MIRA_TEST_FORGET_AFTER_STEP_DOWN", "1"),
+        ],
     )
 }
 
