@@ -13,6 +13,7 @@
 //! ordered by series, so each wanted series' run is found by binary
 //! search; blocks in another order are walked.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use arrow::array::{
@@ -30,7 +31,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyV;
 use std::sync::Arc;
 
 use super::eval::{LabelLookup, Labels, NAME, Series};
-use super::names::{label_name, metric_name};
+use super::names::{label_name, label_name_ref, metric_name};
 
 /// Tables a metrics block is read from.
 pub const TABLES: [&str; 6] = [
@@ -81,20 +82,72 @@ fn resource_labels(resource: &[KeyValue]) -> Vec<(String, String)> {
     m.into_iter().collect()
 }
 
-/// A series' own attributes as labels, in order (a later one wins).
-fn point_labels(point: &[KeyValue]) -> Vec<(String, String)> {
-    point
-        .iter()
-        .filter_map(|kv| Some((label_name(&kv.key), text(kv)?)))
-        .collect()
+/// A label as read from a block: borrowed from its tables where the
+/// attribute's key is a label name already and its value a string.
+type LabelRef<'a> = (Cow<'a, str>, Cow<'a, str>);
+
+/// Every series' own attributes as labels, in row order (a later one wins),
+/// borrowed from the table: series `i`'s are `labels[starts[i]..starts[i + 1]]`.
+/// Attributes without a text value (bytes, lists, maps) give none.
+struct PointLabels<'a> {
+    labels: Vec<LabelRef<'a>>,
+    starts: Vec<usize>,
+}
+
+impl<'a> PointLabels<'a> {
+    fn new(attrs: &AttrReader<'a>, n_series: usize) -> Result<Self, ConvertError> {
+        let mut counts = vec![0usize; n_series + 1];
+        let mut rows = Vec::with_capacity(attrs.len());
+        for (row, parent) in attrs.parents().enumerate() {
+            let p = parent as usize;
+            if p >= n_series {
+                return Err(ConvertError::BadReference {
+                    table: schema::SERIES_ATTRS,
+                    row,
+                });
+            }
+            let label = if attrs.type_id(row) == schema::attr_type::KV {
+                // A whole KeyValue (the rare shapes other types cannot say):
+                // read as OTLP, as the resource's attributes are.
+                let kv = attrs.key_value(row)?;
+                text(&kv).map(|v| (Cow::Owned(label_name(&kv.key)), Cow::Owned(v)))
+            } else {
+                attrs.text(row).map(|v| (label_name_ref(attrs.key(row)), v))
+            };
+            if let Some(label) = label {
+                counts[p + 1] += 1;
+                rows.push((p, label));
+            }
+        }
+        for i in 1..counts.len() {
+            counts[i] += counts[i - 1];
+        }
+        let starts = counts.clone();
+        // A stable counting sort by series (rows are usually in series
+        // order already; this keeps a series' rows in their order).
+        let mut at = counts;
+        let mut slots: Vec<Option<LabelRef<'a>>> = vec![None; rows.len()];
+        for (p, l) in rows {
+            slots[at[p]] = Some(l);
+            at[p] += 1;
+        }
+        Ok(PointLabels {
+            labels: slots.into_iter().flatten().collect(),
+            starts,
+        })
+    }
+
+    fn of(&self, series: usize) -> &[LabelRef<'a>] {
+        &self.labels[self.starts[series]..self.starts[series + 1]]
+    }
 }
 
 /// A series' labels without its name: the resource's, overridden by its
 /// own, empty values dropped.
-fn base_labels(resource: &[(String, String)], point: &[(String, String)]) -> Vec<(String, String)> {
+fn base_labels(resource: &[(String, String)], point: &[LabelRef<'_>]) -> Vec<(String, String)> {
     let mut m: BTreeMap<String, String> = resource.iter().cloned().collect();
     for (k, v) in point {
-        m.insert(k.clone(), v.clone());
+        m.insert(k.to_string(), v.to_string());
     }
     m.into_iter().filter(|(_, v)| !v.is_empty()).collect()
 }
@@ -104,7 +157,7 @@ fn base_labels(resource: &[(String, String)], point: &[(String, String)]) -> Vec
 struct SeriesView<'a> {
     name: &'a str,
     resource: &'a [(String, String)],
-    point: &'a [(String, String)],
+    point: &'a [LabelRef<'a>],
 }
 
 impl LabelLookup for SeriesView<'_> {
@@ -112,14 +165,14 @@ impl LabelLookup for SeriesView<'_> {
         if name == NAME {
             return Some(self.name);
         }
-        let v = match self.point.iter().rev().find(|(k, _)| k == name) {
+        let v: &str = match self.point.iter().rev().find(|(k, _)| k == name) {
             Some((_, v)) => v,
             None => {
                 let i = self.resource.binary_search_by(|(k, _)| k.as_str().cmp(name)).ok()?;
                 &self.resource[i].1
             }
         };
-        (!v.is_empty()).then_some(v.as_str())
+        (!v.is_empty()).then_some(v)
     }
 }
 
@@ -286,14 +339,29 @@ fn sorted_runs(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usiz
     let most = series.len() / per_run.max(1);
     let mut runs = Vec::new();
     let mut start = 0;
-    for i in 1..series.len() {
-        if series[i] < series[i - 1] {
-            runs.push(start..i);
-            start = i;
-            if runs.len() >= most {
-                return None;
+    // Chunks are first checked without a branch per row (this vectorises);
+    // only a chunk with a descent is walked row by row.
+    const CHUNK: usize = 4096;
+    let mut base = 1;
+    while base < series.len() {
+        let end = (base + CHUNK).min(series.len());
+        let descents = series[base - 1..end - 1]
+            .iter()
+            .zip(&series[base..end])
+            .filter(|(a, b)| b < a)
+            .count();
+        if descents > 0 {
+            for i in base..end {
+                if series[i] < series[i - 1] {
+                    runs.push(start..i);
+                    start = i;
+                    if runs.len() >= most {
+                        return None;
+                    }
+                }
             }
         }
+        base = end;
     }
     runs.push(start..series.len());
     (runs.len() <= most).then_some(runs)
@@ -401,7 +469,8 @@ fn read_block_with(
     let monotonic: &BooleanArray = col(series, t, "is_monotonic")?;
     let resource_id: &UInt32Array = col(series, t, "resource_id")?;
     let n_series = series.num_rows();
-    let point_attrs = AttrReader::new(tables.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?.grouped(n_series)?;
+    let series_attrs = AttrReader::new(tables.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?;
+    let point_labels = PointLabels::new(&series_attrs, n_series)?;
     let resources = tables.get(schema::RESOURCES)?;
     let resource_attrs =
         AttrReader::new(tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?.grouped(resources.num_rows())?;
@@ -418,7 +487,7 @@ fn read_block_with(
     let mut by_resource: Vec<Option<Vec<(String, String)>>> = vec![None; resource_attrs.len()];
     type MetricKey<'k> = (Option<&'k str>, Option<&'k str>, u8, bool);
     let mut by_metric: HashMap<MetricKey<'_>, (String, Vec<String>), foldhash::fast::RandomState> = HashMap::default();
-    for (i, point_attrs) in point_attrs.iter().enumerate() {
+    for i in 0..n_series {
         let kind = types.value(i);
         let rid = resource_id.value(i) as usize;
         let resource = match by_resource.get_mut(rid) {
@@ -426,7 +495,7 @@ fn read_block_with(
             Some(slot) => &*slot.insert(resource_labels(&resource_attrs[rid])),
             None => return Err(ConvertError::BadReference { table: t, row: i }),
         };
-        let point = point_labels(point_attrs);
+        let point = point_labels.of(i);
         let (name, candidates) = by_metric
             .entry((names.get(i), units.get(i), kind, monotonic.value(i)))
             .or_insert_with(|| {
@@ -455,14 +524,14 @@ fn read_block_with(
             (want.partial)(&SeriesView {
                 name: n,
                 resource,
-                point: &point,
+                point,
             })
         });
         let Some(name) = any.then(|| name.clone()) else {
             infos.push(None);
             continue;
         };
-        let base = base_labels(resource, &point);
+        let base = base_labels(resource, point);
         infos.push(Some(Info { base, name, kind }));
     }
 
@@ -740,6 +809,54 @@ mod tests {
                 !some.is_empty(),
                 "the corpus must hold {what} for this test to mean anything"
             );
+        }
+    }
+
+    /// The runs found chunk by chunk are the runs a row-by-row walk finds,
+    /// with descents on, next to and away from the chunk edges, and the
+    /// give-up threshold is the same.
+    #[test]
+    fn runs_are_found_across_chunk_edges() {
+        fn reference(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usize>>> {
+            let per_run = 2 * (usize::BITS - series.len().leading_zeros()) as usize * wanted.max(1);
+            let most = series.len() / per_run.max(1);
+            let mut runs = Vec::new();
+            let mut start = 0;
+            for i in 1..series.len() {
+                if series[i] < series[i - 1] {
+                    runs.push(start..i);
+                    start = i;
+                    if runs.len() >= most {
+                        return None;
+                    }
+                }
+            }
+            runs.push(start..series.len());
+            (!series.is_empty() && runs.len() <= most).then_some(runs)
+        }
+        for len in [0, 1, 2, 4095, 4096, 4097, 8192, 8193, 20_000] {
+            for descents in [
+                vec![],
+                vec![1],
+                vec![4095],
+                vec![4096],
+                vec![4097],
+                vec![8191, 8192, 12_000],
+            ] {
+                let series: Vec<u32> = (0..len)
+                    .map(|i| {
+                        let back = descents.iter().filter(|&&d| d <= i).count() as u32;
+                        (i as u32 / 3) + 20_000 - back * 5_000
+                    })
+                    .collect();
+                for wanted in [1, 50] {
+                    assert_eq!(
+                        sorted_runs(&series, wanted),
+                        reference(&series, wanted),
+                        "len {len}, descents {descents:?}, wanted {wanted}"
+                    );
+                }
+            }
         }
     }
 }

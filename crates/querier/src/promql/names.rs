@@ -8,6 +8,17 @@
 /// leading digit gets a `key_` prefix, runs of `_` stay as they are (a
 /// leading `__` is reserved and kept only when the key had it).
 pub fn label_name(key: &str) -> String {
+    label_name_ref(key).into_owned()
+}
+
+/// [`label_name`], borrowing `key` when it is a label name already (the
+/// common case: no allocation).
+pub fn label_name_ref(key: &str) -> std::borrow::Cow<'_, str> {
+    let valid = key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && key.bytes().next().is_some_and(|b| !b.is_ascii_digit());
+    if valid {
+        return std::borrow::Cow::Borrowed(key);
+    }
     let mut out: String = key
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
@@ -18,7 +29,7 @@ pub fn label_name(key: &str) -> String {
     if out.is_empty() {
         out.push('_');
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 fn unit_word(unit: &str) -> Option<&'static str> {
@@ -150,5 +161,35 @@ mod tests {
         assert_eq!(label_name("service.name"), "service_name");
         assert_eq!(label_name("http.response.status_code"), "http_response_status_code");
         assert_eq!(label_name("2xx"), "key_2xx");
+    }
+
+    /// The borrowing form borrows exactly the keys the mapping leaves as
+    /// they are, and gives the mapped name for every other.
+    #[test]
+    fn label_names_are_borrowed_only_when_unchanged() {
+        use std::borrow::Cow;
+        for key in [
+            "instance",
+            "svc",
+            "_x",
+            "__name__",
+            "a1",
+            "",
+            "1",
+            "9lives",
+            "service.name",
+            "é",
+            "a-b",
+            "A_Z_09",
+        ] {
+            let r = label_name_ref(key);
+            let unchanged = r == key;
+            assert_eq!(matches!(r, Cow::Borrowed(_)), unchanged, "{key:?} -> {r:?}");
+        }
+        assert_eq!(label_name_ref("9lives"), "key_9lives");
+        assert_eq!(label_name_ref(""), "_");
+        assert_eq!(label_name_ref("é"), "_");
+        assert_eq!(label_name_ref("service.name"), "service_name");
+        assert!(matches!(label_name_ref("instance"), Cow::Borrowed("instance")));
     }
 }
