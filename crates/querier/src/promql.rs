@@ -264,6 +264,14 @@ impl Querier {
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;
                 let id = c.id;
+                // A published block's point runs are found once and kept
+                // with its decoded tables (ids are never reused); a recent
+                // block's, which grows under its id, on every read.
+                let kept = matches!(c.src, Src::Published { .. })
+                    .then(|| self.decoded.get(id, load::POINT_RUNS))
+                    .flatten()
+                    .and_then(|t| load::runs_from_table(&t));
+                let keep = matches!(c.src, Src::Published { .. }).then(|| self.decoded.clone());
                 let (lo, hi) = if cache_key.is_some() {
                     (i64::MIN, i64::MAX)
                 } else {
@@ -282,7 +290,19 @@ impl Querier {
                             full: &full,
                             partial: &partial,
                         };
-                        load::read_block(&tables, lo, hi, &want)
+                        let runs = match kept {
+                            Some(runs) => runs,
+                            None => {
+                                let runs = load::point_runs(&tables)?;
+                                if let Some(cache) = keep {
+                                    let t = load::runs_table(&runs);
+                                    let weight = mira_core::decoded::batch_weight(&t);
+                                    cache.insert(id, load::POINT_RUNS, t, weight);
+                                }
+                                runs
+                            }
+                        };
+                        load::read_block(&tables, lo, hi, &want, runs.as_deref())
                     })
                     .await
                     .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;

@@ -17,10 +17,11 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use arrow::array::{
-    Array, ArrowPrimitiveType, BooleanArray, Float64Array, Int64Array, ListArray, PrimitiveArray, UInt8Array,
+    Array, ArrayRef, ArrowPrimitiveType, BooleanArray, Float64Array, Int64Array, ListArray, PrimitiveArray, UInt8Array,
     UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{Float64Type, UInt64Type};
+use arrow::record_batch::RecordBatch;
 use mira_core::attrs::AttrReader;
 use mira_core::convert::columns::{DictStr, col};
 use mira_core::convert::{ConvertError, TableSet};
@@ -326,17 +327,22 @@ impl<'w> Slots<'w> {
     }
 }
 
-/// The runs of rows over which `series` does not decrease, when binary
-/// searching them for `wanted` series is cheaper than walking every row;
-/// None otherwise.
-fn sorted_runs(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usize>>> {
+/// How many runs a search of `rows` rows for `wanted` series pays for: a
+/// search costs about 2 log2(rows) steps per wanted series and run, a walk
+/// one step per row.
+fn most_runs(rows: usize, wanted: usize) -> usize {
+    let per_run = 2 * (usize::BITS - rows.leading_zeros()) as usize * wanted.max(1);
+    rows / per_run.max(1)
+}
+
+/// The runs of rows over which `series` does not decrease, when there are
+/// few enough for a search of one series to pay; None otherwise (and for
+/// no rows).
+fn all_runs(series: &[u32]) -> Option<Vec<std::ops::Range<usize>>> {
     if series.is_empty() {
         return None;
     }
-    // A search costs about 2 log2(rows) steps per wanted series and run,
-    // a walk one step per row.
-    let per_run = 2 * (usize::BITS - series.len().leading_zeros()) as usize * wanted.max(1);
-    let most = series.len() / per_run.max(1);
+    let most = most_runs(series.len(), 1);
     let mut runs = Vec::new();
     let mut start = 0;
     // Chunks are first checked without a branch per row (this vectorises);
@@ -365,6 +371,55 @@ fn sorted_runs(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usiz
     }
     runs.push(start..series.len());
     (runs.len() <= most).then_some(runs)
+}
+
+/// The runs of rows over which `series` does not decrease, when binary
+/// searching them for `wanted` series is cheaper than walking every row;
+/// None otherwise.
+#[cfg(test)]
+fn sorted_runs(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usize>>> {
+    all_runs(series).filter(|r| r.len() <= most_runs(series.len(), wanted))
+}
+
+/// A block's point runs ([`point_runs`]), as kept in the decoded-table
+/// cache under [`POINT_RUNS`]: one row per run; no rows when the block is
+/// walked.
+pub type PointRuns = Option<Vec<std::ops::Range<usize>>>;
+
+/// The decoded-table cache's name for a block's [`PointRuns`]: they are
+/// found once per block, not per query (a pass over every point).
+pub const POINT_RUNS: &str = "derived.point_runs";
+
+/// A metrics block's [`PointRuns`]: the runs of points over which their
+/// series does not decrease (a sealed block is one run, a merged one a
+/// run per input), or None when there are too many to search.
+pub fn point_runs(tables: &TableSet) -> Result<PointRuns, ConvertError> {
+    let points = tables.get(schema::POINTS)?;
+    let of: &UInt32Array = col(points, schema::POINTS, "series")?;
+    Ok(all_runs(of.values()))
+}
+
+/// [`PointRuns`] as a table, for the decoded-table cache.
+pub fn runs_table(runs: &PointRuns) -> RecordBatch {
+    let runs = runs.as_deref().unwrap_or_default();
+    let start: ArrayRef = Arc::new(UInt64Array::from_iter_values(runs.iter().map(|r| r.start as u64)));
+    let end: ArrayRef = Arc::new(UInt64Array::from_iter_values(runs.iter().map(|r| r.end as u64)));
+    // Two non-null u64 columns of equal length: this cannot fail.
+    RecordBatch::try_from_iter([("start", start), ("end", end)])
+        .unwrap_or_else(|_| RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty())))
+}
+
+/// [`runs_table`] read back; None for a table that is not one.
+pub fn runs_from_table(t: &RecordBatch) -> Option<PointRuns> {
+    let start = t.column_by_name("start")?.as_any().downcast_ref::<UInt64Array>()?;
+    let end = t.column_by_name("end")?.as_any().downcast_ref::<UInt64Array>()?;
+    let runs: Vec<std::ops::Range<usize>> = start
+        .values()
+        .iter()
+        .zip(end.values())
+        .map(|(&s, &e)| s as usize..e as usize)
+        .collect();
+    Some((!runs.is_empty()).then_some(runs))
 }
 
 /// Where a point's distribution is: by binary search when the
@@ -442,24 +497,15 @@ impl<'a, T: ArrowPrimitiveType> Lists<'a, T> {
 }
 
 /// The block's series `want` accepts, with their samples with time in
-/// `[from_ms, to_ms]`, and the points read.
+/// `[from_ms, to_ms]`, and the points read. `runs` are the block's
+/// [`point_runs`]: each wanted series' rows are found by binary search in
+/// each run; None walks every point whatever their order.
 pub fn read_block(
     tables: &TableSet,
     from_ms: i64,
     to_ms: i64,
     want: &Want<'_>,
-) -> Result<(BlockSeries, usize), ConvertError> {
-    read_block_with(tables, from_ms, to_ms, want, true)
-}
-
-/// [`read_block`]; `search` false walks every point whatever their order
-/// (the reference the searching path is tested against).
-fn read_block_with(
-    tables: &TableSet,
-    from_ms: i64,
-    to_ms: i64,
-    want: &Want<'_>,
-    search: bool,
+    runs: Option<&[std::ops::Range<usize>]>,
 ) -> Result<(BlockSeries, usize), ConvertError> {
     let series = tables.get(schema::SERIES)?;
     let t = schema::SERIES;
@@ -665,16 +711,24 @@ fn read_block_with(
     // (an older block, or one of many runs).
     let series_of = of.values();
     let wanted_series = infos.iter().filter(|i| i.is_some()).count();
-    match sorted_runs(series_of, wanted_series).filter(|_| search) {
+    match runs.filter(|r| r.len() <= most_runs(series_of.len(), wanted_series)) {
         Some(runs) => {
-            // A run's last row names its largest series.
+            // Runs that cover the rows exactly (ones kept for another block
+            // of the same id cannot, ids are never reused, but a check is
+            // cheap), and a run's last row names its largest series.
+            let covers = runs.first().is_some_and(|r| r.start == 0)
+                && runs.windows(2).all(|w| w[0].end == w[1].start && w[0].start < w[0].end)
+                && runs.last().is_some_and(|r| r.end == series_of.len() && r.start < r.end);
+            if !covers {
+                return Err(ConvertError::BadReference { table: p, row: 0 });
+            }
             if let Some(run) = runs.iter().find(|r| series_of[r.end - 1] as usize >= n_series) {
                 return Err(ConvertError::BadReference {
                     table: p,
                     row: run.end - 1,
                 });
             }
-            for run in runs {
+            for run in runs.iter().cloned() {
                 let mut at = run.start;
                 for (sid, info) in infos.iter().enumerate() {
                     if info.is_none() {
@@ -710,6 +764,13 @@ mod tests {
     /// A selection that needs no `le` or `quantile` to decide.
     fn want(full: &Wanted) -> Want<'_> {
         Want { full, partial: full }
+    }
+
+    /// A read with the block's runs, kept and read back as the querier
+    /// keeps them.
+    fn read(t: &TableSet, from: i64, to: i64, w: &Want<'_>) -> Result<(BlockSeries, usize), ConvertError> {
+        let kept = runs_from_table(&runs_table(&point_runs(t)?)).expect("a runs table");
+        read_block(t, from, to, w, kept.as_deref())
     }
 
     fn label<'a>(l: &'a dyn LabelLookup, name: &str) -> Option<&'a str> {
@@ -781,16 +842,16 @@ mod tests {
                 },
             ),
         ];
-        let (_, everything) = read_block(&sorted, i64::MIN, i64::MAX, &want(&all)).expect("read");
+        let (_, everything) = read(&sorted, i64::MIN, i64::MAX, &want(&all)).expect("read");
         for (what, w) in &wanted {
             let mid = ((arrival.min_time / 2 + arrival.max_time / 2) / 1_000_000) as i64;
             for (from, to) in [(i64::MIN, i64::MAX), (mid, i64::MAX)] {
-                let (a, read_a) = read_block(&arrival, from, to, w).expect("read arrival order");
-                let (b, read_b) = read_block(&sorted, from, to, w).expect("read by series");
+                let (a, read_a) = read(&arrival, from, to, w).expect("read arrival order");
+                let (b, read_b) = read(&sorted, from, to, w).expect("read by series");
                 assert_eq!(a, b, "{what}: series differ");
                 assert_eq!(read_a, read_b, "{what}: points read differ");
-                let walked = read_block_with(&merged, from, to, w, false).expect("walk the merge");
-                let searched = read_block_with(&merged, from, to, w, true).expect("search the merge");
+                let walked = read_block(&merged, from, to, w, None).expect("walk the merge");
+                let searched = read(&merged, from, to, w).expect("search the merge");
                 assert_eq!(walked, searched, "{what}: merged block read differs");
                 if *what != "all" {
                     assert!(read_b < everything, "{what}: {read_b} of {everything} points read");
@@ -804,12 +865,50 @@ mod tests {
             }
         }
         for (what, w) in [&wanted[1], &wanted[2], &wanted[4]] {
-            let (some, _) = read_block(&sorted, i64::MIN, i64::MAX, w).expect("read");
+            let (some, _) = read(&sorted, i64::MIN, i64::MAX, w).expect("read");
             assert!(
                 !some.is_empty(),
                 "the corpus must hold {what} for this test to mean anything"
             );
         }
+    }
+
+    /// Runs that do not cover a block's points exactly (another block's)
+    /// are refused, not searched.
+    #[test]
+    fn runs_of_another_block_are_refused() {
+        let mut corpus = Corpus::new(6, Cardinality::Low);
+        let mut b = PointsBuilder::default();
+        b.append(&corpus.metrics(corpus.series_count() * 3)).expect("append");
+        let arrival = b.finish().expect("finish");
+        let sorted = points_by_series(arrival).expect("by series");
+        let runs = point_runs(&sorted).expect("runs").expect("a sealed block is one run");
+        assert_eq!(runs.len(), 1);
+        // One wanted series: a search of one run pays, so runs are used.
+        let first = |l: &dyn LabelLookup| label(l, NAME).is_some_and(|n| n == "system_cpu_utilization_ratio");
+        let w = want(&first);
+        let short = vec![std::ops::Range {
+            start: 0,
+            end: runs[0].end - 1,
+        }];
+        let refused = |runs: &[std::ops::Range<usize>]| {
+            matches!(
+                read_block(&sorted, i64::MIN, i64::MAX, &w, Some(runs)),
+                Err(ConvertError::BadReference { .. })
+            )
+        };
+        assert!(refused(&short), "runs short of the points");
+        assert!(refused(&[0..1, 2..runs[0].end]), "runs with a gap");
+        let past = vec![std::ops::Range {
+            start: 0,
+            end: runs[0].end + 1,
+        }];
+        assert!(refused(&past), "runs past the points");
+        let (kept, read) = read_block(&sorted, i64::MIN, i64::MAX, &w, Some(&runs)).expect("the block's own runs");
+        let (walked, _) = read_block(&sorted, i64::MIN, i64::MAX, &w, None).expect("walk");
+        assert!(!kept.is_empty() && kept == walked);
+        let points = sorted.get(schema::POINTS).expect("points").num_rows();
+        assert!(read < points, "{read} of {points} points read");
     }
 
     /// The runs found chunk by chunk are the runs a row-by-row walk finds,
