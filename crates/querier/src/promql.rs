@@ -267,11 +267,11 @@ impl Querier {
                 // A published block's point runs are found once and kept
                 // with its decoded tables (ids are never reused); a recent
                 // block's, which grows under its id, on every read.
-                let kept = matches!(c.src, Src::Published { .. })
-                    .then(|| self.decoded.get(id, load::POINT_RUNS))
-                    .flatten()
-                    .and_then(|t| load::runs_from_table(&t));
                 let keep = matches!(c.src, Src::Published { .. }).then(|| self.decoded.clone());
+                let kept = keep
+                    .as_ref()
+                    .and_then(|cache| cache.get(id, load::POINT_RUNS))
+                    .and_then(|t| load::runs_from_table(&t));
                 let (lo, hi) = if cache_key.is_some() {
                     (i64::MIN, i64::MAX)
                 } else {

@@ -123,18 +123,12 @@ impl<'a> PointLabels<'a> {
         for i in 1..counts.len() {
             counts[i] += counts[i - 1];
         }
-        let starts = counts.clone();
-        // A stable counting sort by series (rows are usually in series
-        // order already; this keeps a series' rows in their order).
-        let mut at = counts;
-        let mut slots: Vec<Option<LabelRef<'a>>> = vec![None; rows.len()];
-        for (p, l) in rows {
-            slots[at[p]] = Some(l);
-            at[p] += 1;
-        }
+        // Stable, so a series' rows keep their order; rows are usually in
+        // series order already, which the sort only checks.
+        rows.sort_by_key(|(p, _)| *p);
         Ok(PointLabels {
-            labels: slots.into_iter().flatten().collect(),
-            starts,
+            labels: rows.into_iter().map(|(_, l)| l).collect(),
+            starts: counts,
         })
     }
 
@@ -371,14 +365,6 @@ fn all_runs(series: &[u32]) -> Option<Vec<std::ops::Range<usize>>> {
     }
     runs.push(start..series.len());
     (runs.len() <= most).then_some(runs)
-}
-
-/// The runs of rows over which `series` does not decrease, when binary
-/// searching them for `wanted` series is cheaper than walking every row;
-/// None otherwise.
-#[cfg(test)]
-fn sorted_runs(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usize>>> {
-    all_runs(series).filter(|r| r.len() <= most_runs(series.len(), wanted))
 }
 
 /// A block's point runs ([`point_runs`]), as kept in the decoded-table
@@ -764,6 +750,13 @@ mod tests {
     /// A selection that needs no `le` or `quantile` to decide.
     fn want(full: &Wanted) -> Want<'_> {
         Want { full, partial: full }
+    }
+
+    /// The runs of rows over which `series` does not decrease, when binary
+    /// searching them for `wanted` series is cheaper than walking every row;
+    /// None otherwise.
+    fn sorted_runs(series: &[u32], wanted: usize) -> Option<Vec<std::ops::Range<usize>>> {
+        all_runs(series).filter(|r| r.len() <= most_runs(series.len(), wanted))
     }
 
     /// A read with the block's runs, kept and read back as the querier
