@@ -36,6 +36,14 @@ pub fn parse_encoding(value: Option<&str>) -> Result<Encoding, BodyError> {
     }
 }
 
+/// The largest zstd window (log2 bytes) a body may ask the decoder to
+/// allocate: the smallest power of two holding `max_decoded`, at least
+/// 8 MiB (what common encoders use) and at most zstd's default of 128 MiB.
+/// A frame asking for more is refused before anything is allocated.
+pub fn zstd_window_log(max_decoded: usize) -> u32 {
+    (usize::BITS - max_decoded.saturating_sub(1).leading_zeros()).clamp(23, 27)
+}
+
 /// Undoes `encoding`, refusing bodies whose compressed size exceeds
 /// `max_wire` or whose decompressed size exceeds `max_decoded`. Never
 /// holds more than `max_decoded + 1` decompressed bytes.
@@ -56,7 +64,10 @@ pub fn decode_body(
             return Ok(body);
         }
         Encoding::Gzip => ("gzip", Box::new(flate2::read::MultiGzDecoder::new(&body[..]))),
-        Encoding::Zstd => match zstd::stream::read::Decoder::new(&body[..]) {
+        Encoding::Zstd => match zstd::stream::read::Decoder::new(&body[..]).and_then(|mut d| {
+            d.window_log_max(zstd_window_log(max_decoded))?;
+            Ok(d)
+        }) {
             Ok(d) => ("zstd", Box::new(d)),
             Err(e) => {
                 return Err(BodyError::Malformed {
@@ -127,6 +138,29 @@ mod tests {
         assert_eq!(
             decode_body(z, Encoding::Zstd, 16 << 20, limit),
             Err(BodyError::DecompressedTooLarge { limit })
+        );
+    }
+
+    #[test]
+    fn a_zstd_frame_asking_for_a_larger_window_is_refused() {
+        assert_eq!(zstd_window_log(16 << 20), 24);
+        assert_eq!(zstd_window_log(1 << 10), 23);
+        assert_eq!(zstd_window_log(usize::MAX), 27);
+        // A frame compressed with a 128 MiB window (long-distance mode)
+        // and no content size: the decoder would allocate the window.
+        let data = vec![7u8; 1 << 20];
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("encoder");
+        e.window_log(27).expect("window");
+        e.long_distance_matching(true).expect("ldm");
+        e.include_contentsize(false).expect("no size");
+        e.write_all(&data).expect("write");
+        let z = bytes::Bytes::from(e.finish().expect("finish"));
+        let err = decode_body(z.clone(), Encoding::Zstd, 16 << 20, 16 << 20).expect_err("window refused");
+        assert!(err.to_string().contains("malformed zstd"), "{err}");
+        // The same frame is read when the limit allows its window.
+        assert_eq!(
+            decode_body(z, Encoding::Zstd, 16 << 20, 1 << 30).expect("read").len(),
+            data.len()
         );
     }
 

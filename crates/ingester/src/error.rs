@@ -42,6 +42,15 @@ pub enum IngestError {
     /// The request is larger than one shard's whole queue. 413 / RESOURCE_EXHAUSTED.
     #[error("request of {bytes} bytes exceeds the {limit}-byte limit")]
     TooLarge { bytes: usize, limit: usize },
+    /// What the request would take to decode, counted on the wire before
+    /// anything is decoded, is over a memory limit.
+    #[error("request holds {what}: decoding it would take about {estimate} bytes, more than {limit} bytes ({flag})")]
+    DecodedTooLarge {
+        what: String,
+        estimate: u64,
+        limit: u64,
+        flag: &'static str,
+    },
     /// The client was too slow sending its request. 408 / DEADLINE_EXCEEDED.
     #[error("{0}")]
     Timeout(String),
@@ -74,7 +83,7 @@ impl ServiceError for IngestError {
         match self {
             IngestError::Invalid(_) => ErrorCode::BadRequest,
             IngestError::Overloaded { .. } => ErrorCode::Overloaded,
-            IngestError::TooLarge { .. } => ErrorCode::TooLarge,
+            IngestError::TooLarge { .. } | IngestError::DecodedTooLarge { .. } => ErrorCode::TooLarge,
             IngestError::Timeout(_) => ErrorCode::Timeout,
             IngestError::Unavailable(_) => ErrorCode::Unavailable,
             IngestError::Auth(e) => e.error_code(),

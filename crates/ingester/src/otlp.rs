@@ -66,6 +66,16 @@ pub struct ReceiverConfig {
     /// Longest time to receive an HTTP request's body once it holds a
     /// slot (a client that stalls mid-body gets 408 and frees the slot).
     pub body_timeout: std::time::Duration,
+    /// Most memory one request may take to decode, estimated from what it
+    /// holds on the wire before anything is decoded
+    /// ([`crate::records::Census::decoded_bytes`]); past it, 413 /
+    /// RESOURCE_EXHAUSTED naming the counts.
+    pub max_decoded_bytes: u64,
+    /// Most decoded memory all requests being decoded or awaiting their
+    /// ack may take at once; a request waits for room (up to the admission
+    /// wait, then 429 / RESOURCE_EXHAUSTED), so memory is bounded by
+    /// configuration whatever the requests' shape.
+    pub max_inflight_decoded_bytes: u64,
 }
 
 impl Default for ReceiverConfig {
@@ -76,8 +86,26 @@ impl Default for ReceiverConfig {
             require_tenant: false,
             max_inflight: 8,
             body_timeout: std::time::Duration::from_secs(30),
+            max_decoded_bytes: 256 << 20,
+            max_inflight_decoded_bytes: 1 << 30,
         }
     }
+}
+
+/// The in-flight decoded budget counts KiB (a semaphore takes at most
+/// `u32::MAX` permits at once).
+const BUDGET_UNIT: u64 = 1024;
+
+fn budget_units(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(BUDGET_UNIT).max(1)).unwrap_or(u32::MAX)
+}
+
+/// What a request holds of the in-flight decoded budget, until it is
+/// answered.
+#[derive(Default)]
+struct Budget {
+    permit: Option<OwnedSemaphorePermit>,
+    units: u32,
 }
 
 /// An in-flight slot; counted on `/metrics` while held.
@@ -118,6 +146,8 @@ pub struct Receivers {
     auth: Arc<Authenticator>,
     limits: Arc<Limiter>,
     inflight: Arc<Semaphore>,
+    /// The in-flight decoded budget, in [`BUDGET_UNIT`]s.
+    decoded: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Receivers {
@@ -135,6 +165,9 @@ impl Receivers {
     ) -> Receivers {
         Receivers {
             inflight: Arc::new(Semaphore::new(config.max_inflight.max(1))),
+            decoded: Arc::new(Semaphore::new(
+                (budget_units(config.max_inflight_decoded_bytes) as usize).min(Semaphore::MAX_PERMITS),
+            )),
             pipeline,
             config,
             auth,
@@ -142,23 +175,86 @@ impl Receivers {
         }
     }
 
-    /// Charges `tenant`'s records rate for `payload` (counted on the
-    /// wire, before any shard sees it) and submits it; the records are
-    /// given back when the request is not accepted, so a refused request
-    /// costs its tenant nothing.
-    async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
+    /// Counts what `payload` holds on the wire, takes what decoding it
+    /// will cost from the in-flight decoded budget (into `held`), charges
+    /// `tenant`'s records rate and submits it; the records are given back
+    /// when the request is not accepted, so a refused request costs its
+    /// tenant nothing.
+    async fn submit(
+        &self,
+        signal: Signal,
+        tenant: TenantId,
+        payload: Bytes,
+        held: &mut Budget,
+    ) -> Result<Appended, IngestError> {
+        let census = crate::records::census(signal, &payload)
+            .map_err(|m| IngestError::Invalid(format!("malformed OTLP protobuf request: {}", m.0)))?;
+        self.reserve(held, census.decoded_bytes(signal), || census.describe(signal))
+            .await?;
         if !self.limits.enabled() {
             return self.pipeline.submit(signal, tenant, payload).await;
         }
-        // A request that does not count will not decode either: the shard
-        // refuses it with the decoder's message.
-        let records = crate::records::count(signal, &payload).unwrap_or(0);
+        let records = census.records;
         self.limits.take_records(&tenant, records)?;
         let result = self.pipeline.submit(signal, tenant.clone(), payload).await;
         if result.is_err() {
             self.limits.give_back_records(&tenant, records);
         }
         result
+    }
+
+    /// Grows `held` to `estimate` bytes of the in-flight decoded budget,
+    /// waiting up to the admission wait; refuses an estimate over the
+    /// per-request limit (or the whole budget) at once, naming `what` the
+    /// request holds.
+    async fn reserve(
+        &self,
+        held: &mut Budget,
+        estimate: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), IngestError> {
+        let (per_request, budget) = (self.config.max_decoded_bytes, self.config.max_inflight_decoded_bytes);
+        let (limit, flag) = if per_request <= budget {
+            (per_request, "--max-decoded-size")
+        } else {
+            (budget, "--max-inflight-decoded-size")
+        };
+        if estimate > limit {
+            return Err(IngestError::DecodedTooLarge {
+                what: what(),
+                estimate,
+                limit,
+                flag,
+            });
+        }
+        let want = budget_units(estimate);
+        let Some(more) = want.checked_sub(held.units).filter(|m| *m > 0) else {
+            return Ok(());
+        };
+        let permit = match self.decoded.clone().try_acquire_many_owned(more) {
+            Ok(p) => p,
+            Err(_) => {
+                let wait = self.pipeline.admit_wait();
+                match tokio::time::timeout(wait, self.decoded.clone().acquire_many_owned(more)).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(IngestError::Unavailable("the ingester is stopping".to_owned())),
+                    Err(_) => {
+                        return Err(IngestError::Overloaded {
+                            what: format!(
+                                "the {budget}-byte in-flight decoded budget (--max-inflight-decoded-size) had no room for {estimate} bytes"
+                            ),
+                            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        });
+                    }
+                }
+            }
+        };
+        match &mut held.permit {
+            Some(p) => p.merge(permit),
+            None => held.permit = Some(permit),
+        }
+        held.units = want;
+        Ok(())
     }
 
     /// Takes an in-flight slot, waiting up to the admission wait; held
@@ -392,12 +488,22 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
                 receivers.config.max_message_bytes,
             )
             .map_err(body_error)?;
+            let mut held = Budget::default();
             let payload = match format {
                 Format::Protobuf => body,
-                Format::Json => json_to_protobuf(signal, &body)?,
+                Format::Json => {
+                    // serde builds every object as a prost message: bounded
+                    // before it does.
+                    let objects = crate::records::json_objects(&body);
+                    let estimate = crate::records::json_decoded_bytes(objects, body.len());
+                    receivers
+                        .reserve(&mut held, estimate, || format!("{objects} JSON objects"))
+                        .await?;
+                    json_to_protobuf(signal, &body)?
+                }
             };
             let read = Instant::now();
-            let appended = receivers.submit(signal, tenant.clone(), payload).await?;
+            let appended = receivers.submit(signal, tenant.clone(), payload, &mut held).await?;
             arrival.accepted(receivers.pipeline.metrics(), signal, read);
             Ok(appended)
         }
@@ -528,7 +634,8 @@ impl tonic::server::UnaryService<Bytes> for Export {
                 let payload = request.into_inner();
                 let bytes = payload.len() as u64;
                 receivers.limits.take_bytes(&tenant, bytes)?;
-                let result = receivers.submit(signal, tenant.clone(), payload).await;
+                let mut held = Budget::default();
+                let result = receivers.submit(signal, tenant.clone(), payload, &mut held).await;
                 match (&result, arrival) {
                     (Err(_), _) => receivers.limits.give_back_bytes(&tenant, bytes),
                     (Ok(_), Some(arrival)) => arrival.accepted(receivers.pipeline.metrics(), signal, read),

@@ -189,7 +189,7 @@ impl Pipeline {
                 Ok(_) => "ok",
                 Err(IngestError::Invalid(_)) => "invalid",
                 Err(IngestError::Overloaded { .. }) => "overloaded",
-                Err(IngestError::TooLarge { .. }) => "too_large",
+                Err(IngestError::TooLarge { .. } | IngestError::DecodedTooLarge { .. }) => "too_large",
                 Err(IngestError::Timeout(_)) => "timeout",
                 Err(IngestError::Unavailable(_)) => "unavailable",
                 // Refused before submit (mira_auth_requests_total counts them).

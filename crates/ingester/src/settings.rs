@@ -58,6 +58,10 @@ pub struct Settings {
     pub max_inflight_requests: usize,
     /// How long an HTTP client has to send a body once it holds a slot.
     pub body_timeout: Duration,
+    /// Most memory one request may take to decode (estimated on the wire).
+    pub max_decoded_size: ByteSize,
+    /// Most decoded memory of all requests in flight together.
+    pub max_inflight_decoded_size: ByteSize,
     /// Blocks larger than this are uploaded as multipart.
     pub multipart_above: ByteSize,
     /// Refuse requests without X-Scope-OrgID.
@@ -94,6 +98,8 @@ impl Default for Settings {
             max_attribute_value_size: ByteSize::kib(64),
             max_inflight_requests: 8,
             body_timeout: Duration::from_secs(30),
+            max_decoded_size: ByteSize::mib(256),
+            max_inflight_decoded_size: ByteSize::gib(1),
             multipart_above: ByteSize::mib(16),
             require_tenant: false,
             max_past: Duration::from_secs(168 * 3600),
@@ -136,6 +142,16 @@ impl Settings {
         )?;
         positive("ingester.max_inflight_requests", self.max_inflight_requests)?;
         positive("ingester.body_timeout", self.body_timeout)?;
+        positive("ingester.max_decoded_size", self.max_decoded_size.bytes())?;
+        if self.max_inflight_decoded_size.bytes() < self.max_decoded_size.bytes() {
+            return Err(ConfigError::new(
+                "ingester.max_inflight_decoded_size",
+                format!(
+                    "{} is less than ingester.max_decoded_size ({}): no request of that size could ever be admitted",
+                    self.max_inflight_decoded_size, self.max_decoded_size
+                ),
+            ));
+        }
         positive("ingester.max_past", self.max_past)?;
         in_range(
             "ingester.lease_ttl",
@@ -185,6 +201,8 @@ impl Settings {
                 require_tenant: self.require_tenant,
                 max_inflight: self.max_inflight_requests,
                 body_timeout: self.body_timeout.get(),
+                max_decoded_bytes: self.max_decoded_size.bytes(),
+                max_inflight_decoded_bytes: self.max_inflight_decoded_size.bytes(),
             },
             lease_ttl: self.lease_ttl.get(),
             multipart_above: self.multipart_above.as_usize(),

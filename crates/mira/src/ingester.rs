@@ -85,6 +85,17 @@ pub struct IngestFlags {
     /// How long an HTTP client has to send a request body once it holds a slot (then 408) [default: 30s].
     #[arg(long, env = "MIRA_BODY_TIMEOUT")]
     pub body_timeout: Option<Duration>,
+    /// Most memory one export request may take to decode, estimated from
+    /// what it holds (records, attributes, events, buckets) on the wire
+    /// before anything is decoded; past it, 413 / RESOURCE_EXHAUSTED naming
+    /// the counts [default: 256MiB].
+    #[arg(long, env = "MIRA_MAX_DECODED_SIZE")]
+    pub max_decoded_size: Option<ByteSize>,
+    /// Most decoded memory (the same estimate) of all export requests being
+    /// decoded or awaiting their ack at once; more wait up to --admit-wait,
+    /// then 429 / RESOURCE_EXHAUSTED [default: 1GiB].
+    #[arg(long, env = "MIRA_MAX_INFLIGHT_DECODED_SIZE")]
+    pub max_inflight_decoded_size: Option<ByteSize>,
     /// Blocks larger than this are uploaded as multipart (8 MiB parts) [default: 16MiB].
     #[arg(long, env = "MIRA_MULTIPART_ABOVE")]
     pub multipart_above: Option<ByteSize>,
@@ -182,6 +193,8 @@ impl IngestFlags {
             max_attribute_value_size,
             max_inflight_requests,
             body_timeout,
+            max_decoded_size,
+            max_inflight_decoded_size,
             multipart_above,
             max_past,
             max_future,
