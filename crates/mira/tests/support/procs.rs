@@ -313,6 +313,11 @@ impl Procs {
         self.procs.iter()
     }
 
+    /// Process `i`'s pid while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.procs[i].child.as_ref().map(Child::id)
+    }
+
     pub fn is_running(&self, i: usize) -> bool {
         self.procs[i].child.is_some()
     }
