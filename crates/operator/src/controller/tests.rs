@@ -532,6 +532,21 @@ async fn a_tenant_the_namespace_may_not_govern_is_refused_and_nothing_is_set() {
     assert_eq!(status.catalog_policy, None);
     assert_eq!(status.observed_generation, None);
 
+    // Reconciled again unchanged: the Namespace is read, nothing written.
+    let version = catalog.policies().await.version;
+    let again = obj.clone().with_status(status);
+    let (ctx, verifier, _) = Context::test_with(catalog.client(), tenancy(true));
+    let action = run(&again, ctx, verifier, |mut v| {
+        Box::pin(async move {
+            v.namespace_get("team-a", Some("team-a")).await;
+            v
+        })
+    })
+    .await
+    .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    assert_eq!(catalog.policies().await.version, version, "no catalog write");
+
     // No annotation at all: not even the tenant named like the namespace.
     let same = MiraRetentionPolicy::test().finalized().in_namespace("team-a", "team-a");
     let (result, status) = apply_with(&catalog, tenancy(true), &same, (true, None), REFUSED).await;
