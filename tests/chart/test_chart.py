@@ -623,6 +623,8 @@ def test_operator_rbac_is_exactly_what_it_needs():
         (("mira.dev",), ("miraretentionpolicies/status",)): (("get", "patch", "update"), None),
         (("mira.dev",), ("miraretentionpolicies/finalizers",)): (("update",), None),
         (("events.k8s.io",), ("events",)): (("create", "patch"), None),
+        # The mira.dev/tenants annotation: which tenants a namespace may govern.
+        (("",), ("namespaces",)): (("get", "list", "watch"), None),
     }
     lease = one(objs, "Role", f"{RELEASE}-operator-lease")["rules"]
     assert lease == [
@@ -642,7 +644,16 @@ def test_operator_rbac_is_exactly_what_it_needs():
 
 def test_namespaced_operator_uses_a_role_and_may_read_the_offload_secrets():
     objs = rendered_variant("ha-hpa")
-    assert not find(objs, "ClusterRole") and not find(objs, "ClusterRoleBinding")
+    # Cluster-wide only the watched Namespace itself (its mira.dev/tenants
+    # annotation), by name.
+    (cluster_role,) = find(objs, "ClusterRole")
+    assert cluster_role["metadata"]["name"] == f"{NAMESPACE}-{RELEASE}-operator-namespace"
+    assert cluster_role["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["observability"], "verbs": ["get", "list", "watch"]},
+    ]
+    (cluster_binding,) = find(objs, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert cluster_binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-operator", "namespace": NAMESPACE}]
     role = one(objs, "Role", f"{RELEASE}-operator")
     assert role["metadata"]["namespace"] == "observability"
     lease = one(objs, "Role", f"{RELEASE}-operator-lease")["rules"]
@@ -652,6 +663,23 @@ def test_namespaced_operator_uses_a_role_and_may_read_the_offload_secrets():
     comp = pod_spec(one(objs, "Deployment", f"{RELEASE}-compactor"))
     assert {"name": "offload-mira-archive", "mountPath": "/etc/mira/offload/mira-archive", "readOnly": True} in comp["containers"][0]["volumeMounts"]
     assert "--offload-target=archive=gs://mira-archive/prod" in comp["containers"][0]["args"]
+
+
+def test_operator_namespace_grants_render_as_flags_and_the_annotation_can_be_turned_off():
+    values = dict(values_of("distributed"), operator={"namespaceTenants": {"team-b": ["team-b"], "team-a": ["team-a", "team-a-dev"]}})
+    objs = render(values)
+    args = pod_spec(one(objs, "Deployment", f"{RELEASE}-operator"))["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--namespace-")] == [
+        "--namespace-tenants=team-a=team-a,team-a-dev", "--namespace-tenants=team-b=team-b"]
+    # Off: no Namespace access, and the operator is told.
+    objs = render(dict(values_of("distributed"), operator={"namespaceAnnotation": False}))
+    role = one(objs, "ClusterRole", f"{NAMESPACE}-{RELEASE}-operator")
+    assert not [r for r in role["rules"] if "namespaces" in r["resources"]]
+    args = pod_spec(one(objs, "Deployment", f"{RELEASE}-operator"))["containers"][0]["args"]
+    assert "--namespace-annotation=false" in args
+    # Watching only the release namespace: it governs everything, nothing to read.
+    objs = render(dict(values_of("distributed"), operator={"watchNamespace": NAMESPACE}))
+    assert not find(objs, "ClusterRole") and not find(objs, "ClusterRoleBinding")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

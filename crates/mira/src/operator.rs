@@ -45,6 +45,20 @@ pub struct OperatorArgs {
     /// A kubeconfig file [default: in-cluster, else KUBECONFIG or ~/.kube/config].
     #[arg(long, env = "MIRA_OPERATOR_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// NAMESPACE=TENANT[,TENANT...]: tenants the objects of a namespace may
+    /// govern (besides its mira.dev/tenants annotation); repeat the flag or
+    /// separate entries with ';'. Objects of the operator's namespace (the
+    /// lease namespace) may govern every tenant and "*".
+    #[arg(
+        long = "namespace-tenants",
+        env = "MIRA_OPERATOR_NAMESPACE_TENANTS",
+        value_delimiter = ';'
+    )]
+    pub namespace_tenants: Vec<String>,
+    /// Whether a Namespace's mira.dev/tenants annotation grants tenants to
+    /// its objects [default: true].
+    #[arg(long, env = "MIRA_OPERATOR_NAMESPACE_ANNOTATION", num_args = 0..=1, default_missing_value = "true")]
+    pub namespace_annotation: Option<bool>,
     #[command(flatten)]
     pub security: SecurityFlags,
     #[command(flatten)]
@@ -70,7 +84,11 @@ impl OperatorArgs {
             identity,
             requeue_s,
             catalog_timeout_ms,
+            namespace_annotation,
         );
+        if !self.namespace_tenants.is_empty() {
+            s.namespace_tenants.clone_from(&self.namespace_tenants);
+        }
         if self.kubeconfig.is_some() {
             s.kubeconfig.clone_from(&self.kubeconfig);
         }

@@ -422,6 +422,7 @@ fn the_operator_takes_the_flags_the_chart_passes_and_names_bad_ones() {
     assert_eq!(value(&out, "operator", "lease_name"), "mira-operator");
     assert_eq!(value(&out, "operator", "requeue_s"), "300");
     assert_eq!(value(&out, "operator", "catalog_timeout_ms"), "5000");
+    assert_eq!(value(&out, "operator", "namespace_annotation"), "true");
     let out = ok(
         &[
             "operator",
@@ -440,9 +441,20 @@ fn the_operator_takes_the_flags_the_chart_passes_and_names_bad_ones() {
             "800",
             "--kubeconfig",
             "/tmp/kubeconfig",
+            "--namespace-tenants",
+            "team-a=team-a,team-a-dev;team-b=team-b",
+            "--namespace-tenants",
+            "team-c=team-c",
+            "--namespace-annotation",
+            "false",
         ],
         &[("POD_NAMESPACE", "mira"), ("POD_NAME", "mira-operator-7d9")],
     );
+    let grants = value(&out, "operator", "namespace_tenants");
+    for entry in ["team-a=team-a,team-a-dev", "team-b=team-b", "team-c=team-c"] {
+        assert!(grants.contains(&format!("\"{entry}\"")), "{grants}");
+    }
+    assert_eq!(value(&out, "operator", "namespace_annotation"), "false");
     assert_eq!(value(&out, "operator", "catalog"), "c-0:7400,c-1:7400");
     assert_eq!(value(&out, "operator", "namespace"), "team-a");
     assert_eq!(value(&out, "operator", "leader_elect"), "false");
@@ -458,6 +470,10 @@ fn the_operator_takes_the_flags_the_chart_passes_and_names_bad_ones() {
         ),
         (&["operator", "--namespace", "Team_A"][..], "operator.namespace"),
         (&["operator", "--catalog", ","][..], "operator.catalog"),
+        (
+            &["operator", "--namespace-tenants", "team-a=*"][..],
+            "operator.namespace_tenants",
+        ),
     ] {
         let err = refused(&[args, &["--check-config"]].concat(), &[]);
         assert!(err.contains(field), "{args:?}: {err}");

@@ -188,6 +188,10 @@ async fn an_applied_object_becomes_a_catalog_policy_that_is_enforced_and_deleted
                 "op-e2e",
                 "--requeue-s",
                 "10",
+                // The objects are in team-a, the operator's namespace is
+                // `default`: team-a is granted the two tenants it names.
+                "--namespace-tenants",
+                "team-a=default,other",
             ])
             .stdout(Stdio::null())
             .stderr(log)

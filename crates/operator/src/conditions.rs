@@ -16,6 +16,8 @@ pub const OFFLOAD_TARGET_READY: &str = "OffloadTargetReady";
 pub mod reason {
     pub const APPLIED: &str = "Applied";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// `spec.tenant` names a tenant the object's namespace may not govern.
+    pub const TENANT_NOT_ALLOWED: &str = "TenantNotAllowed";
     pub const CATALOG_UNAVAILABLE: &str = "CatalogUnavailable";
     pub const CATALOG_REJECTED: &str = "CatalogRejected";
     pub const OFFLOAD_TARGET_NOT_READY: &str = "OffloadTargetNotReady";

@@ -23,12 +23,21 @@
 //!   registered but its last compactor check failed → `TargetUnreachable`
 //!   with the check's time and error (the offload policy stays set);
 //!   else `TargetRegistered`.
+//! - Before anything else, apply checks that the object's namespace may
+//!   govern `spec.tenant` ([`crate::tenancy`]; the Namespace is read only
+//!   when the settings alone do not decide). If not: `Ready=False,
+//!   reason=TenantNotAllowed` naming the tenant and the namespace, and the
+//!   catalog policies set for the object before are deleted. Checked
+//!   again at every reconcile, so an edited grant takes effect at the
+//!   next one (`crate::run` has every object reconciled when a
+//!   Namespace's annotation changes).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -48,6 +57,7 @@ use crate::conditions::{self, OFFLOAD_TARGET_READY, READY, Want, reason, set_con
 use crate::crd::{API_VERSION, FINALIZER, KIND, MiraRetentionPolicy, MiraRetentionPolicyStatus};
 use crate::metrics::{Metrics, ObjectLabels, ResultLabel};
 use crate::policy::{self, catalog_name, owner_of};
+use crate::tenancy::{TENANTS_ANNOTATION, Tenancy, TenantNotAllowed};
 
 /// The field manager of the status (server-side apply) and the events'
 /// reporting controller.
@@ -66,6 +76,8 @@ pub struct Context {
     pub clock: Clock,
     /// Every object is reconciled again this often.
     pub requeue: Duration,
+    /// Which namespaces may govern which tenants.
+    pub tenancy: Tenancy,
     backoff: Mutex<HashMap<ObjectRef<MiraRetentionPolicy>, Backoff>>,
     catalog_up: AtomicBool,
 }
@@ -74,6 +86,7 @@ impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("requeue", &self.requeue)
+            .field("tenancy", &self.tenancy)
             .field("catalog_up", &self.catalog_up)
             .finish_non_exhaustive()
     }
@@ -88,6 +101,7 @@ impl Context {
         clock: Clock,
         identity: &str,
         requeue: Duration,
+        tenancy: Tenancy,
     ) -> Context {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
@@ -101,6 +115,7 @@ impl Context {
             metrics,
             clock,
             requeue,
+            tenancy,
             backoff: Mutex::new(HashMap::new()),
             catalog_up: AtomicBool::new(true),
         }
@@ -185,6 +200,7 @@ impl Context {
             let (type_, reason, action) = match new.reason.as_str() {
                 reason::APPLIED => (EventType::Normal, "Applied", "SetPolicy"),
                 reason::INVALID_SPEC => (EventType::Warning, "InvalidSpec", "Validate"),
+                reason::TENANT_NOT_ALLOWED => (EventType::Warning, "TenantNotAllowed", "Validate"),
                 reason::CATALOG_UNAVAILABLE => (EventType::Warning, "CatalogUnavailable", "SetPolicy"),
                 reason::CATALOG_REJECTED => (EventType::Warning, "CatalogRejected", "SetPolicy"),
                 reason::TARGET_NOT_REGISTERED => (EventType::Warning, "OffloadTargetNotFound", "SetPolicy"),
@@ -312,6 +328,18 @@ async fn apply(obj: &MiraRetentionPolicy, api: &Api<MiraRetentionPolicy>, ctx: &
     let before = obj.status.clone().unwrap_or_default();
     let mut status = before.clone();
     let now = ctx.now();
+    let namespace = obj.namespace().unwrap_or_default();
+    let tenant = obj.spec.tenant.as_str();
+    let annotation = if ctx.tenancy.needs_annotation(&namespace, tenant) {
+        let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+        let ns = namespaces.get(&namespace).await.map_err(Error::Kube)?;
+        ns.annotations().get(TENANTS_ANNOTATION).cloned()
+    } else {
+        None
+    };
+    if let Err(refusal) = ctx.tenancy.check(&namespace, tenant, annotation.as_deref()) {
+        return refuse(obj, api, ctx, &before, status, refusal).await;
+    }
     let desired = match policy::to_catalog(obj) {
         Ok(d) => d,
         Err(e) => {
@@ -480,6 +508,65 @@ async fn apply(obj: &MiraRetentionPolicy, api: &Api<MiraRetentionPolicy>, ctx: &
     ctx.set_ready_metric(obj, Some(is_ready));
     ctx.finish(obj, api, &before, status).await?;
     ctx.reset_backoff(&ObjectRef::from_obj(obj));
+    Ok(Action::requeue(ctx.requeue))
+}
+
+/// The object names a tenant its namespace may not govern: its catalog
+/// policies (if the operator set any before) are deleted, and the status
+/// says why.
+async fn refuse(
+    obj: &MiraRetentionPolicy,
+    api: &Api<MiraRetentionPolicy>,
+    ctx: &Context,
+    before: &MiraRetentionPolicyStatus,
+    mut status: MiraRetentionPolicyStatus,
+    refusal: TenantNotAllowed,
+) -> Result<Action, Error> {
+    let name = catalog_name(&refusal.namespace, &obj.name_any());
+    tracing::warn!(
+        target: "mira::operator",
+        namespace = refusal.namespace,
+        name = obj.name_any(),
+        tenant = refusal.tenant,
+        "tenant not allowed in this namespace"
+    );
+    let listing = match ctx.catalog.list_policies(pb::ListPoliciesRequest::default()).await {
+        Ok(l) => l,
+        Err(e) => return ctx.catalog_failed(obj, api, before, status, e).await,
+    };
+    ctx.set_catalog_up(true);
+    for kind in [pb::PolicyKind::Retention, pb::PolicyKind::Offload] {
+        if !(listing.policies.iter()).any(|p| p.kind == kind as i32 && p.name == name) {
+            continue;
+        }
+        if let Err(e) = ctx.catalog.delete_policy(kind, &name).await {
+            return ctx.catalog_failed(obj, api, before, status, e).await;
+        }
+        tracing::info!(
+            target: "mira::operator",
+            policy = name,
+            kind = kind.as_str_name(),
+            "deleted the catalog policy of a refused object"
+        );
+    }
+    status.catalog_policy = None;
+    conditions::remove_condition(&mut status.conditions, OFFLOAD_TARGET_READY);
+    set_condition(
+        &mut status.conditions,
+        Want {
+            type_: READY,
+            status: false,
+            reason: reason::TENANT_NOT_ALLOWED,
+            message: refusal.to_string(),
+            generation: obj.metadata.generation,
+        },
+        ctx.now(),
+    );
+    ctx.set_ready_metric(obj, Some(false));
+    ctx.finish(obj, api, before, status).await?;
+    ctx.reset_backoff(&ObjectRef::from_obj(obj));
+    // Checked again at every requeue, so a grant added later is seen even
+    // without the Namespace watch.
     Ok(Action::requeue(ctx.requeue))
 }
 

@@ -91,7 +91,10 @@ pub const MAX_TEXT: usize = mira_core::policy::MAX_TEXT_BYTES;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MiraRetentionPolicySpec {
-    /// The tenant whose data this governs; `*` for every tenant.
+    /// The tenant whose data this governs; `*` for every tenant. Only a
+    /// tenant the object's namespace is granted (its `mira.dev/tenants`
+    /// annotation or the operator's settings), and `*` only in the
+    /// operator's own namespace; else Ready=False, TenantNotAllowed.
     #[schemars(regex(pattern = r"^(\*|[A-Za-z0-9._-]{1,128})$"))]
     pub tenant: String,
     /// The signals this governs; omitted or empty: all three.

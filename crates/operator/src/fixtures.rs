@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use crate::controller::Context;
 use crate::crd::{MiraRetentionPolicy, MiraRetentionPolicySpec, MiraRetentionPolicyStatus, OffloadSpec};
 use crate::metrics::Metrics;
+use crate::tenancy::{TENANTS_ANNOTATION, Tenancy};
 
 pub type ApiServerHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -76,6 +77,17 @@ impl MiraRetentionPolicy {
         self.meta_mut().generation = Some(n);
         self
     }
+
+    /// The same object in namespace `ns`, naming `tenant`.
+    pub fn in_namespace(mut self, ns: &str, tenant: &str) -> Self {
+        self.meta_mut().namespace = Some(ns.into());
+        self.spec.tenant = tenant.into();
+        self
+    }
+}
+
+fn ns(obj: &MiraRetentionPolicy) -> String {
+    obj.namespace().expect("a namespaced object")
 }
 
 /// A single-member catalog in this process, on its own port and directory.
@@ -153,8 +165,15 @@ impl TestCatalog {
 }
 
 impl Context {
-    /// A context on a mocked API server and `catalog`.
+    /// A context on a mocked API server and `catalog`; the operator's
+    /// namespace is `default`, so objects there may govern every tenant.
     pub fn test(catalog: Arc<CatalogClient>) -> (Arc<Context>, ApiServerVerifier, Metrics) {
+        let tenancy = Tenancy::new("default", &[], true, "test").expect("tenancy");
+        Context::test_with(catalog, tenancy)
+    }
+
+    /// [`Context::test`] with `tenancy`.
+    pub fn test_with(catalog: Arc<CatalogClient>, tenancy: Tenancy) -> (Arc<Context>, ApiServerVerifier, Metrics) {
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "default");
         let metrics = Metrics::register(&mira_common::telemetry::Telemetry::new());
@@ -165,6 +184,7 @@ impl Context {
             Clock::system(),
             "test-pod",
             Duration::from_secs(300),
+            tenancy,
         );
         (Arc::new(ctx), ApiServerVerifier(handle), metrics)
     }
@@ -247,7 +267,8 @@ impl ApiServerVerifier {
         assert_eq!(
             seen.path,
             format!(
-                "/apis/mira.dev/v1alpha1/namespaces/default/miraretentionpolicies/{}",
+                "/apis/mira.dev/v1alpha1/namespaces/{}/miraretentionpolicies/{}",
+                ns(obj),
                 obj.name_any()
             )
         );
@@ -272,7 +293,8 @@ impl ApiServerVerifier {
         assert_eq!(
             seen.path,
             format!(
-                "/apis/mira.dev/v1alpha1/namespaces/default/miraretentionpolicies/{}/status",
+                "/apis/mira.dev/v1alpha1/namespaces/{}/miraretentionpolicies/{}/status",
+                ns(obj),
                 obj.name_any()
             )
         );
@@ -295,7 +317,10 @@ impl ApiServerVerifier {
     pub async fn event(&mut self, obj: &MiraRetentionPolicy, type_: &str, reason: &str, action: &str) -> Value {
         let (seen, send) = self.next().await;
         assert_eq!(seen.method, http::Method::POST);
-        assert_eq!(seen.path, "/apis/events.k8s.io/v1/namespaces/default/events");
+        assert_eq!(
+            seen.path,
+            format!("/apis/events.k8s.io/v1/namespaces/{}/events", ns(obj))
+        );
         assert_eq!(seen.body["type"], type_, "{}", seen.body);
         assert_eq!(seen.body["reason"], reason, "{}", seen.body);
         assert_eq!(seen.body["action"], action, "{}", seen.body);
@@ -303,7 +328,7 @@ impl ApiServerVerifier {
         assert_eq!(seen.body["reportingInstance"], "test-pod");
         assert_eq!(seen.body["regarding"]["kind"], "MiraRetentionPolicy");
         assert_eq!(seen.body["regarding"]["name"], obj.name_any());
-        assert_eq!(seen.body["regarding"]["namespace"], "default");
+        assert_eq!(seen.body["regarding"]["namespace"], ns(obj));
         let mut response = Response::builder().status(201);
         response = response.header("content-type", "application/json");
         send.send_response(
@@ -314,6 +339,21 @@ impl ApiServerVerifier {
         seen.body
     }
 
+    /// A GET of Namespace `name`; answers with one whose
+    /// `mira.dev/tenants` annotation is `tenants` (absent: `None`).
+    pub async fn namespace_get(&mut self, name: &str, tenants: Option<&str>) {
+        let (seen, send) = self.next().await;
+        assert_eq!(seen.method, http::Method::GET);
+        assert_eq!(seen.path, format!("/api/v1/namespaces/{name}"));
+        let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+        ns.metadata.name = Some(name.to_owned());
+        ns.metadata.annotations = tenants.map(|t| [(TENANTS_ANNOTATION.to_owned(), t.to_owned())].into());
+        let mut v = serde_json::to_value(&ns).expect("json");
+        v["apiVersion"] = json!("v1");
+        v["kind"] = json!("Namespace");
+        send.send_response(json_response(&v));
+    }
+
     /// The finalizer is removed with `test` + `remove` at its index.
     pub async fn finalizer_removal(&mut self, obj: &MiraRetentionPolicy) {
         let (seen, send) = self.next().await;
@@ -321,7 +361,8 @@ impl ApiServerVerifier {
         assert_eq!(
             seen.path,
             format!(
-                "/apis/mira.dev/v1alpha1/namespaces/default/miraretentionpolicies/{}",
+                "/apis/mira.dev/v1alpha1/namespaces/{}/miraretentionpolicies/{}",
+                ns(obj),
                 obj.name_any()
             )
         );

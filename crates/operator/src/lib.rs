@@ -8,6 +8,9 @@
 //! - [`policy`] — the pure mapping from an object to catalog policies, with
 //!   the catalog's own validation and errors naming the object's field;
 //! - [`conditions`] — `metav1.Condition` bookkeeping;
+//! - [`tenancy`] — which tenants the objects of a namespace may govern
+//!   (the operator's namespace: all and `*`; others: what the settings or
+//!   the Namespace's `mira.dev/tenants` annotation grant);
 //! - [`controller`] — reconcile (finalizer, catalog writes, server-side
 //!   apply of status, events on transitions), the error policy with
 //!   per-object backoff, the catalog probe and the orphan sweep;
@@ -28,6 +31,7 @@ pub mod metrics;
 pub mod policy;
 pub mod run;
 pub mod settings;
+pub mod tenancy;
 
 #[cfg(test)]
 mod fixtures;
@@ -62,6 +66,9 @@ pub enum Error {
     /// The Kubernetes client could not be configured.
     #[error("kubernetes client configuration: {0}")]
     KubeConfig(String),
+    /// A setting is not acceptable.
+    #[error("{0}")]
+    Settings(#[source] mira_common::config::ConfigError),
     /// The CRD is not installed (or not readable with these permissions).
     #[error(
         "cannot list miraretentionpolicies.mira.dev ({0}); install the CRD with `kubectl apply --server-side -f deploy/helm/mira/crds/`"
@@ -96,6 +103,7 @@ impl Error {
             Error::NoNamespace(_)
             | Error::Yaml(_)
             | Error::KubeConfig(_)
+            | Error::Settings(_)
             | Error::CrdMissing(_)
             | Error::LeaseLost(_)
             | Error::Listen { .. } => "Other",

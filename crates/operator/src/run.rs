@@ -3,7 +3,10 @@
 //! leader Lease (unless `leader_elect` is off), then runs the controller
 //! with the catalog probe and the orphan sweep until shutdown (the lease
 //! is released) or until the lease cannot be renewed (an error: the
-//! process exits and Kubernetes restarts it).
+//! process exits and Kubernetes restarts it). With the `mira.dev/tenants`
+//! annotation on (the default), it also watches Namespaces (only the
+//! watched one with `--namespace`; none when that is its own) and has
+//! every object reconciled when an annotation changes.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,10 +15,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Client, Config};
 use mira_catalog::{CatalogClient, ClientConfig};
 use mira_common::Process;
@@ -25,6 +29,7 @@ use crate::controller::{Context, error_policy, probe_catalog, reconcile, sweep_o
 use crate::crd::MiraRetentionPolicy;
 use crate::lease::{Held, LeaderElector, LeaseConfig};
 use crate::metrics::Metrics;
+use crate::tenancy::{Tenancy, annotation_changes};
 use crate::{Error, Settings};
 
 /// How often the catalog is probed while it is down (and up).
@@ -119,6 +124,20 @@ async fn operate(
         },
     ));
     let identity = identity(settings);
+    // The operator's own namespace: its Lease's.
+    let lease_namespace = if settings.lease_namespace.is_empty() {
+        client.default_namespace().to_owned()
+    } else {
+        settings.lease_namespace.clone()
+    };
+    let tenancy = settings.tenancy(&lease_namespace).map_err(Error::Settings)?;
+    let namespaces = namespace_watch(&client, &tenancy, namespace.as_deref());
+    tracing::info!(
+        target: "mira::operator",
+        operator_namespace = lease_namespace,
+        namespace_annotation = tenancy.reads_annotation(),
+        "objects of the operator's namespace may govern every tenant; others what they are granted"
+    );
     let ctx = Arc::new(Context::new(
         client.clone(),
         catalog,
@@ -126,11 +145,12 @@ async fn operate(
         process.clock.clone(),
         &identity,
         settings.requeue(),
+        tenancy,
     ));
     let mut shutdown = std::pin::pin!(shutdown);
 
     if !settings.leader_elect {
-        let task = tokio::spawn(control(ctx, api, namespace));
+        let task = tokio::spawn(control(ctx, api, namespace, namespaces));
         metrics.leader.set(1);
         shutdown.as_mut().await;
         task.abort();
@@ -138,11 +158,6 @@ async fn operate(
         return Ok(());
     }
 
-    let lease_namespace = if settings.lease_namespace.is_empty() {
-        client.default_namespace().to_owned()
-    } else {
-        settings.lease_namespace.clone()
-    };
     let leases: Api<Lease> = Api::namespaced(client, &lease_namespace);
     let mut elector = LeaderElector::new(
         leases,
@@ -153,7 +168,7 @@ async fn operate(
         return Ok(());
     }
     metrics.leader.set(1);
-    let task = tokio::spawn(control(ctx, api, namespace));
+    let task = tokio::spawn(control(ctx, api, namespace, namespaces));
     let held = elector.hold(&mut shutdown).await;
     // Stop reconciling first; then give the lease up.
     task.abort();
@@ -170,12 +185,43 @@ async fn operate(
     }
 }
 
+/// The Namespaces whose `mira.dev/tenants` annotation can change what an
+/// object may govern: none with the annotation off or when the operator
+/// watches only its own namespace; the watched one with `--namespace`;
+/// else all.
+fn namespace_watch(
+    client: &Client,
+    tenancy: &Tenancy,
+    only: Option<&str>,
+) -> Option<(Api<Namespace>, watcher::Config)> {
+    if !tenancy.reads_annotation() {
+        return None;
+    }
+    let api = Api::all(client.clone());
+    match only {
+        Some(ns) if ns == tenancy.operator_namespace => None,
+        Some(ns) => Some((api, watcher::Config::default().fields(&format!("metadata.name={ns}")))),
+        None => Some((api, watcher::Config::default())),
+    }
+}
+
 /// The controller, the catalog probe and the orphan sweep, until aborted.
-async fn control(ctx: Arc<Context>, api: Api<MiraRetentionPolicy>, namespace: Option<String>) {
+async fn control(
+    ctx: Arc<Context>,
+    api: Api<MiraRetentionPolicy>,
+    namespace: Option<String>,
+    namespaces: Option<(Api<Namespace>, watcher::Config)>,
+) {
     let (recovered, trigger) = tokio::sync::mpsc::channel(1);
-    let controller = Controller::new(api, watcher::Config::default().any_semantic())
+    let mut controller = Controller::new(api, watcher::Config::default().any_semantic())
         .with_config(controller::Config::default().concurrency(4))
         .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(trigger));
+    if let Some((namespaces, config)) = namespaces {
+        // Its own backoff: a failing Namespace watch (RBAC missing) must
+        // not hold up the objects' own watch, and yields no trigger.
+        let changes = annotation_changes(watcher(namespaces, config).default_backoff());
+        controller = controller.reconcile_all_on(changes);
+    }
     let store = controller.store();
     let probe = tokio::spawn(probe_catalog(ctx.clone(), recovered, PROBE_INTERVAL));
     let sweep = {

@@ -9,6 +9,8 @@ use std::time::Duration;
 use mira_common::config::{ConfigError, in_range};
 use serde::{Deserialize, Serialize};
 
+use crate::tenancy::Tenancy;
+
 /// The operator's settings (defaults in `Default`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -37,6 +39,14 @@ pub struct Settings {
     /// (`KUBECONFIG`, `~/.kube/config`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
+    /// `NAMESPACE=TENANT[,TENANT…]` entries: the tenants the objects of a
+    /// namespace may govern (besides what its annotation grants; see
+    /// [`crate::tenancy`]).
+    pub namespace_tenants: Vec<String>,
+    /// Whether the Namespace's `mira.dev/tenants` annotation grants
+    /// tenants too (off: only `namespace_tenants`, and Namespaces are
+    /// neither read nor watched).
+    pub namespace_annotation: bool,
 }
 
 impl Default for Settings {
@@ -52,12 +62,14 @@ impl Default for Settings {
             requeue_s: 300,
             catalog_timeout_ms: 5000,
             kubeconfig: None,
+            namespace_tenants: Vec::new(),
+            namespace_annotation: true,
         }
     }
 }
 
-/// A Kubernetes object name (RFC 1123 DNS subdomain).
-fn dns_subdomain(field: &str, s: &str) -> Result<(), ConfigError> {
+/// A Kubernetes object name (RFC 1123 DNS subdomain), or why not.
+pub(crate) fn dns_name(s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 253
         && s.bytes()
@@ -67,11 +79,12 @@ fn dns_subdomain(field: &str, s: &str) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
-        Err(ConfigError::new(
-            field,
-            format!("{s:?} is not a Kubernetes name (lowercase a-z, 0-9, '-', '.')"),
-        ))
+        Err(format!("{s:?} is not a Kubernetes name (lowercase a-z, 0-9, '-', '.')"))
     }
+}
+
+fn dns_subdomain(field: &str, s: &str) -> Result<(), ConfigError> {
+    dns_name(s).map_err(|why| ConfigError::new(field, why))
 }
 
 impl Settings {
@@ -91,7 +104,19 @@ impl Settings {
         }
         in_range("operator.requeue_s", self.requeue_s, 10, 86_400)?;
         in_range("operator.catalog_timeout_ms", self.catalog_timeout_ms, 100, 600_000)?;
+        self.tenancy("")?;
         Ok(())
+    }
+
+    /// Which namespaces may govern which tenants, `operator_namespace`
+    /// being the operator's own (see [`crate::tenancy`]).
+    pub fn tenancy(&self, operator_namespace: &str) -> Result<Tenancy, ConfigError> {
+        Tenancy::new(
+            operator_namespace,
+            &self.namespace_tenants,
+            self.namespace_annotation,
+            "operator.namespace_tenants",
+        )
     }
 
     pub fn requeue(&self) -> Duration {
@@ -153,6 +178,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "operator.catalog_timeout_ms",
+            ),
+            (
+                Settings {
+                    namespace_tenants: vec!["team-a=team-a".into(), "team-b=*".into()],
+                    ..Settings::default()
+                },
+                "operator.namespace_tenants",
             ),
         ];
         for (s, field) in cases {

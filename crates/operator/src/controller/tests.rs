@@ -15,6 +15,7 @@ use crate::conditions::{OFFLOAD_TARGET_READY, READY, find, reason};
 use crate::crd::{AttributeExpression, AttributeSelector, MiraRetentionPolicyStatus, Operator};
 use crate::fixtures::{ApiServerVerifier, TestCatalog, verify};
 use crate::metrics::ReasonLabel;
+use crate::tenancy::Tenancy;
 
 const NAME: &str = "k8s/default/test";
 
@@ -471,4 +472,202 @@ async fn compactor_counts_show_in_the_status() {
     assert_eq!(status.rows_dropped, Some(1200));
     assert_eq!(status.last_enforced.as_deref(), Some("2025-12-01T00:00:00Z"));
     assert_eq!(status.enforcement_errors, ["one"]);
+}
+
+// ---- namespaces and the tenants they may govern ---------------------------
+
+/// The operator's namespace is `obs`; `team-s` is granted `team-s` by the
+/// settings; annotations count unless `annotation` is false.
+fn tenancy(annotation: bool) -> Tenancy {
+    Tenancy::new("obs", &["team-s=team-s".to_owned()], annotation, "test").expect("tenancy")
+}
+
+/// Applies `obj` once with `tenancy`: a GET of its Namespace answered
+/// with annotation `annotation.1` when `annotation.0`, then the status
+/// patch and the events listed; returns the status written.
+async fn apply_with(
+    catalog: &TestCatalog,
+    tenancy: Tenancy,
+    obj: &MiraRetentionPolicy,
+    annotation: (bool, Option<&'static str>),
+    events: &'static [(&'static str, &'static str, &'static str)],
+) -> (Result<Action, Error>, MiraRetentionPolicyStatus) {
+    let (ctx, verifier, _) = Context::test_with(catalog.client(), tenancy);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let o = obj.clone();
+    let result = run(obj, ctx, verifier, move |mut v| {
+        Box::pin(async move {
+            if annotation.0 {
+                v.namespace_get(&o.namespace().expect("namespace"), annotation.1).await;
+            }
+            let status = v.status_patch(&o).await;
+            for (type_, reason, action) in events {
+                v.event(&o, type_, reason, action).await;
+            }
+            let _ = tx.send(status);
+            v
+        })
+    })
+    .await;
+    (result, rx.await.expect("the status patch"))
+}
+
+const REFUSED: &[(&str, &str, &str)] = &[("Warning", "TenantNotAllowed", "Validate")];
+const APPLIED: &[(&str, &str, &str)] = &[("Normal", "Applied", "SetPolicy")];
+
+#[tokio::test]
+async fn a_tenant_the_namespace_may_not_govern_is_refused_and_nothing_is_set() {
+    let catalog = TestCatalog::start().await;
+    let obj = MiraRetentionPolicy::test().finalized().in_namespace("team-a", "team-b");
+    let (result, status) = apply_with(&catalog, tenancy(true), &obj, (true, Some("team-a")), REFUSED).await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    let (s, r, m) = ready(&status);
+    assert_eq!((s, r), ("False", "TenantNotAllowed"));
+    assert!(
+        m.starts_with(
+            "namespace \"team-a\" may not govern tenant \"team-b\"; namespace \"team-a\" may govern: team-a;"
+        ),
+        "{m}"
+    );
+    assert_eq!(status.catalog_policy, None);
+    assert_eq!(status.observed_generation, None);
+
+    // Reconciled again unchanged: the Namespace is read, nothing written.
+    let version = catalog.policies().await.version;
+    let again = obj.clone().with_status(status);
+    let (ctx, verifier, _) = Context::test_with(catalog.client(), tenancy(true));
+    let action = run(&again, ctx, verifier, |mut v| {
+        Box::pin(async move {
+            v.namespace_get("team-a", Some("team-a")).await;
+            v
+        })
+    })
+    .await
+    .expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    assert_eq!(catalog.policies().await.version, version, "no catalog write");
+
+    // No annotation at all: not even the tenant named like the namespace.
+    let same = MiraRetentionPolicy::test().finalized().in_namespace("team-a", "team-a");
+    let (result, status) = apply_with(&catalog, tenancy(true), &same, (true, None), REFUSED).await;
+    result.expect("reconcile");
+    let (s, r, m) = ready(&status);
+    assert_eq!((s, r), ("False", "TenantNotAllowed"));
+    assert!(m.contains("namespace \"team-a\" may govern no tenant"), "{m}");
+    assert!(catalog.policies().await.policies.is_empty(), "nothing written");
+}
+
+#[tokio::test]
+async fn a_tenant_the_annotation_grants_is_applied() {
+    let catalog = TestCatalog::start().await;
+    let obj = MiraRetentionPolicy::test()
+        .finalized()
+        .in_namespace("team-a", "team-a-dev");
+    let (result, status) = apply_with(
+        &catalog,
+        tenancy(true),
+        &obj,
+        (true, Some("team-a, team-a-dev")),
+        APPLIED,
+    )
+    .await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    assert_eq!(ready(&status).0, "True");
+    let p = catalog
+        .policy(pb::PolicyKind::Retention, "k8s/team-a/test")
+        .await
+        .expect("the policy");
+    assert_eq!(p.tenant, "team-a-dev");
+}
+
+#[tokio::test]
+async fn every_tenant_is_refused_outside_the_operator_namespace_and_accepted_in_it() {
+    let catalog = TestCatalog::start().await;
+    // Refused without reading the Namespace: no annotation grants `*`.
+    let elsewhere = MiraRetentionPolicy::test().finalized().in_namespace("team-a", "*");
+    let (result, status) = apply_with(&catalog, tenancy(true), &elsewhere, (false, None), REFUSED).await;
+    result.expect("reconcile");
+    let (s, r, m) = ready(&status);
+    assert_eq!((s, r), ("False", "TenantNotAllowed"));
+    assert!(
+        m.starts_with(
+            "tenant \"*\" (every tenant) may be named only in the operator's namespace, not in namespace \"team-a\""
+        ),
+        "{m}"
+    );
+    assert!(catalog.policies().await.policies.is_empty());
+
+    let home = MiraRetentionPolicy::test().finalized().in_namespace("obs", "*");
+    let (result, status) = apply_with(&catalog, tenancy(true), &home, (false, None), APPLIED).await;
+    result.expect("reconcile");
+    assert_eq!(ready(&status).0, "True");
+    let p = catalog
+        .policy(pb::PolicyKind::Retention, "k8s/obs/test")
+        .await
+        .expect("the policy");
+    assert_eq!(p.tenant, "", "every tenant");
+}
+
+#[tokio::test]
+async fn an_edited_annotation_is_seen_and_removes_the_policies_it_no_longer_allows() {
+    let catalog = TestCatalog::start().await;
+    catalog
+        .client()
+        .register_offload_targets(vec!["archive".into()])
+        .await
+        .expect("register");
+    let name = "k8s/team-a/test";
+    let obj = MiraRetentionPolicy::test()
+        .finalized()
+        .in_namespace("team-a", "team-a")
+        .with_offload("7d", "archive");
+    let (_, status) = apply_with(&catalog, tenancy(true), &obj, (true, Some("team-a")), APPLIED).await;
+    assert_eq!(ready(&status).0, "True");
+    assert!(catalog.policy(pb::PolicyKind::Retention, name).await.is_some());
+    assert!(catalog.policy(pb::PolicyKind::Offload, name).await.is_some());
+
+    // An administrator moves the grant to team-c.
+    let again = obj.clone().with_status(status);
+    let (result, status) = apply_with(&catalog, tenancy(true), &again, (true, Some("team-c")), REFUSED).await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    let (s, r, m) = ready(&status);
+    assert_eq!((s, r), ("False", "TenantNotAllowed"));
+    assert!(m.contains("may not govern tenant \"team-a\""), "{m}");
+    assert!(catalog.policies().await.policies.is_empty(), "both policies removed");
+    assert_eq!(status.catalog_policy, None);
+    assert!(find(&status.conditions, OFFLOAD_TARGET_READY).is_none());
+
+    // And back: applied again.
+    let back = obj.clone().with_status(status);
+    let (result, status) = apply_with(&catalog, tenancy(true), &back, (true, Some("team-a")), APPLIED).await;
+    result.expect("reconcile");
+    assert_eq!(ready(&status).0, "True");
+    assert_eq!(status.catalog_policy.as_deref(), Some(name));
+    assert!(catalog.policy(pb::PolicyKind::Retention, name).await.is_some());
+}
+
+#[tokio::test]
+async fn the_settings_grant_without_a_namespace_read_and_annotations_can_be_turned_off() {
+    let catalog = TestCatalog::start().await;
+    let granted = MiraRetentionPolicy::test().finalized().in_namespace("team-s", "team-s");
+    let (result, status) = apply_with(&catalog, tenancy(true), &granted, (false, None), APPLIED).await;
+    result.expect("reconcile");
+    assert_eq!(ready(&status).0, "True");
+
+    // Annotations off: the Namespace is not read, so nothing grants team-a.
+    let obj = MiraRetentionPolicy::test().finalized().in_namespace("team-a", "team-a");
+    let (result, status) = apply_with(&catalog, tenancy(false), &obj, (false, None), REFUSED).await;
+    result.expect("reconcile");
+    let (s, r, m) = ready(&status);
+    assert_eq!((s, r), ("False", "TenantNotAllowed"));
+    assert!(
+        m.contains("grants tenants with the operator's --namespace-tenants"),
+        "{m}"
+    );
+    assert!(
+        catalog
+            .policy(pb::PolicyKind::Retention, "k8s/team-a/test")
+            .await
+            .is_none()
+    );
 }

@@ -16,6 +16,12 @@
 - --identity=$(POD_NAME)
 - --requeue-s={{ $v.requeueSeconds }}
 - --catalog-timeout-ms={{ $v.catalogTimeoutMs }}
+{{- range $ns, $tenants := $v.namespaceTenants }}
+- --namespace-tenants={{ $ns }}={{ join "," $tenants }}
+{{- end }}
+{{- if not $v.namespaceAnnotation }}
+- --namespace-annotation=false
+{{- end }}
 {{- include "mira.securityArgs" (dict "ctx" . "auth" false) | nindent 0 }}
 {{- include "mira.extraArgs" $v.extraArgs }}
 {{- end }}
