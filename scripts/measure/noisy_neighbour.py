@@ -1,0 +1,204 @@
+"""Noisy neighbour (docs/perf.md "Noisy neighbour"; issue 29 item 10).
+
+One `mira serve`; two well-behaved tenants (`calm-a`, `calm-b`) each ingest
+with `mira loadgen` (OTLP/gRPC, 2 connections, batch 1000 log records) and
+run Grafana-like queries (a Loki log query, a LogQL metric query and a
+PromQL query over the last 5 minutes, in a loop). Windows alternate:
+"quiet" (the calm tenants alone) and "noisy" (the same, while tenant
+`hostile` sends, in loops of its own, the worst requests known: 16 MiB of
+empty spans in 16 KiB of gzip, a 5.6 M-object JSON body, PromQL nested
+3,000 deep, an instant count_over_time over ten years, a TraceQL
+structural query, a LogQL regex over everything). Prints per window the
+calm tenants' acknowledged records/s and their queries' p50/p99, then the
+ratios noisy/quiet (each noisy window against the quiet ones around it),
+the hostile answers by status, and whether the process is the same one
+(pid) and still ready. Target: rate >= 0.8, p99 <= 2x, no restart.
+
+Usage: python3 noisy_neighbour.py MIRA_BIN [SECONDS_PER_WINDOW] [ROUNDS]
+Bounded: every loop stops with its window; every request has a timeout.
+"""
+import collections
+import gzip
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+BIN = sys.argv[1]
+DUR = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
+ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+CALM = ["calm-a", "calm-b"]
+
+
+def port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(num, payload):
+    return bytes([num << 3 | 2]) + varint(len(payload)) + payload
+
+
+EMPTY_SPANS = gzip.compress(field(1, field(2, bytes([0x12, 0]) * ((16 << 20) // 2 - 32))))
+JSON_SPANS = gzip.compress(
+    ('{"resourceSpans":[{"scopeSpans":[{"spans":[' + ",".join(["{}"] * ((16 << 20) // 3 - 32)) + "]}]}]}").encode()
+)
+
+
+def request(method, url, tenant, body=None, headers=None, timeout=30):
+    h = {"X-Scope-OrgID": tenant}
+    h.update(headers or {})
+    req = urllib.request.Request(url, data=body, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
+    except Exception:  # timeouts, resets
+        return 0
+
+
+def main():
+    work = tempfile.mkdtemp()
+    q, http, grpc, cat, comp = (f"127.0.0.1:{port()}" for _ in range(5))
+    secret = os.path.join(work, "secret")
+    with open(secret, "w") as f:
+        f.write("noisy-neighbour-cluster-secret-0123\n")
+    env = dict(os.environ, MIRA_CLUSTER_SECRET_FILE=secret)
+    log = open(os.path.join(work, "serve.log"), "w")
+    proc = subprocess.Popen(
+        [BIN, "serve", "--data-dir", os.path.join(work, "data"), "--listen", q, "--http-listen", http,
+         "--grpc-listen", grpc, "--catalog-listen", cat, "--compactor-listen", comp, "--query-timeout", "5s"],
+        stdout=subprocess.DEVNULL, stderr=log, env=env)
+    try:
+        for _ in range(600):
+            if request("GET", f"http://{q}/ready", "x", timeout=2) == 200:
+                break
+            time.sleep(0.1)
+        run(q, http, grpc, proc)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def calm_queries(q, tenant, stop, latencies, errors):
+    end = lambda: int(time.time())
+    qs = [
+        ("/loki/api/v1/query_range", lambda: {"query": '{service_name=~".+"}', "limit": "100",
+                                               "start": str(end() - 300), "end": str(end())}),
+        ("/loki/api/v1/query_range", lambda: {"query": 'sum by (service_name) (count_over_time({service_name=~".+"}[1m]))',
+                                               "start": str(end() - 300), "end": str(end()), "step": "15"}),
+        ("/api/v1/query_range", lambda: {"query": 'sum(rate({__name__=~".+"}[1m]))',
+                                          "start": str(end() - 300), "end": str(end()), "step": "15"}),
+    ]
+    i = 0
+    while not stop.is_set():
+        path, params = qs[i % len(qs)]
+        i += 1
+        t = time.monotonic()
+        status = request("GET", f"http://{q}{path}?{urllib.parse.urlencode(params())}", tenant, timeout=30)
+        latencies.append(time.monotonic() - t)
+        if status != 200:
+            errors[status] += 1
+
+
+def hostile(q, http, stop, answers):
+    now = int(time.time())
+    shots = [
+        ("POST", f"http://{http}/v1/traces", EMPTY_SPANS,
+         {"content-type": "application/x-protobuf", "content-encoding": "gzip"}),
+        ("POST", f"http://{http}/v1/traces", JSON_SPANS,
+         {"content-type": "application/json", "content-encoding": "gzip"}),
+        ("GET", f"http://{q}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": "abs(" * 3000 + "m" + ")" * 3000, "time": str(now)}), None, {}),
+        ("GET", f"http://{q}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": "count_over_time({__name__=~\".+\"}[3650d])", "time": str(now)}), None, {}),
+        ("GET", f"http://{q}/loki/api/v1/query?" + urllib.parse.urlencode(
+            {"query": 'count_over_time({service_name=~".+"} |~ "(a|b|c)*x"[3650d])', "time": str(now)}), None, {}),
+        ("GET", f"http://{q}/api/search?" + urllib.parse.urlencode(
+            {"q": "{ } >> { } >> { }", "start": str(now - 3600), "end": str(now)}), None, {}),
+    ]
+    i = 0
+    while not stop.is_set():
+        method, url, body, headers = shots[i % len(shots)]
+        i += 1
+        answers[request(method, url, "hostile", body, headers, timeout=30)] += 1
+
+
+def loadgen(grpc, tenant, seconds):
+    out = subprocess.run([BIN, "loadgen", "--target", grpc, "--tenant", tenant, "--conns", "2", "--batch", "1000",
+                          "--for", str(int(seconds))], capture_output=True, text=True)
+    for word in out.stdout.split(";")[0].split(","):
+        if "records/s" in word:
+            return float(word.split()[0])
+    return 0.0
+
+
+def window(q, http, grpc, noisy):
+    stop = threading.Event()
+    latencies, errors, answers = [], collections.Counter(), collections.Counter()
+    threads = [threading.Thread(target=calm_queries, args=(q, t, stop, latencies, errors)) for t in CALM]
+    if noisy:
+        threads += [threading.Thread(target=hostile, args=(q, http, stop, answers)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    rates = {}
+    lg = [threading.Thread(target=lambda t=t: rates.__setitem__(t, loadgen(grpc, t, DUR))) for t in CALM]
+    for t in lg:
+        t.start()
+    for t in lg:
+        t.join()
+    stop.set()
+    for t in threads:
+        t.join()
+    lat = sorted(latencies) or [0.0]
+    p = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
+    return sum(rates.values()), p(0.5), p(0.99), errors, answers
+
+
+def run(q, http, grpc, proc):
+    loadgen(grpc, "calm-a", 3)  # warm-up
+    quiet, noisy = [], []
+    for r in range(ROUNDS):
+        for kind, into in (("quiet", quiet), ("noisy", noisy)):
+            rate, p50, p99, errors, answers = window(q, http, grpc, kind == "noisy")
+            into.append((rate, p50, p99))
+            print(f"round {r + 1} {kind}: calm {rate:9.0f} records/s, query p50 {p50 * 1000:7.1f} ms, "
+                  f"p99 {p99 * 1000:7.1f} ms, calm query errors {dict(errors)}"
+                  + (f", hostile answers {dict(answers)}" if kind == "noisy" else ""), flush=True)
+    rate, p50, p99, _, _ = window(q, http, grpc, False)
+    quiet.append((rate, p50, p99))
+    print(f"closing quiet: calm {rate:9.0f} records/s, query p50 {p50 * 1000:7.1f} ms, p99 {p99 * 1000:7.1f} ms")
+    ratio = lambda k: statistics.mean(n[k] / ((quiet[i][k] + quiet[i + 1][k]) / 2) for i, n in enumerate(noisy))
+    alive = proc.poll() is None and request("GET", f"http://{q}/ready", "x", timeout=5) == 200
+    print(f"ratio noisy/quiet: ingest rate {ratio(0):.2f}, query p50 {ratio(1):.2f}x, p99 {ratio(2):.2f}x")
+    print(f"process {proc.pid} {'still running and ready' if alive else 'NOT running or not ready'}")
+
+
+if __name__ == "__main__":
+    main()
