@@ -14,6 +14,7 @@ use mira_core::block::path::parse_block_path;
 use mira_core::ids::BlockId;
 
 use crate::Ctx;
+use crate::copy::{CheckFailed, RateLimit, Unproven, copy_object, verify_object};
 use crate::error::Error;
 use crate::job::{self, Manifest};
 use crate::planner::{BlockInfo, Partition};
@@ -57,13 +58,27 @@ async fn delete_copy(ctx: &Arc<Ctx>, location: &str, object_key: &str) -> Result
     job::delete_in(ctx, &*store, &path, "offload_copy").await
 }
 
+/// What [`free_primaries`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Freed {
+    /// Primary objects deleted and recorded so.
+    pub freed: usize,
+    /// Partitions another holder leased (tried again next round).
+    pub leased: u64,
+    /// Primaries kept because their copy failed its check.
+    pub kept: usize,
+}
+
 /// Deletes the primary objects of offloaded blocks past the grace, per
 /// partition under its lease (so no restore of the partition runs
-/// meanwhile), then records it. Returns how many were freed and how many
-/// partitions another holder leased (tried again next round).
-pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<(usize, u64), Error> {
-    let mut freed = 0;
-    let mut leased = 0;
+/// meanwhile), then records it. Right before each delete the block's copy
+/// is proven again ([`crate::copy::verify_object`]: the length and SHA-256
+/// the catalog recorded); a copy that is missing, short or changed keeps
+/// its primary (counted, logged) and is written again from the primary,
+/// to be proven again, and the primary freed, on a later round.
+pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Result<Freed, Error> {
+    let mut out = Freed::default();
+    let rate = RateLimit::new(ctx.config.offload.rate_bytes);
     let mut by_partition: std::collections::BTreeMap<Partition, Vec<&BlockInfo>> = Default::default();
     for b in blocks {
         by_partition.entry(Partition::of(b)).or_default().push(b);
@@ -78,23 +93,36 @@ pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Resu
         let lease = match job::acquire(ctx, &partition, &manifest).await {
             Ok(l) => l,
             Err(Error::Conflict { .. }) => {
-                leased += 1;
+                out.leased += 1;
                 continue;
             }
             Err(e) => return Err(e),
         };
+        let mut freed = Vec::with_capacity(members.len());
         let result = async {
             for b in &members {
+                if let Err(failed) = check_copy(ctx, b).await {
+                    out.kept += 1;
+                    ctx.metrics.verify_failed("before_free", failed.reason);
+                    tracing::error!(target: "mira::compactor", block = %b.id, reason = %failed, "offload copy failed its check: the primary object is kept; writing the copy again");
+                    repair_copy(ctx, b, &rate).await;
+                    continue;
+                }
                 job::delete_object(ctx, &b.object_key, "offloaded").await?;
+                freed.push(b.id.to_string());
             }
             job::fault_point("after_free_primary");
+            if freed.is_empty() {
+                return Ok(());
+            }
             ctx.pacer
                 .run(ctx.catalog.mark_primary_freed(
-                    members.iter().map(|b| b.id.to_string()).collect(),
+                    freed.clone(),
                     ctx.clock.now_ns(),
                     (&lease.key, &ctx.config.holder),
                 ))
                 .await
+                .map(|_| ())
                 .map_err(|source| Error::Catalog {
                     what: "mark primary freed",
                     partition: partition.to_string(),
@@ -104,9 +132,52 @@ pub(crate) async fn free_primaries(ctx: &Arc<Ctx>, blocks: &[BlockInfo]) -> Resu
         .await;
         job::release(ctx, lease).await;
         result?;
-        freed += members.len();
+        out.freed += freed.len();
     }
-    Ok((freed, leased))
+    Ok(out)
+}
+
+/// Proves the offload copy of `b` against what the catalog recorded.
+async fn check_copy(ctx: &Arc<Ctx>, b: &BlockInfo) -> Result<(), CheckFailed> {
+    let Some(copy) = &b.offload else {
+        return Err(CheckFailed {
+            reason: Unproven::Missing,
+            detail: "the catalog records no offload copy".to_owned(),
+        });
+    };
+    let (store, path) = ctx
+        .targets
+        .resolve(&copy.location, &b.object_key)
+        .map_err(|e| CheckFailed {
+            reason: Unproven::Unreadable,
+            detail: e.to_string(),
+        })?;
+    verify_object(&store, &path, (b.bytes, &copy.sha256)).await
+}
+
+/// Writes the offload copy of `b` again from its primary object (checked
+/// against the catalog's length and SHA-256 before anything is written),
+/// then reads it back; what fails is logged (the copy is checked again
+/// next round either way).
+async fn repair_copy(ctx: &Arc<Ctx>, b: &BlockInfo, rate: &RateLimit) {
+    let Some(copy) = &b.offload else { return };
+    let repaired = async {
+        let (store, path) = ctx.targets.resolve(&copy.location, &b.object_key)?;
+        let src = object_store::path::Path::from(b.object_key.as_str());
+        copy_object((&ctx.store, &src), (&store, &path), (b.bytes, Some(&copy.sha256)), rate).await?;
+        verify_object(&store, &path, (b.bytes, &copy.sha256))
+            .await
+            .map_err(|failed| failed.into_error(&copy.location))
+    }
+    .await;
+    match repaired {
+        Ok(()) => {
+            tracing::warn!(target: "mira::compactor", block = %b.id, location = %copy.location, "offload copy written again from the primary; its primary is freed once a later round proves it")
+        }
+        Err(e) => {
+            tracing::error!(target: "mira::compactor", block = %b.id, error = %e, "offload copy could not be written again; the primary object is kept")
+        }
+    }
 }
 
 /// What one sweep found.

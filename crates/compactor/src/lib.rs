@@ -199,6 +199,9 @@ pub struct RoundReport {
     pub leased_elsewhere: u64,
     /// Offloaded blocks whose primary object was deleted.
     pub primaries_freed: usize,
+    /// Offloaded blocks past the grace whose primary object was kept
+    /// because their copy failed its check (tried again next round).
+    pub primaries_kept: usize,
     pub lifecycle: lifecycle::LifecycleReport,
 }
 
@@ -337,9 +340,10 @@ impl Compactor {
             report.purged = gc::purge(&self.ctx, &plan.purge).await?;
         }
         if !plan.free_primary.is_empty() {
-            let (freed, leased) = gc::free_primaries(&self.ctx, &plan.free_primary).await?;
-            report.primaries_freed = freed;
-            report.leased_elsewhere += leased;
+            let freed = gc::free_primaries(&self.ctx, &plan.free_primary).await?;
+            report.primaries_freed = freed.freed;
+            report.primaries_kept = freed.kept;
+            report.leased_elsewhere += freed.leased;
             self.ctx.metrics.primaries_freed.inc_by(report.primaries_freed as u64);
         }
         self.register_targets().await;
@@ -514,6 +518,7 @@ impl Compactor {
             total.jobs_failed += r.jobs_failed;
             total.purged += r.purged;
             total.primaries_freed += r.primaries_freed;
+            total.primaries_kept += r.primaries_kept;
             total.lifecycle.dropped_blocks += r.lifecycle.dropped_blocks;
             total.lifecycle.rewrites += r.lifecycle.rewrites;
             total.lifecycle.offloaded_blocks += r.lifecycle.offloaded_blocks;

@@ -13,9 +13,11 @@
 //! - **Offload**: a live cold block, created at least `--offload-min-age`
 //!   ago, whose every resource resolves to an offload rule with the same
 //!   target and is past that rule's `after`, is copied to the target
-//!   (hashed), checked by size, and marked offloaded (`MarkOffloadedV2`,
-//!   whole batches, item by item on a conflict). Its primary object is
-//!   deleted after the deletion grace ([`crate::gc::free_primaries`]).
+//!   (hashed), read back and proven by its length and SHA-256
+//!   ([`crate::copy::verify_object`]), and marked offloaded
+//!   (`MarkOffloadedV2`, whole batches, item by item on a conflict). Its
+//!   primary object is deleted after the deletion grace, once the copy is
+//!   proven again ([`crate::gc::free_primaries`]).
 //! - Blocks a restore pinned are left alone until the pin passes.
 //! - Tenant- or signal-only rules decide from the catalog's rows alone;
 //!   with selector rules a block's resources are read once (the whole
@@ -39,7 +41,7 @@ use object_store::path::Path;
 use serde::Serialize;
 
 use crate::Ctx;
-use crate::copy::{copy_object, object_size};
+use crate::copy::{copy_object, verify_object};
 use crate::error::Error;
 use crate::planner::{BlockInfo, BlockState, Job, JobKind, Partition};
 
@@ -641,7 +643,10 @@ async fn offload_blocks(ctx: &Arc<Ctx>, todo: &[(&BlockInfo, &Rule)], tally: &mu
 }
 
 /// Copies one block to its target (or finds the copy a restore left
-/// there) and returns what to mark.
+/// there, proven by its content) and returns what to mark. The copy
+/// written is read back and proven ([`verify_object`]) before it is
+/// marked; a copy left by an attempt that crashed before its mark is not
+/// reused but written again (its hash was never recorded).
 async fn offload_one(
     ctx: &Arc<Ctx>,
     b: &BlockInfo,
@@ -656,28 +661,36 @@ async fn offload_one(
     let location = target.location(&b.object_key);
     let dst = Path::from(b.object_key.as_str());
     let now = ctx.clock.now_ns();
-    // Offloaded before and restored since: the copy is still there.
-    if let Some(copy) = b
+    // Offloaded before and restored since: the copy is still there, if it
+    // is still the bytes the catalog recorded; otherwise it is rewritten
+    // from the primary (checked against the same hash).
+    let recorded = b
         .offload
         .as_ref()
         .filter(|c| c.location == location && !c.sha256.is_empty())
-        && object_size(&target.store, &dst).await? == Some(b.bytes)
-    {
-        return Ok(pb::OffloadItem {
-            id: b.id.to_string(),
-            location,
-            sha256: copy.sha256.clone(),
-            at_ns: now,
-        });
+        .map(|c| c.sha256.as_str());
+    if let Some(sha256) = recorded {
+        match verify_object(&target.store, &dst, (b.bytes, sha256)).await {
+            Ok(()) => {
+                return Ok(pb::OffloadItem {
+                    id: b.id.to_string(),
+                    location,
+                    sha256: sha256.to_owned(),
+                    at_ns: now,
+                });
+            }
+            Err(failed) => {
+                ctx.metrics.verify_failed("existing", failed.reason);
+                tracing::warn!(target: "mira::compactor", block = %b.id, reason = %failed, "the block's existing offload copy failed its check; writing it again");
+            }
+        }
     }
     let src = Path::from(b.object_key.as_str());
-    let copied = copy_object((&ctx.store, &src), (&target.store, &dst), (b.bytes, None), rate).await?;
+    let copied = copy_object((&ctx.store, &src), (&target.store, &dst), (b.bytes, recorded), rate).await?;
     crate::job::fault_point("during_offload");
-    if object_size(&target.store, &dst).await? != Some(copied.bytes) {
-        return Err(Error::CopyMismatch {
-            key: location,
-            reason: "the copy's size differs from what was written".to_owned(),
-        });
+    if let Err(failed) = verify_object(&target.store, &dst, (copied.bytes, &copied.sha256)).await {
+        ctx.metrics.verify_failed("written", failed.reason);
+        return Err(failed.into_error(&location));
     }
     Ok(pb::OffloadItem {
         id: b.id.to_string(),

@@ -1,7 +1,10 @@
 //! The compactor's metrics (`mira_compactor_*`), registered in the
 //! process's registry. Labels are bounded: `kind` is a job kind (`merge`,
 //! `cold`) or a lane (`purge`, `orphan_sweep`, `takeover`), `outcome` one of
-//! `ok`, `conflict`, `lease_lost`, `error`, `aborted`.
+//! `ok`, `conflict`, `lease_lost`, `error`, `aborted`; an offload copy's
+//! check has a `stage` (`written`, `existing`, `before_free`) and a
+//! `reason` ([`crate::copy::Unproven`]: `missing`, `size`, `content`,
+//! `unreadable`).
 
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
@@ -21,6 +24,12 @@ pub struct KindLabels {
 pub struct OutcomeLabels {
     pub kind: String,
     pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerifyLabels {
+    pub stage: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,6 +70,7 @@ pub struct Metrics {
     pub offloaded_blocks: Counter,
     pub offloaded_bytes: Counter,
     pub primaries_freed: Counter,
+    pub offload_verify_failures: Family<VerifyLabels, Counter>,
     pub lifecycle_errors: Counter,
 }
 
@@ -94,6 +104,7 @@ impl Metrics {
             offloaded_blocks: Counter::default(),
             offloaded_bytes: Counter::default(),
             primaries_freed: Counter::default(),
+            offload_verify_failures: Family::default(),
             lifecycle_errors: Counter::default(),
         };
         r.register("jobs", "Jobs finished, by kind and outcome", m.jobs.clone());
@@ -196,6 +207,11 @@ impl Metrics {
             m.primaries_freed.clone(),
         );
         r.register(
+            "offload_verify_failures",
+            "Offload copies that failed their content check (length and SHA-256), by stage (written, existing, before_free) and reason (missing, size, content, unreadable); a failure before_free keeps the primary",
+            m.offload_verify_failures.clone(),
+        );
+        r.register(
             "lifecycle_errors",
             "Retention and offload steps that failed (see the policy statuses)",
             m.lifecycle_errors.clone(),
@@ -205,6 +221,16 @@ impl Metrics {
 
     pub fn kind(kind: &str) -> KindLabels {
         KindLabels { kind: kind.to_owned() }
+    }
+
+    /// Counts an offload copy that failed its check at `stage`.
+    pub fn verify_failed(&self, stage: &str, reason: crate::copy::Unproven) {
+        self.offload_verify_failures
+            .get_or_create(&VerifyLabels {
+                stage: stage.to_owned(),
+                reason: reason.as_str().to_owned(),
+            })
+            .inc();
     }
 
     pub fn job_done(&self, kind: &str, outcome: &str) {

@@ -18,20 +18,24 @@
 //!    holder is waited for, with backoff, up to `lease_wait` (a
 //!    [`Event::Waiting`] says by whom); then the partition's blocks count
 //!    as failed, to be resumed by a re-run.
-//! 3. **Per block**: a primary object still present (`!primary_freed`) with
-//!    the catalog's size needs no copy. Otherwise the offload copy is read
+//! 3. **Per block**: a primary object still present (`!primary_freed`)
+//!    with the catalog's size and SHA-256 ([`crate::copy::verify_object`],
+//!    one read of it) needs no copy. Otherwise the offload copy is read
 //!    through [`Targets::resolve`], hashed and checked against the
 //!    catalog's size and SHA-256 **before** anything is written
-//!    ([`crate::copy::copy_object`]), and written to the same primary key.
-//!    A mismatch writes nothing; the block fails and stays offloaded. The
-//!    lease is renewed between blocks once a third of its time has passed.
+//!    ([`crate::copy::copy_object`]), written to the same primary key, and
+//!    read back and proven the same way. A mismatch of the copy writes
+//!    nothing, one of the primary read back fails the block; either way it
+//!    stays offloaded. The lease is renewed between blocks once a third of
+//!    its time has passed.
 //! 4. **Mark**: `MarkRestoredV2` (batches of at most 1,000; a refused batch
 //!    is retried block by block) makes the blocks live, pinned until now +
 //!    `keep_for`, under the lease; then the lease is released.
 //! 5. **Verify**: every restored primary object (and every named block
 //!    found already live) is HEADed; a missing or short one is copied again,
 //!    at most 3 times. This catches a compactor paused between its lease
-//!    check and a DELETE of the primary.
+//!    check and a DELETE of the primary (content was proven in step 3; a
+//!    HEAD is enough to see a delete).
 //!
 //! Idempotent and resumable: killed after a PUT, the block is still
 //! offloaded and a re-run copies and marks it; killed after the mark, it is
@@ -58,7 +62,7 @@ use object_store::path::Path;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::copy::{RateLimit, copy_object, object_size};
+use crate::copy::{RateLimit, Unproven, copy_object, object_size, verify_object};
 use crate::error::Error;
 use crate::job::Manifest;
 use crate::planner::Partition;
@@ -748,10 +752,30 @@ impl Restorer {
     }
 
     /// Puts the primary object of `b` in place; returns whether it was
-    /// copied (false: the primary was still there).
+    /// copied (false: the primary was still there, proven by the catalog's
+    /// length and SHA-256; one that is not is copied back over).
     async fn restore_block(&self, b: &pb::Block, rate: &RateLimit) -> Result<bool, Error> {
-        if !b.primary_freed && object_size(&self.primary, &Path::from(b.object_key.as_str())).await? == Some(b.bytes) {
-            return Ok(false);
+        if !b.primary_freed {
+            let path = Path::from(b.object_key.as_str());
+            let in_place = if b.offload_sha256.is_empty() {
+                object_size(&self.primary, &path).await? == Some(b.bytes)
+            } else {
+                match verify_object(&self.primary, &path, (b.bytes, &b.offload_sha256)).await {
+                    Ok(()) => true,
+                    Err(failed) if failed.reason == Unproven::Unreadable => {
+                        return Err(failed.into_error(&b.object_key));
+                    }
+                    Err(failed) => {
+                        if failed.reason != Unproven::Missing {
+                            tracing::warn!(target: "mira::compactor", block = %b.id, reason = %failed, "the primary object left in place is not the block; copying it back");
+                        }
+                        false
+                    }
+                }
+            };
+            if in_place {
+                return Ok(false);
+            }
         }
         self.copy_back(b, rate).await?;
         crate::fault::point(crate::fault::RESTORE, "after_put");
@@ -759,7 +783,8 @@ impl Restorer {
     }
 
     /// Copies the offload copy of `b` to its primary key, checked against
-    /// the catalog's size and SHA-256 before anything is written.
+    /// the catalog's size and SHA-256 before anything is written, then
+    /// reads the primary back and proves it ([`verify_object`]).
     async fn copy_back(&self, b: &pb::Block, rate: &RateLimit) -> Result<(), Error> {
         if b.offload_location.is_empty() {
             return Err(Error::BadRecord {
@@ -769,14 +794,11 @@ impl Restorer {
         }
         let (store, path) = self.targets.resolve(&b.offload_location, &b.object_key)?;
         let sha256 = (!b.offload_sha256.is_empty()).then_some(b.offload_sha256.as_str());
-        copy_object(
-            (&store, &path),
-            (&self.primary, &Path::from(b.object_key.as_str())),
-            (b.bytes, sha256),
-            rate,
-        )
-        .await
-        .map(|_| ())
+        let primary = Path::from(b.object_key.as_str());
+        let copied = copy_object((&store, &path), (&self.primary, &primary), (b.bytes, sha256), rate).await?;
+        verify_object(&self.primary, &primary, (copied.bytes, &copied.sha256))
+            .await
+            .map_err(|failed| failed.into_error(&b.object_key))
     }
 
     /// HEADs the primary object of every block; one missing (or of another

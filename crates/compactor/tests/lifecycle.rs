@@ -365,3 +365,150 @@ async fn a_cold_rewrite_splits_rows_by_policy_class_so_retention_drops_whole_blo
     assert!(live_sorted(&env).await == want);
     env.node.shutdown().await;
 }
+
+/// Blocks in `hours_ago` hours offloaded by a compactor to a `file://`
+/// target (primaries not yet freed); returns the compactor, the target's
+/// directory and the offloaded blocks with their primaries' bytes.
+async fn offloaded(
+    env: &mut Env,
+    hours_ago: &[i64],
+) -> (
+    std::sync::Arc<mira_compactor::Compactor>,
+    std::path::PathBuf,
+    Vec<(pb::Block, bytes::Bytes)>,
+) {
+    let target_dir = env.dir.path().join("archive");
+    for &ago in hours_ago {
+        let hour = env.hour_start(ago);
+        env.publish("acme", hour, 1, 40, ago * H).await;
+    }
+    let mut config = env.config("c1");
+    config.offload.target_specs = vec![format!("archive=file://{}", target_dir.display())];
+    config.offload.min_age_ns = 0;
+    let process = mira_common::Process::new(env.clock.clone());
+    let c =
+        mira_compactor::Compactor::new(config, &process, env.store.clone(), env.catalog.clone()).expect("compactor");
+    c.run_round().await.expect("a round registers the target");
+    let body = format!(r#"{{"v":1,"after_s":{},"target":"archive"}}"#, DAY_S);
+    set_policy(env, pb::PolicyKind::Offload, "archive-1d", "acme", &body).await;
+    let report = c.run_until_idle().await.expect("offload");
+    assert!(report.lifecycle.errors.is_empty(), "{:?}", report.lifecycle.errors);
+    let mut out = Vec::new();
+    for b in env.blocks(pb::BlockState::Offloaded).await {
+        let primary = env
+            .store
+            .get(&Path::from(b.object_key.as_str()))
+            .await
+            .expect("primary");
+        out.push((b, primary.bytes().await.expect("bytes")));
+    }
+    out.sort_by_key(|(b, _)| b.min_time_ns);
+    assert_eq!(out.len(), hours_ago.len());
+    (c, target_dir, out)
+}
+
+fn verify_failures(c: &mira_compactor::Compactor, stage: &str, reason: &str) -> u64 {
+    c.ctx()
+        .metrics
+        .offload_verify_failures
+        .get_or_create(&mira_compactor::metrics::VerifyLabels {
+            stage: stage.into(),
+            reason: reason.into(),
+        })
+        .get()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_short_or_missing_copy_keeps_its_primary_until_written_again_and_proven() {
+    let mut env = Env::new().await;
+    let (c, target_dir, blocks) = offloaded(&mut env, &[30, 54, 78]).await;
+    // After the write (and the mark), the copies go bad in the target: one
+    // bit flipped (same size), one truncated, one deleted.
+    let copy = |b: &pb::Block| target_dir.join(&b.object_key);
+    let mut flipped = std::fs::read(copy(&blocks[0].0)).expect("copy");
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x01;
+    std::fs::write(copy(&blocks[0].0), &flipped).expect("flip");
+    let short = std::fs::read(copy(&blocks[1].0)).expect("copy");
+    std::fs::write(copy(&blocks[1].0), &short[..short.len() - 10]).expect("truncate");
+    std::fs::remove_file(copy(&blocks[2].0)).expect("delete");
+
+    env.manual.advance(Duration::from_secs(11 * 60));
+    let report = c.run_round().await.expect("a round past the grace");
+    assert_eq!((report.primaries_freed, report.primaries_kept), (0, 3), "{report:?}");
+    for (b, bytes) in &blocks {
+        let primary = env.store.get(&Path::from(b.object_key.as_str())).await.expect("kept");
+        assert!(
+            primary.bytes().await.expect("bytes") == *bytes,
+            "the primary of {} is whole",
+            b.id
+        );
+    }
+    assert!(
+        env.blocks(pb::BlockState::Offloaded)
+            .await
+            .iter()
+            .all(|b| !b.primary_freed)
+    );
+    for reason in ["content", "size", "missing"] {
+        assert_eq!(verify_failures(&c, "before_free", reason), 1, "{reason}");
+    }
+    // The copies were written again from the primaries; the next round
+    // proves them and frees the primaries.
+    let report = c.run_round().await.expect("the next round");
+    assert_eq!((report.primaries_freed, report.primaries_kept), (3, 0), "{report:?}");
+    for (b, bytes) in &blocks {
+        assert!(
+            std::fs::read(copy(b)).expect("copy") == bytes.to_vec(),
+            "the copy of {} is whole",
+            b.id
+        );
+        let gone = env.store.head(&Path::from(b.object_key.as_str())).await;
+        assert!(matches!(gone, Err(object_store::Error::NotFound { .. })), "{gone:?}");
+    }
+    env.node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_found_at_the_target_is_reused_only_when_it_is_still_the_block() {
+    let mut env = Env::new().await;
+    let (c, target_dir, blocks) = offloaded(&mut env, &[30]).await;
+    let (b, bytes) = &blocks[0];
+    // Restored within the grace (the primary is still there), briefly
+    // pinned; meanwhile its copy, kept in the target, changes.
+    let targets = mira_compactor::targets::Targets::open(&[format!("archive=file://{}", target_dir.display())], &[])
+        .expect("targets");
+    let restorer =
+        mira_compactor::restore::Restorer::new(env.catalog.clone(), env.store.clone(), targets, env.clock.clone());
+    let sel = mira_compactor::restore::Selection {
+        block_ids: vec![b.id.parse().expect("id")],
+        ..Default::default()
+    };
+    let plan = restorer.plan(&sel).await.expect("plan");
+    let opts = mira_compactor::restore::Options {
+        keep_for: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let summary = restorer
+        .run(&plan, &opts, &|_: &mira_compactor::restore::Event| {}, rx)
+        .await;
+    assert_eq!(summary.restored, 1, "{summary:?}");
+    let copy = target_dir.join(&b.object_key);
+    let mut flipped = bytes.to_vec();
+    flipped[bytes.len() / 2] ^= 0x01;
+    std::fs::write(&copy, &flipped).expect("flip");
+
+    // Past the pin, the block is offloaded again: the changed copy is not
+    // trusted but written again.
+    env.manual.advance(Duration::from_secs(2 * 60));
+    let report = c.run_until_idle().await.expect("offload again");
+    assert!(report.lifecycle.errors.is_empty(), "{:?}", report.lifecycle.errors);
+    assert_eq!(report.lifecycle.offloaded_blocks, 1, "{report:?}");
+    assert!(
+        std::fs::read(&copy).expect("copy") == bytes.to_vec(),
+        "the copy is the block again"
+    );
+    assert_eq!(verify_failures(&c, "existing", "content"), 1);
+    env.node.shutdown().await;
+}

@@ -428,3 +428,31 @@ async fn the_verification_copies_a_missing_primary_again() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_left_in_place_is_trusted_only_when_it_is_still_the_block() {
+    let mut env = Env::new().await;
+    let blocks = env.publish("acme", env.hour_start(4), 2).await;
+    // Offloaded, primaries not yet freed; one primary changes meanwhile
+    // (same size, one bit off).
+    env.offload(&blocks, false).await;
+    let bad = &blocks[0];
+    let mut rotten = env.originals[&bad.id].to_vec();
+    let mid = rotten.len() / 2;
+    rotten[mid] ^= 0x01;
+    env.primary
+        .put(&Path::from(bad.object_key.as_str()), PutPayload::from(rotten))
+        .await
+        .expect("test step");
+
+    let (summary, _) = env.restore(&acme(), &env.options()).await;
+    assert_eq!((summary.restored, summary.failed), (2, 0), "{summary:?}");
+    assert_eq!(summary.copied, 1, "only the changed primary is copied back");
+    for b in &blocks {
+        assert!(
+            env.primary_bytes(b).await.expect("restored") == env.originals[&b.id],
+            "{}",
+            b.id
+        );
+    }
+}
