@@ -66,11 +66,72 @@ pub struct PromResult {
 
 pub type PromAnswer = Answer<PromResult>;
 
+/// Deepest expression tree accepted: nested calls, aggregations,
+/// parentheses, subqueries, unary and binary operators each count a level
+/// (LogQL's `MAX_DEPTH` is 64; a chain `a + b + c` is as deep as its
+/// terms).
+pub const MAX_DEPTH: usize = 100;
+
+/// The stack of the thread a query is parsed, measured and (when too
+/// deep) dropped on: an expression [`MAX_QUERY_LEN`] long nests at most
+/// about 32,000 levels, and building, measuring and dropping it recurses
+/// once per level.
+const PARSE_STACK: usize = 64 << 20;
+
+/// Parses `query` and checks its depth ([`MAX_DEPTH`]) on a thread of its
+/// own with a stack large enough for the deepest expression the length
+/// limit allows, so no query can overflow a stack: not in the parser, not
+/// while its depth is measured, not when a refused tree is dropped, and
+/// (bounded to [`MAX_DEPTH`]) not in the evaluators, which recurse once a
+/// level. Errors are [`parse_shallow`]'s, or a depth refusal naming the
+/// limit.
+pub fn parse(query: &str) -> Result<Expr, QueryError> {
+    let owned = query.to_owned();
+    let worker = std::thread::Builder::new()
+        .name("mira-promql-parse".into())
+        .stack_size(PARSE_STACK)
+        .spawn(move || {
+            let expr = parse_shallow(&owned)?;
+            let depth = depth(&expr);
+            if depth > MAX_DEPTH {
+                return Err(QueryError::BadRequest(format!(
+                    "the query is nested {depth} levels deep (calls, aggregations, parentheses and operators); the limit is {MAX_DEPTH}"
+                )));
+            }
+            Ok(expr)
+        });
+    match worker {
+        Ok(handle) => handle
+            .join()
+            .unwrap_or_else(|_| Err(QueryError::BadRequest("the query could not be parsed".into()))),
+        Err(e) => Err(QueryError::Internal(format!("starting the PromQL parse thread: {e}"))),
+    }
+}
+
+/// How deep `expr` nests (a selector or literal is 1).
+fn depth(expr: &Expr) -> usize {
+    let below = match expr {
+        Expr::Aggregate(a) => depth(&a.expr).max(a.param.as_deref().map_or(0, depth)),
+        Expr::Unary(u) => depth(&u.expr),
+        Expr::Binary(b) => depth(&b.lhs).max(depth(&b.rhs)),
+        Expr::Paren(p) => depth(&p.expr),
+        Expr::Subquery(s) => depth(&s.expr),
+        Expr::Call(c) => c.args.args.iter().map(|a| depth(a)).max().unwrap_or(0),
+        Expr::NumberLiteral(_)
+        | Expr::StringLiteral(_)
+        | Expr::VectorSelector(_)
+        | Expr::MatrixSelector(_)
+        | Expr::Extension(_) => 0,
+    };
+    below + 1
+}
+
 /// "parse error at byte N: reason". The parser reports reasons without
 /// positions; the position is the end of the input for an unfinished
 /// query, else the start of the first token after the longest prefix that
 /// parses (or, for a lexical error, the first byte that fails to lex).
-pub fn parse(query: &str) -> Result<Expr, QueryError> {
+/// No depth check: [`parse`] is the entry for outside queries.
+fn parse_shallow(query: &str) -> Result<Expr, QueryError> {
     if query.len() > MAX_QUERY_LEN {
         return Err(QueryError::BadRequest(format!(
             "the query is {} bytes; the limit is {MAX_QUERY_LEN}",
@@ -600,6 +661,38 @@ pub(crate) fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queries_nested_past_the_limit_are_refused_not_evaluated() {
+        let deep = |n: usize| format!("{}m{}", "abs(".repeat(n), ")".repeat(n));
+        // 3,000 nested calls overflowed a scan thread's stack before.
+        for q in [
+            deep(3_000),
+            deep(MAX_DEPTH),
+            vec!["m"; 5_000].join(" + "),
+            format!("{}m", "-".repeat(10_000)),
+            format!("{}m{}", "(".repeat(20_000), ")".repeat(20_000)),
+            format!("sum({})", vec!["rate(m[1m])"; 2_000].join(" or ")),
+        ] {
+            let err = parse(&q).expect_err("too deep");
+            assert!(
+                err.to_string().contains(&format!("the limit is {MAX_DEPTH}")),
+                "{}: {err}",
+                &q[..40]
+            );
+        }
+        // At the limit: accepted (the call's argument is the 100th level).
+        assert!(parse(&deep(MAX_DEPTH - 1)).is_ok());
+        assert_eq!(depth(&parse(&deep(MAX_DEPTH - 1)).expect("parse")), MAX_DEPTH);
+        assert_eq!(depth(&parse("sum(rate(m[5m])) by (a) / 2").expect("parse")), 4);
+        // Errors still name a position and a reason.
+        assert!(
+            parse("sum(")
+                .expect_err("unfinished")
+                .to_string()
+                .starts_with("parse error at byte")
+        );
+    }
 
     #[test]
     fn parse_errors_name_a_position_and_a_reason() {
