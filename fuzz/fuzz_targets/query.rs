@@ -215,6 +215,22 @@ fn make_seeds() -> Vec<(String, Vec<u8>)> {
     for (i, q) in PROMQL.iter().enumerate() {
         out.push((format!("promql-{i:03}"), seeds::with_selector(2, q.as_bytes())));
     }
+    // Deep nesting in every language (issue 29): each must be refused at
+    // its depth limit, never overflow a stack, in parsing or evaluation.
+    let nest = |open: &str, inner: &str, close: &str, n: usize| format!("{}{inner}{}", open.repeat(n), close.repeat(n));
+    let deep: [(u8, String); 8] = [
+        (2, nest("abs(", "up", ")", 3_000)),
+        (2, vec!["up"; 5_000].join(" + ")),
+        (2, nest("(", "up", ")", 20_000)),
+        (2, format!("{}up", "-".repeat(10_000))),
+        (0, nest("(", "{app=\"a\"}", ")", 5_000)),
+        (0, nest("sum(", "count_over_time({app=\"a\"}[1m])", ")", 3_000)),
+        (1, nest("(", "{ }", ")", 5_000)),
+        (1, vec!["{ }"; 3_000].join(" >> ")),
+    ];
+    for (i, (sel, q)) in deep.iter().enumerate() {
+        out.push((format!("deep-{i:03}"), seeds::with_selector(*sel, q.as_bytes())));
+    }
     for (i, q) in SELECTORS.iter().enumerate() {
         out.push((format!("selector-{i:03}"), seeds::with_selector(3, q.as_bytes())));
     }
