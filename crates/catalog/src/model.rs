@@ -885,7 +885,7 @@ fn check_text(field: &str, s: &str, max: usize) -> Result<(), CommandError> {
 
 /// The tenant and signal are valid by their types (checked where a
 /// protobuf block becomes a record, [`crate::pb_impl::block`]).
-fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
+pub(crate) fn validate_block(b: &BlockRecord) -> Result<(), CommandError> {
     let id = b.id;
     let field = |f: &str| format!("block {id}: {f}");
     check_time(&field("min_time_ns"), b.min_time_ns)?;

@@ -3,8 +3,11 @@
 //!
 //! - `/metrics`: the whole process's registry in the Prometheus text
 //!   format (`mira serve` answers for every role it runs);
-//! - `/ready`: 200 when every role's readiness check passes, else 503
-//!   naming the first role that is not ready and why;
+//! - `/ready`: 200 when every role's readiness check passes (its body
+//!   `ready`, then one `warning: <role>: …` line per note a role adds with
+//!   [`Telemetry::ready_notes`]: something an operator must see that does
+//!   not take the process out of service), else 503 naming the first role
+//!   that is not ready and why;
 //! - `/live`: 200 while the process answers HTTP at all (the Kubernetes
 //!   liveness probe; readiness, not liveness, reflects dependencies).
 //!
@@ -26,12 +29,14 @@ pub type Readiness = Result<(), String>;
 
 type ScrapeHook = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 type ReadyCheck = Arc<dyn Fn() -> Readiness + Send + Sync>;
+type ReadyNotes = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 
 /// The process's metrics and probes (share it as `Arc<Telemetry>`).
 pub struct Telemetry {
     registry: Mutex<Registry>,
     on_scrape: Mutex<Vec<ScrapeHook>>,
     ready: Mutex<Vec<(&'static str, ReadyCheck)>>,
+    notes: Mutex<Vec<(&'static str, ReadyNotes)>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -52,6 +57,7 @@ impl Telemetry {
             registry: Mutex::new(Registry::with_prefix("mira")),
             on_scrape: Mutex::new(Vec::new()),
             ready: Mutex::new(Vec::new()),
+            notes: Mutex::new(Vec::new()),
         })
     }
 
@@ -70,6 +76,20 @@ impl Telemetry {
     /// Adds a role's readiness check to `/ready`.
     pub fn readiness(&self, role: &'static str, check: impl Fn() -> Readiness + Send + Sync + 'static) {
         lock(&self.ready).push((role, Arc::new(check)));
+    }
+
+    /// Adds a role's warnings to a ready `/ready`'s body.
+    pub fn ready_notes(&self, role: &'static str, notes: impl Fn() -> Vec<String> + Send + Sync + 'static) {
+        lock(&self.notes).push((role, Arc::new(notes)));
+    }
+
+    /// Every role's warnings, as `role: note`.
+    pub fn notes(&self) -> Vec<String> {
+        let notes: Vec<(&'static str, ReadyNotes)> = lock(&self.notes).clone();
+        notes
+            .into_iter()
+            .flat_map(|(role, f)| f().into_iter().map(move |n| format!("{role}: {n}")))
+            .collect()
     }
 
     /// The `/metrics` text.
@@ -121,7 +141,13 @@ impl Telemetry {
                     let t = ready.clone();
                     async move {
                         match t.ready() {
-                            Ok(()) => (StatusCode::OK, "ready\n".to_owned()).into_response(),
+                            Ok(()) => {
+                                let mut body = "ready\n".to_owned();
+                                for n in t.notes() {
+                                    body.push_str(&format!("warning: {n}\n"));
+                                }
+                                (StatusCode::OK, body).into_response()
+                            }
                             Err(why) => {
                                 (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response()
                             }
@@ -215,5 +241,17 @@ mod tests {
             (503, "not ready: ingester: lease lapsed\n".to_owned())
         );
         assert_eq!(get_text(&router, "/live").await, (200, "live\n".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_ready_body_carries_each_roles_notes() {
+        let t = Telemetry::new();
+        t.readiness("ingester", || Ok(()));
+        t.ready_notes("ingester", || vec!["quarantined: q/logs-0-3".to_owned()]);
+        let router: axum::Router = t.router();
+        assert_eq!(
+            get_text(&router, "/ready").await,
+            (200, "ready\nwarning: ingester: quarantined: q/logs-0-3\n".to_owned())
+        );
     }
 }

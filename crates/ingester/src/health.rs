@@ -1,10 +1,18 @@
 //! Whether the ingester may acknowledge writes right now, and why not: a
 //! lease it could not renew, another process fenced it, or a generation
-//! the catalog refused is quarantined. While any holds, exports are
+//! the catalog refused whole is quarantined. While any holds, exports are
 //! answered 503 / UNAVAILABLE naming it and `/ready` is false. A WAL that
 //! fails to write makes `/ready` false too, and its exports fail with 503
 //! one by one until a write succeeds. `mira_ingester_refusing_writes{reason}`
 //! says which.
+//!
+//! A tenant's block set aside in the quarantine directory (its rows could
+//! not be published, the rest of its generation was) refuses nothing: the
+//! ingester serves every tenant, `/ready` stays 200 and names each copy in
+//! its body ([`Health::notes`], also those found on disk at start), and
+//! `mira_ingester_quarantined` counts them. Marking the pod not ready
+//! would take every tenant's traffic away for one tenant's rows (and a
+//! restart does not cure it); the gauge is what to alert on.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,6 +22,9 @@ use mira_common::clock::Clock;
 
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::wal::Wal;
+
+/// Most quarantine copies `/ready` names one by one.
+pub const MAX_NOTES: usize = 20;
 
 #[derive(Debug)]
 pub struct Health {
@@ -25,6 +36,8 @@ pub struct Health {
     fenced: AtomicBool,
     /// Generations quarantined and not (yet) published.
     quarantined: AtomicUsize,
+    /// The quarantine copies this data directory holds, one line each.
+    held: Mutex<Vec<String>>,
     catalog_ok: AtomicBool,
 }
 
@@ -36,6 +49,7 @@ impl Health {
             lease_until: Mutex::new(None),
             fenced: AtomicBool::new(false),
             quarantined: AtomicUsize::new(0),
+            held: Mutex::new(Vec::new()),
             catalog_ok: AtomicBool::new(true),
         }
     }
@@ -127,8 +141,38 @@ impl Health {
         }
     }
 
-    /// Sets the `mira_ingester_refusing_writes` gauges.
+    /// A quarantine copy written (or found at start): named by `/ready`.
+    pub fn quarantine_noted(&self, note: String) {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(note);
+    }
+
+    /// What `/ready` adds to its body while ready: the quarantine copies
+    /// held, the first [`MAX_NOTES`] by name and how many more.
+    pub fn notes(&self) -> Vec<String> {
+        let held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out: Vec<String> = held
+            .iter()
+            .take(MAX_NOTES)
+            .map(|n| format!("quarantined, not published: {n}"))
+            .collect();
+        if held.len() > MAX_NOTES {
+            out.push(format!("and {} more quarantine copies", held.len() - MAX_NOTES));
+        }
+        out
+    }
+
+    /// Sets the `mira_ingester_refusing_writes` gauges and the
+    /// `mira_ingester_quarantined` count.
     pub fn export(&self, metrics: &Metrics) {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        metrics.quarantine_held.set(i64::try_from(held).unwrap_or(i64::MAX));
         let lease_ok = self
             .lease_until
             .lock()

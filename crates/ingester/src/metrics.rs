@@ -120,6 +120,9 @@ pub struct Metrics {
     pub publish_failures: Family<ReasonLabels, Counter>,
     /// Generations written to the quarantine directory.
     pub quarantined: Counter,
+    /// Quarantine copies in the data directory (found at start or written
+    /// since): acknowledged rows not published.
+    pub quarantine_held: Gauge,
     /// 1 while writes are refused, by `reason`: wal, lease, fenced,
     /// quarantine.
     pub refusing: Family<ReasonLabels, Gauge>,
@@ -222,8 +225,14 @@ impl Metrics {
         let quarantined = Counter::default();
         registry.register(
             "quarantined_generations",
-            "Sealed generations the catalog refused or that could not be encoded, written whole to the quarantine directory (their WAL frames are kept)",
+            "Sealed generations (or one tenant's block of one) written to the quarantine directory: the catalog refused the publish, or a block could not be built, encoded or passed the catalog's checks",
             quarantined.clone(),
+        );
+        let quarantine_held = Gauge::default();
+        registry.register(
+            "quarantined",
+            "Quarantine copies in <data-dir>/quarantine (found at start or written since): acknowledged rows that are not published; /ready names them",
+            quarantine_held.clone(),
         );
         let refusing = Family::<ReasonLabels, Gauge>::default();
         registry.register(
@@ -240,6 +249,7 @@ impl Metrics {
         Metrics {
             publish_failures,
             quarantined,
+            quarantine_held,
             refusing,
             out_of_window,
             inflight,

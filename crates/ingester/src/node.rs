@@ -143,6 +143,26 @@ async fn watermarks(catalog: &CatalogClient, id: &str) -> HashMap<u16, u64> {
     }
 }
 
+/// Notes every quarantine copy a previous process left (a directory with
+/// a `reason.txt`), so `/ready` and `mira_ingester_quarantined` report them.
+fn note_quarantine_copies(dir: &std::path::Path, health: &Health) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut found: Vec<(PathBuf, String)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let reason = std::fs::read_to_string(e.path().join("reason.txt")).ok()?;
+            Some((e.path(), reason.lines().next().unwrap_or_default().to_owned()))
+        })
+        .collect();
+    found.sort();
+    if !found.is_empty() {
+        tracing::warn!(target: "mira::ingester", dir = %dir.display(), copies = found.len(), "the data directory holds quarantined rows that are not published (see /ready)");
+    }
+    for (path, reason) in found {
+        health.quarantine_noted(format!("{}: {reason}", path.display()));
+    }
+}
+
 impl IngesterNode {
     /// Starts the ingester; returns once it accepts traffic.
     pub async fn start(
@@ -170,9 +190,13 @@ impl IngesterNode {
         let metrics = Arc::new(process.telemetry.register("ingester", crate::metrics::Metrics::new));
         let health = Arc::new(Health::new(wal.clone(), clock.clone()));
         {
-            let health = health.clone();
-            process.telemetry.readiness("ingester", move || health.readiness());
+            let (ready, notes) = (health.clone(), health.clone());
+            process.telemetry.readiness("ingester", move || ready.readiness());
+            process.telemetry.ready_notes("ingester", move || notes.notes());
         }
+        let quarantine_dir = config.data_dir.join("quarantine");
+        note_quarantine_copies(&quarantine_dir, &health);
+        health.export(&metrics);
         {
             let m = metrics.clone();
             wal.on_group(move |g| {
@@ -190,7 +214,7 @@ impl IngesterNode {
             ingester_id: config.ingester_id.clone(),
             epoch,
             chunk_blocks: config.publish_chunk_blocks,
-            quarantine_dir: config.data_dir.join("quarantine"),
+            quarantine_dir,
             health: health.clone(),
             clock: clock.clone(),
         };

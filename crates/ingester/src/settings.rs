@@ -20,6 +20,37 @@ use crate::wal::WalMode;
 /// Most shards per signal.
 pub const MAX_SHARDS: usize = 256;
 
+/// Largest `max_future` (`--max-future`): a week ahead of the clock.
+pub const MAX_FUTURE_LIMIT: Duration = Duration::from_secs(7 * 86_400);
+
+/// Largest `max_past` (`--max-past`): ten years back.
+pub const MAX_PAST_LIMIT: Duration = Duration::from_secs(3_650 * 86_400);
+
+/// Checks the accepted time window: both bounds within their limits and,
+/// at `now_ns`, `now − max_past` and `now + max_future` inside the times a
+/// block can be published with (`0..=LAST_PUBLISHABLE_NS`), so every
+/// accepted record is publishable.
+fn check_window(max_past: Duration, max_future: Duration, now_ns: u64) -> Result<(), ConfigError> {
+    use mira_core::block::path::LAST_PUBLISHABLE_NS;
+    let ns = |d: Duration| u64::try_from(d.get().as_nanos()).unwrap_or(u64::MAX);
+    positive("ingester.max_past", max_past)?;
+    if max_past > MAX_PAST_LIMIT || ns(max_past) > now_ns {
+        return Err(ConfigError::new(
+            "ingester.max_past",
+            format!("--max-past {max_past} is above the limit of {MAX_PAST_LIMIT} (or reaches before 1970)"),
+        ));
+    }
+    if max_future > MAX_FUTURE_LIMIT || now_ns.saturating_add(ns(max_future)) > LAST_PUBLISHABLE_NS {
+        return Err(ConfigError::new(
+            "ingester.max_future",
+            format!(
+                "--max-future {max_future} is above the limit of {MAX_FUTURE_LIMIT} (or reaches past the last publishable time, 2262-04-11)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// An ingester's settings (see the module doc; defaults in `Default`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -152,7 +183,10 @@ impl Settings {
                 ),
             ));
         }
-        positive("ingester.max_past", self.max_past)?;
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        check_window(self.max_past, self.max_future, now_ns)?;
         in_range(
             "ingester.lease_ttl",
             self.lease_ttl,
@@ -232,7 +266,16 @@ mod tests {
     #[test]
     fn bad_values_are_rejected_naming_the_field_not_clamped() {
         type Change = fn(&mut Settings);
-        let cases: [(&str, Change); 10] = [
+        let cases: [(&str, Change); 13] = [
+            (
+                "ingester.max_future",
+                (|s| s.max_future = Duration::from_secs(7 * 86_400 + 1)),
+            ),
+            (
+                "ingester.max_past",
+                (|s| s.max_past = Duration::from_secs(3_650 * 86_400 + 1)),
+            ),
+            ("ingester.max_past", (|s| s.max_past = Duration::default())),
             ("ingester.seal_age", (|s| s.seal_age = Duration::default())),
             ("ingester.body_timeout", (|s| s.body_timeout = Duration::default())),
             ("ingester.seal_size", (|s| s.seal_size = ByteSize(0))),
@@ -251,5 +294,27 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
             assert!(s.build(PathBuf::from("/data")).is_err(), "{field}");
         }
+    }
+
+    /// At the limits the window is accepted; one that would reach past the
+    /// last publishable time or before 1970 at `now` is not, whatever the
+    /// limits.
+    #[test]
+    fn the_window_must_stay_publishable_at_now() {
+        use mira_core::block::path::LAST_PUBLISHABLE_NS;
+        let now = 1_765_000_000_000_000_000;
+        check_window(MAX_PAST_LIMIT, MAX_FUTURE_LIMIT, now).expect("the limits");
+        check_window(Duration::from_secs(1), Duration::default(), now).expect("no future at all");
+        let e = check_window(
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            LAST_PUBLISHABLE_NS - 1,
+        )
+        .expect_err("past the last publishable time");
+        assert_eq!(e.field, "ingester.max_future");
+        assert!(e.to_string().contains("--max-future"), "{e}");
+        let e =
+            check_window(Duration::from_secs(60), Duration::from_secs(60), 30_000_000_000).expect_err("before 1970");
+        assert_eq!(e.field, "ingester.max_past");
     }
 }

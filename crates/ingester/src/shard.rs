@@ -123,21 +123,24 @@ fn decode(
 pub enum AckWait {
     /// The WAL write (page-cache or fsync mode).
     Wal(oneshot::Receiver<Result<Written, WalError>>),
-    /// WAL off: the generation's publish.
+    /// WAL off: the generation's publish (of `tenant`'s block).
     Published {
         generation: u64,
+        tenant: TenantId,
         published: watch::Receiver<Progress>,
     },
 }
 
 /// How far a shard's uploader got: the last generation it finished with,
-/// those of them it could not publish (`--wal off` only: quarantined and
-/// dropped, their clients answered with an error), and whether publishing
-/// stopped for good (fenced), in which case no later generation will be.
+/// those of them it could not publish and the tenants' blocks it set aside
+/// in published ones (`--wal off` only: quarantined and dropped, their
+/// clients answered with an error), and whether publishing stopped for
+/// good (fenced), in which case no later generation will be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
     pub published: u64,
     pub failed: std::collections::BTreeSet<u64>,
+    pub failed_tenants: std::collections::BTreeSet<(u64, TenantId)>,
     pub stopped: bool,
 }
 
@@ -149,13 +152,17 @@ impl AckWait {
             AckWait::Wal(rx) => Ok(Some(rx.await.map_err(|_| WalError::Stopped)??)),
             AckWait::Published {
                 generation,
+                tenant,
                 mut published,
             } => {
                 let p = published
                     .wait_for(|p| p.published >= generation || p.stopped)
                     .await
                     .map_err(|_| IngestError::Unavailable("the shard stopped before publishing".to_owned()))?;
-                if p.published >= generation && !p.failed.contains(&generation) {
+                if p.published >= generation
+                    && !p.failed.contains(&generation)
+                    && !p.failed_tenants.contains(&(generation, tenant))
+                {
                     Ok(None)
                 } else {
                     Err(IngestError::Unavailable(
@@ -244,12 +251,16 @@ struct Generation {
     hour: u64,
 }
 
-/// The accepted time window at `now`.
+/// The accepted time window at `now`, never past the last time a block
+/// can be published with (so a record the window takes is publishable
+/// whatever `future` is).
 fn window_at(clock: &Clock, (past, future): (Duration, Duration)) -> mira_core::convert::TimeWindow {
     let now = u64::try_from(clock.now_ns()).unwrap_or(0);
     mira_core::convert::TimeWindow {
         min_ns: now.saturating_sub(u64::try_from(past.as_nanos()).unwrap_or(u64::MAX)),
-        max_ns: now.saturating_add(u64::try_from(future.as_nanos()).unwrap_or(u64::MAX)),
+        max_ns: now
+            .saturating_add(u64::try_from(future.as_nanos()).unwrap_or(u64::MAX))
+            .min(mira_core::block::path::LAST_PUBLISHABLE_NS),
     }
 }
 
@@ -423,6 +434,7 @@ impl Shard {
         let ack = if self.wal.mode() == WalMode::Off {
             AckWait::Published {
                 generation: g.number,
+                tenant: tenant.clone(),
                 published: self.published.clone(),
             }
         } else {
@@ -574,5 +586,25 @@ impl Shard {
         if self.sealed.send(sealed).await.is_err() {
             tracing::error!(target: "mira::ingester", shard = self.id, "uploader stopped; a sealed generation was dropped");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However large `--max-future` is, the window stops at the last
+    /// publishable time: a record at 2^63 ns is refused as too new.
+    #[test]
+    fn the_window_never_reaches_past_the_last_publishable_time() {
+        use mira_core::block::path::LAST_PUBLISHABLE_NS;
+        let (clock, _manual) = Clock::manual(std::time::UNIX_EPOCH + Duration::from_secs(1_765_000_000));
+        let huge = Duration::from_secs(u64::MAX / 4);
+        let w = window_at(&clock, (Duration::from_secs(60), huge));
+        assert_eq!(w.max_ns, LAST_PUBLISHABLE_NS);
+        assert!(!w.contains(1 << 63));
+        assert!(!w.contains(u64::MAX));
+        let w = window_at(&clock, (Duration::from_secs(60), Duration::from_secs(600)));
+        assert_eq!(w.max_ns, 1_765_000_600 * 1_000_000_000);
     }
 }

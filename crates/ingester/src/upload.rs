@@ -16,22 +16,31 @@
 //! - the catalog unreachable: retried with backoff, forever;
 //! - fenced (another process took the id): publishing stops for good, the
 //!   ingester refuses writes, the WAL keeps every frame;
-//! - refused (a bug: the command is invalid) or a block that cannot be
-//!   encoded: the generation is written whole to the quarantine directory,
-//!   the ingester refuses writes and says so on `/metrics`, and the publish
-//!   is retried slowly; the watermark never passes it, so the WAL keeps its
-//!   frames for a restart after the fix.
+//! - one tenant's block cannot be built or encoded, or fails the checks the
+//!   catalog runs on every new block ([`check_new_block`]): that tenant's
+//!   requests of the generation are written (and synced) to the quarantine
+//!   directory, its block is left out, and the other tenants' blocks are
+//!   published with the watermark, so one bad record never holds up the
+//!   rest. The ingester keeps taking writes; `/ready` names the quarantine
+//!   and `mira_ingester_quarantined` counts it ([`crate::health`]). If the
+//!   copy cannot be written, the generation is held as below;
+//! - the whole publish refused (a bug, or the catalog refusing this
+//!   ingester): the generation is written whole to the quarantine
+//!   directory, the ingester refuses writes and says so on `/metrics`, and
+//!   the publish is retried slowly; the watermark never passes it, so the
+//!   WAL keeps its frames for a restart after the fix.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mira_catalog::CatalogClient;
+use mira_catalog::pb_impl::block::check_new_block;
 use mira_catalog::proto as pb;
 use mira_common::clock::Clock;
 use mira_common::retry::Backoff;
 use mira_core::block::path::block_path;
-use mira_core::ids::BlockId;
+use mira_core::ids::{BlockId, TenantId};
 use mira_core::tables::write_hot;
 use object_store::ObjectStore;
 use tokio::sync::{mpsc, watch};
@@ -73,6 +82,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Retry period of a publish the catalog refused.
 const REFUSED_RETRY: Duration = Duration::from_secs(30);
 
+/// A generation published: the catalog version, and the tenants whose
+/// block was set aside in the quarantine directory instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Published {
+    pub version: u64,
+    pub quarantined: Vec<TenantId>,
+}
+
 /// Why a generation was not published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unpublished {
@@ -108,8 +125,8 @@ pub async fn run(
     view: crate::shard::SharedView,
 ) {
     while let Some(g) = sealed.recv().await {
-        let version = match publish_generation(&dest, &g, on_refusal).await {
-            Ok(v) => v,
+        let (version, set_aside) = match publish_generation(&dest, &g, on_refusal).await {
+            Ok(p) => (p.version, p.quarantined),
             Err(Unpublished::Quarantined) => {
                 crate::shard::lock_view(&view).pending.remove(&g.number);
                 progress.send_modify(|p| {
@@ -133,70 +150,66 @@ pub async fn run(
         let newest = (*versions.borrow()).max(version);
         versions.send_replace(newest);
         crate::shard::lock_view(&view).pending.remove(&g.number);
-        progress.send_modify(|p| p.published = g.number);
+        progress.send_modify(|p| {
+            p.failed_tenants.extend(set_aside.into_iter().map(|t| (g.number, t)));
+            p.published = g.number;
+        });
     }
 }
 
-/// Uploads and publishes one generation; returns the catalog version, or
-/// why it was not published.
-pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRefusal) -> Result<u64, Unpublished> {
+/// Uploads and publishes one generation; returns the catalog version (and
+/// the tenants set aside), or why it was not published.
+pub async fn publish_generation(
+    dest: &Destination,
+    g: &Sealed,
+    on_refusal: OnRefusal,
+) -> Result<Published, Unpublished> {
     let mut blocks = Vec::with_capacity(g.blocks.len());
-    let mut unbuildable = None;
+    let mut set_aside = Vec::new();
     for (tenant, id, tables) in &g.blocks {
-        let tables = match tables {
-            Ok(t) => t,
-            Err(e) => {
-                unbuildable = Some(format!("building tenant {tenant}'s block failed: {e}"));
-                break;
+        let (block, path, bytes) = match encode_block(dest, g, tenant, *id, tables).await {
+            Ok(Some(b)) => b,
+            Ok(None) => continue,
+            Err(why) => {
+                // This tenant's rows can never be published: kept aside,
+                // the others go on.
+                match quarantine(dest, g, Some(tenant), &why) {
+                    Ok(dir) => {
+                        dest.health.quarantine_noted(format!(
+                            "{}: tenant {tenant}'s block of {} generation {} (shard {}): {why}",
+                            dir.display(),
+                            g.signal.as_str(),
+                            g.number,
+                            g.shard
+                        ));
+                        dest.health.export(&dest.metrics);
+                        set_aside.push(tenant.clone());
+                        continue;
+                    }
+                    Err(_) => {
+                        // No copy kept: the generation is held (a later
+                        // watermark would cover these frames).
+                        dest.health.set_quarantined(true);
+                        dest.health.export(&dest.metrics);
+                        if on_refusal != OnRefusal::Retry {
+                            return Err(Unpublished::Quarantined);
+                        }
+                        return std::future::pending().await;
+                    }
+                }
             }
         };
-        // Encoding takes tens of milliseconds: on the blocking pool, so the
-        // runtime's workers keep serving requests meanwhile.
-        let (t, block, owner) = (tables.clone(), *id, tenant.clone());
-        let bytes = match tokio::task::spawn_blocking(move || write_hot(&t, block, owner)).await {
-            Ok(Ok(b)) => b,
-            Ok(Err(e)) => {
-                unbuildable = Some(format!("encoding tenant {tenant}'s block failed: {e}"));
-                break;
-            }
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // Cancelled: the runtime is stopping; the WAL keeps the frames.
-            Err(_) => return std::future::pending().await,
-        };
-        let path = block_path(tenant, g.signal, tables.min_time, *id);
         put_until_written(&*dest.store, &path, bytes.clone(), dest.multipart_above).await;
         dest.metrics.bytes_uploaded.inc_by(bytes.len() as u64);
-        blocks.push(pb::Block {
-            id: id.to_string(),
-            tenant: tenant.to_string(),
-            signal: mira_catalog::pb_impl::signal::to_pb(g.signal),
-            min_time_ns: i64::try_from(tables.min_time).unwrap_or(i64::MAX),
-            max_time_ns: i64::try_from(tables.max_time).unwrap_or(i64::MAX),
-            rows: tables.rows as u64,
-            bytes: bytes.len() as u64,
-            level: pb::Level::Hot as i32,
-            object_key: path.to_string(),
-            created_at_ns: dest.clock.now_ns(),
-            ..Default::default()
-        });
-        #[cfg(feature = "fault-hooks")]
-        if std::env::var("MIRA_FAULT_REFUSE_TENANT").is_ok_and(|t| t == tenant.as_str())
-            && let Some(b) = blocks.last_mut()
-        {
-            // A publish the catalog refuses (a negative time), as a bug would.
-            b.created_at_ns = -1;
-        }
+        blocks.push(block);
     }
-    if let Some(why) = unbuildable {
-        // Can never be published: kept whole, and the shard goes no further
-        // (a later watermark would cover these frames).
-        quarantine(dest, g, &why);
-        dest.health.set_quarantined(true);
-        dest.health.export(&dest.metrics);
-        if on_refusal != OnRefusal::Retry {
-            return Err(Unpublished::Quarantined);
-        }
-        std::future::pending::<()>().await;
+    #[cfg(feature = "fault-hooks")]
+    if let Ok(t) = std::env::var("MIRA_FAULT_REFUSE_PUBLISH")
+        && let Some(b) = blocks.iter().find(|b| b.tenant == t).cloned()
+    {
+        // A command the catalog refuses whole (a block named twice), as a
+        // bug would send: no block check sees it.
+        blocks.push(b);
     }
     let watermark = (g.max_seq > 0).then(|| pb::Watermark {
         ingester_id: dest.ingester_id.clone(),
@@ -204,19 +217,28 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
         wal_seq: g.max_seq,
     });
     if blocks.is_empty() && watermark.is_none() {
-        return Ok(0);
+        return Ok(Published {
+            version: 0,
+            quarantined: set_aside,
+        });
     }
     let published_blocks = blocks.len() as u64;
     // One transaction per generation: a retried stage of the same blocks
     // is a no-op, a retried commit after a lost answer is recognised.
     let txn = BlockId::new().to_string();
     let mut backoff = Backoff::new(Duration::from_millis(50), BACKOFF_MAX);
-    let mut quarantined = false;
+    let mut quarantined: Option<Option<PathBuf>> = None;
     loop {
         match publish_once(dest, &blocks, watermark.clone(), &txn).await {
             Ok(version) => {
-                if quarantined {
+                if let Some(copy) = quarantined {
                     tracing::info!(target: "mira::ingester", shard = g.shard, generation = g.number, "a quarantined generation was published after all");
+                    // Its copy is no longer needed.
+                    if let Some(dir) = copy
+                        && let Err(e) = std::fs::remove_dir_all(&dir)
+                    {
+                        tracing::warn!(target: "mira::ingester", dir = %dir.display(), error = %e, "could not remove the quarantine copy of a generation published after all");
+                    }
                     dest.health.set_quarantined(false);
                     dest.health.export(&dest.metrics);
                 }
@@ -226,7 +248,10 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
                         signal: g.signal.as_str(),
                     })
                     .inc_by(published_blocks);
-                return Ok(version);
+                return Ok(Published {
+                    version,
+                    quarantined: set_aside,
+                });
             }
             Err(mira_catalog::ClientError::Rejected(status)) if is_fenced(&status) => {
                 dest.metrics
@@ -243,9 +268,9 @@ pub async fn publish_generation(dest: &Destination, g: &Sealed, on_refusal: OnRe
                     .publish_failures
                     .get_or_create(&ReasonLabels { reason: "rejected" })
                     .inc();
-                if !quarantined {
-                    quarantine(dest, g, &format!("the catalog refused the publish: {status}"));
-                    quarantined = true;
+                if quarantined.is_none() {
+                    let copy = quarantine(dest, g, None, &format!("the catalog refused the publish: {status}"));
+                    quarantined = Some(copy.ok());
                     dest.health.set_quarantined(true);
                     dest.health.export(&dest.metrics);
                 }
@@ -317,10 +342,62 @@ async fn publish_once(
     Ok(reply.version)
 }
 
-/// Writes a generation that cannot be published to
-/// `quarantine/{signal}-{shard}-{generation}-{ulid}/`: its requests as WAL
-/// frames (`frames.wal`, readable by the same frame reader) and the reason.
-fn quarantine(dest: &Destination, g: &Sealed, why: &str) {
+/// One tenant's block of `g` encoded and checked as the catalog will check
+/// it: `(block, object path, bytes)` to upload, `None` when it has no rows,
+/// or why it can never be published.
+async fn encode_block(
+    dest: &Destination,
+    g: &Sealed,
+    tenant: &TenantId,
+    id: BlockId,
+    tables: &Result<mira_core::convert::TableSet, String>,
+) -> Result<Option<(pb::Block, object_store::path::Path, bytes::Bytes)>, String> {
+    let tables = tables
+        .as_ref()
+        .map_err(|e| format!("building tenant {tenant}'s block failed: {e}"))?;
+    // Encoding takes tens of milliseconds: on the blocking pool, so the
+    // runtime's workers keep serving requests meanwhile.
+    let (t, owner) = (tables.clone(), tenant.clone());
+    let bytes = match tokio::task::spawn_blocking(move || write_hot(&t, id, owner)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return Err(format!("encoding tenant {tenant}'s block failed: {e}")),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: the runtime is stopping; the WAL keeps the frames.
+        Err(_) => return std::future::pending().await,
+    };
+    let path = block_path(tenant, g.signal, tables.min_time, id);
+    #[allow(unused_mut)]
+    let mut block = pb::Block {
+        id: id.to_string(),
+        tenant: tenant.to_string(),
+        signal: mira_catalog::pb_impl::signal::to_pb(g.signal),
+        min_time_ns: i64::try_from(tables.min_time).unwrap_or(i64::MAX),
+        max_time_ns: i64::try_from(tables.max_time).unwrap_or(i64::MAX),
+        rows: tables.rows as u64,
+        bytes: bytes.len() as u64,
+        level: pb::Level::Hot as i32,
+        object_key: path.to_string(),
+        created_at_ns: dest.clock.now_ns(),
+        ..Default::default()
+    };
+    #[cfg(feature = "fault-hooks")]
+    if std::env::var("MIRA_FAULT_REFUSE_TENANT").is_ok_and(|t| t == tenant.as_str()) {
+        // A block the catalog would refuse (a negative time), as a bug would
+        // make.
+        block.created_at_ns = -1;
+    }
+    if tables.rows == 0 {
+        return Ok(None);
+    }
+    check_new_block(&block).map_err(|e| format!("the catalog would refuse tenant {tenant}'s block: {e}"))?;
+    Ok(Some((block, path, bytes)))
+}
+
+/// Writes what of a generation cannot be published (`tenant`'s requests,
+/// or every tenant's) to `quarantine/{signal}-{shard}-{generation}-{ulid}/`:
+/// the requests as WAL frames (`frames.wal`, readable by the same frame
+/// reader) and the reason, synced to disk; returns the directory.
+fn quarantine(dest: &Destination, g: &Sealed, tenant: Option<&TenantId>, why: &str) -> std::io::Result<PathBuf> {
     dest.metrics.quarantined.inc();
     let dir = dest.quarantine_dir.join(format!(
         "{}-{}-{}-{}",
@@ -331,27 +408,50 @@ fn quarantine(dest: &Destination, g: &Sealed, why: &str) {
     ));
     let mut frames = Vec::new();
     let mut n = 0u64;
-    for (tenant, payloads) in &g.requests {
+    for (t, payloads) in &g.requests {
+        if tenant.is_some_and(|only| only != t) {
+            continue;
+        }
         for p in payloads {
             n += 1;
-            mira_core::wal::encode_frame(&mut frames, n, g.signal, g.shard, tenant, p);
+            mira_core::wal::encode_frame(&mut frames, n, g.signal, g.shard, t, p);
         }
     }
+    let tenants = tenant.map_or_else(
+        || "every tenant of the generation".to_owned(),
+        |t| format!("tenant {t}"),
+    );
     let reason = format!(
-        "{why}\ningester {} epoch {} shard {} generation {} wal_seq_max {} requests {n}\n",
+        "{why}\ningester {} epoch {} shard {} generation {} wal_seq_max {} requests {n} of {tenants}\n",
         dest.ingester_id, dest.epoch, g.shard, g.number, g.max_seq
     );
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(dir.join("frames.wal"), &frames))
-        .and_then(|()| std::fs::write(dir.join("reason.txt"), &reason));
-    match written {
+    match write_synced(&dir, &[("frames.wal", &frames), ("reason.txt", reason.as_bytes())]) {
         Ok(()) => {
-            tracing::error!(target: "mira::ingester", dir = %dir.display(), reason = why, requests = n, "generation quarantined")
+            tracing::error!(target: "mira::ingester", dir = %dir.display(), reason = why, requests = n, tenants, "generation quarantined");
+            Ok(dir)
         }
         Err(e) => {
-            tracing::error!(target: "mira::ingester", dir = %dir.display(), error = %e, reason = why, "could not write the quarantine copy; the WAL still holds the frames")
+            tracing::error!(target: "mira::ingester", dir = %dir.display(), error = %e, reason = why, "could not write the quarantine copy; the WAL still holds the frames");
+            Err(e)
         }
     }
+}
+
+/// Creates `dir` with `files`, each synced, then the directory and its
+/// parent, so the copy survives a crash once this returns.
+fn write_synced(dir: &std::path::Path, files: &[(&str, &[u8])]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    for (name, bytes) in files {
+        let mut f = std::fs::File::create(dir.join(name))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    if let Some(parent) = dir.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
 }
 
 async fn put_until_written(

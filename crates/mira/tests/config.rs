@@ -200,6 +200,34 @@ fn bad_values_are_refused_naming_the_field_instead_of_clamped() {
         let err = refused(&with_check, &[]);
         assert!(err.contains(&format!("invalid {field}")), "{args:?}: {err}");
     }
+    // The accepted time window is bounded, so every accepted record is
+    // publishable (issue 29 item 7: a record past i64::MAX ns got in with a
+    // large --max-future); the limits themselves are accepted.
+    for (args, flag) in [
+        (&["ingester", "--max-future", "7d 1s"][..], "--max-future"),
+        (&["serve", "--max-future", "1000000d"][..], "--max-future"),
+        (&["ingester", "--max-past", "3651d"][..], "--max-past"),
+    ] {
+        let mut with_check = args.to_vec();
+        with_check.push("--check-config");
+        let err = refused(&with_check, &[]);
+        let field = flag.trim_start_matches("--").replace('-', "_");
+        assert!(
+            err.contains(&format!("invalid ingester.{field}")) && err.contains(flag),
+            "{args:?}: {err}"
+        );
+    }
+    ok(
+        &[
+            "ingester",
+            "--check-config",
+            "--max-future",
+            "7d",
+            "--max-past",
+            "3650d",
+        ],
+        &[],
+    );
     // Values clap cannot parse name the flag and the expected form.
     let err = refused(&["ingester", "--check-config", "--seal-size", "lots"], &[]);
     assert!(err.contains("--seal-size") && err.contains("64MiB"), "{err}");

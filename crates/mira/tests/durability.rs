@@ -207,18 +207,19 @@ async fn replay_keeps_rows_as_acknowledged_whatever_the_new_limits() {
     );
 }
 
-/// Item 3: a generation the catalog refuses is quarantined whole, its
-/// frames stay in the WAL, no watermark passes it, and a restart stops
-/// naming the quarantine instead of serving without those rows. Before the
-/// fix the refused generation's rows were dropped and the next watermark
-/// covered them. (The refusal is a fault hook: every path that reaches the
-/// catalog with an invalid block is a bug.)
+/// Item 3: a generation whose publish the catalog refuses whole (not one
+/// tenant's block: see the next test) is quarantined whole, its frames
+/// stay in the WAL, no watermark passes it, and a restart stops naming the
+/// quarantine instead of serving without those rows. Before the fix the
+/// refused generation's rows were dropped and the next watermark covered
+/// them. (The refusal is a fault hook: every path that reaches the catalog
+/// with an invalid command is a bug.)
 #[cfg(feature = "fault-hooks")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() {
     let mut p = Procs::with_ingester();
     let flags = ["--shards", "1", "--seal-age", "3600s"];
-    let hook = [("MIRA_FAULT_REFUSE_TENANT", "bad")];
+    let hook = [("MIRA_FAULT_REFUSE_PUBLISH", "bad")];
     p.start_ingester_env(&flags, &hook);
     wait_ready(p.http()).await;
     assert_eq!(export(p.http(), "good", 0, 3).await.0, 200);
@@ -299,7 +300,7 @@ async fn a_refused_publish_is_quarantined_and_nothing_acknowledged_is_dropped() 
 async fn wal_off_answers_a_refused_generation_with_an_error() {
     let mut p = Procs::with_ingester();
     let flags = ["--shards", "1", "--seal-age", "1s", "--wal", "off"];
-    p.start_ingester_env(&flags, &[("MIRA_FAULT_REFUSE_TENANT", "bad")]);
+    p.start_ingester_env(&flags, &[("MIRA_FAULT_REFUSE_PUBLISH", "bad")]);
     wait_ready(p.http()).await;
     let (status, text) = export(p.http(), "bad", 0, 2).await;
     assert_eq!(status, 503, "{text}");
@@ -312,6 +313,116 @@ async fn wal_off_answers_a_refused_generation_with_an_error() {
     assert_eq!(export(p.http(), "bad", 0, 2).await.0, 200);
     p.stop_ingester();
     assert_published_exactly(&p, "bad", [0, 1]).await;
+}
+
+/// The quarantine directory's copies: `(dir, tenants of its frames)`.
+fn quarantine_copies(p: &Procs) -> Vec<(std::path::PathBuf, Vec<String>)> {
+    let Ok(entries) = std::fs::read_dir(p[INGESTER].dir.join("quarantine")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for d in entries.filter_map(Result::ok).map(|e| e.path()) {
+        let Ok(frames) = std::fs::read(d.join("frames.wal")) else {
+            continue;
+        };
+        if !d.join("reason.txt").exists() {
+            continue;
+        }
+        let mut r = mira_core::wal::FrameReader::new(&frames, 0);
+        let mut tenants = Vec::new();
+        while let Some(f) = r.next_frame() {
+            tenants.push(f.expect("frame").tenant.as_str().to_owned());
+        }
+        out.push((d, tenants));
+    }
+    out
+}
+
+/// Issue 29 item 7: one tenant's block the catalog would refuse is set
+/// aside alone: its rows go to the quarantine directory, the other
+/// tenants' rows of the same generation are published, every tenant keeps
+/// ingesting (no 503), `/ready` stays 200 naming the copy, and after a
+/// kill -9 the process starts (with the poison still there), names the
+/// copy again and serves; nothing acknowledged of the good tenant is lost
+/// or duplicated. Before the fix the whole generation was quarantined,
+/// every tenant got 503 and the restart refused to run.
+#[cfg(feature = "fault-hooks")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_tenant_is_quarantined_alone_and_the_others_keep_going() {
+    let mut p = Procs::with_ingester();
+    let flags = ["--shards", "1", "--seal-age", "1s"];
+    let hook = [("MIRA_FAULT_REFUSE_TENANT", "bad")];
+    p.start_ingester_env(&flags, &hook);
+    wait_ready(p.http()).await;
+    // One generation holding both tenants' rows.
+    assert_eq!(export(p.http(), "good", 0, 3).await.0, 200);
+    assert_eq!(export(p.http(), "bad", 10, 1).await.0, 200);
+    let copies = wait_for("bad's block quarantined", Duration::from_secs(60), || async {
+        let c = quarantine_copies(&p);
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(
+        copies[0].1,
+        vec!["bad"],
+        "only the poisoned tenant's rows are set aside"
+    );
+    let copy = copies[0]
+        .0
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name")
+        .to_owned();
+    // The others keep ingesting, and /ready stays 200 naming the copy.
+    let ready = http::get(p.http(), "/ready").await.expect("ready");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert!(ready.text().contains(&copy), "{}", ready.text());
+    for i in 0..3 {
+        let (status, text) = export(p.http(), "good", 3 + i * 2, 2).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let metrics = http::get(p.http(), "/metrics").await.expect("metrics").text();
+    assert!(metrics.contains("mira_ingester_quarantined 1"), "{metrics}");
+    assert!(
+        metrics.contains("mira_ingester_refusing_writes{reason=\"quarantine\"} 0"),
+        "{metrics}"
+    );
+    // The generation's good rows were published with it.
+    wait_for("good's first rows published", Duration::from_secs(60), || async {
+        let c = published_bodies_of(&p, "good").await;
+        (0..3).all(|i| c.contains_key(&format!("rec-{i}"))).then_some(())
+    })
+    .await;
+    // kill -9 with rows still open, then restart with the poison still
+    // there: the process starts and names the copy.
+    assert_eq!(export(p.http(), "bad", 20, 1).await.0, 200);
+    assert_eq!(export(p.http(), "good", 9, 1).await.0, 200);
+    p.kill_ingester();
+    p.start_ingester_env(&flags, &hook);
+    wait_ready(p.http()).await;
+    let ready = http::get(p.http(), "/ready").await.expect("ready").text();
+    assert!(ready.contains(&copy), "{ready}");
+    let querier = p.add(Role::Querier, &["--recent-timeout", "2s"]);
+    p.start(querier);
+    assert_eq!(export(p.http(), "good", 100, 2).await.0, 200);
+    let query_addr = p[querier].addr.clone();
+    let start = recent_base_time() - 60_000_000_000;
+    let end = recent_base_time() + 600_000_000_000;
+    let path = format!("/api/mira/v1/logs?start={start}&end={end}&limit=100");
+    wait_for("the querier to answer good's rows", Duration::from_secs(60), || async {
+        let r = http::request("GET", &query_addr, &path, &[("X-Scope-OrgID", "good")], Vec::new()).await?;
+        let v: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+        (r.status == 200 && v["lines"].as_array().map(Vec::len) == Some(12)).then_some(())
+    })
+    .await;
+    p.stop_ingester();
+    assert_published_exactly(&p, "good", (0..10).chain(100..102)).await;
+    assert!(published_bodies_of(&p, "bad").await.is_empty());
+    // Each of bad's exports is kept in a copy (the second may be copied
+    // twice: by the killed process and by the replay).
+    let bad: Vec<_> = quarantine_copies(&p).into_iter().flat_map(|(_, t)| t).collect();
+    assert!(bad.len() >= 2 && bad.iter().all(|t| t == "bad"), "{bad:?}");
 }
 
 /// Item 5: records outside the time window are refused as an OTLP partial

@@ -96,6 +96,14 @@ impl TryFrom<&pb::Block> for BlockRecord {
     }
 }
 
+/// Whether a publish or stage would accept `b` as a new block (the same
+/// stateless checks the catalog runs on each block of the command): lets a
+/// publisher set one bad block aside instead of having the whole command
+/// refused.
+pub fn check_new_block(b: &pb::Block) -> Result<(), CommandError> {
+    crate::model::validate_block(&BlockRecord::try_from(b)?)
+}
+
 /// A block state a listing asks for.
 pub fn state_kind_from_pb(v: i32) -> Result<StateKind, CommandError> {
     match pb::BlockState::try_from(v) {
@@ -178,6 +186,33 @@ mod tests {
         };
         let err = BlockRecord::try_from(&bad).expect_err("path tricks");
         assert!(err.to_string().contains("tenant"), "{err}");
+    }
+
+    /// The last publishable time passes the catalog's block checks; times
+    /// at and past `i64::MAX` and a negative creation time do not.
+    #[test]
+    fn check_new_block_accepts_up_to_the_last_publishable_time() {
+        use mira_core::block::path::LAST_PUBLISHABLE_NS;
+        let tenant = TenantId::new("t").expect("tenant");
+        let id = BlockId::from_u128(7 << 80 | 42);
+        let block = |t: u64, created: i64| pb::Block {
+            id: id.to_string(),
+            tenant: "t".into(),
+            signal: signal::to_pb(Signal::Logs),
+            min_time_ns: i64::try_from(t).unwrap_or(i64::MAX),
+            max_time_ns: i64::try_from(t).unwrap_or(i64::MAX),
+            rows: 1,
+            bytes: 1,
+            level: pb::Level::Hot as i32,
+            object_key: block_path(&tenant, Signal::Logs, t, id).to_string(),
+            created_at_ns: created,
+            ..Default::default()
+        };
+        check_new_block(&block(LAST_PUBLISHABLE_NS, 1)).expect("the last publishable time");
+        check_new_block(&block(i64::MAX as u64, 1)).expect_err("i64::MAX");
+        check_new_block(&block(1 << 63, 1)).expect_err("past i64::MAX");
+        let err = check_new_block(&block(5, -1)).expect_err("negative creation time");
+        assert!(err.to_string().contains("created_at_ns"), "{err}");
     }
 
     #[test]

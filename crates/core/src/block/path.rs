@@ -8,6 +8,13 @@ use super::BlockError;
 use crate::ids::{BlockId, Signal, TenantId};
 
 const NANOS_PER_HOUR: u64 = 3_600 * 1_000_000_000;
+
+/// The latest time an ingester accepts for a record: the catalog stores
+/// times as `i64` nanoseconds and a block's min time must fall inside its
+/// hour partition, whose end must be representable too, so the last
+/// accepted hour is the last whole one below `i64::MAX` (ending
+/// 2262-04-11T22:59:59.999999999Z). Later records are refused at the door.
+pub const LAST_PUBLISHABLE_NS: u64 = (i64::MAX as u64 / NANOS_PER_HOUR) * NANOS_PER_HOUR - 1;
 const SUFFIX: &str = ".mira";
 
 /// Where a block lives, as recovered from its path.
