@@ -177,7 +177,7 @@ impl Form {
     /// (as Mimir clamps label queries).
     fn window(&self, now_ms: i64, max_range: std::time::Duration) -> Result<(i64, i64)> {
         let end = self.time("end")?.unwrap_or(now_ms);
-        let start = self.time("start")?.unwrap_or(end - DEFAULT_WINDOW_MS);
+        let start = self.time("start")?.unwrap_or(end.saturating_sub(DEFAULT_WINDOW_MS));
         if start > end {
             return Err(bad(format!("end ({end} ms) is before start ({start} ms)")));
         }
@@ -191,8 +191,20 @@ fn bad(msg: String) -> PromError {
     PromError(Box::new(QueryError::BadRequest(msg)))
 }
 
+/// The earliest and latest times as Prometheus' clients write them
+/// (`MinTime`, `MaxTime` formatted): its `parseTime` takes them although
+/// they are not RFC 3339 (five- and nine-digit years). A query refuses
+/// them (outside the times it can read); a labels or series window is cut.
+const PROM_MIN_TIME: (&str, i64) = ("-292273086-05-16T16:47:06Z", -9_223_309_901_257_974_000);
+const PROM_MAX_TIME: (&str, i64) = ("292277025-08-18T07:12:54.999999999Z", 9_223_309_901_257_974_999);
+
 /// A Prometheus time: float Unix seconds or RFC 3339, as milliseconds.
+/// Infinite, NaN and |seconds| >= 1e13 are refused (Prometheus' own
+/// conversion of those is undefined).
 fn time_ms(name: &str, v: &str) -> std::result::Result<i64, PromError> {
+    if let Some((_, ms)) = [PROM_MIN_TIME, PROM_MAX_TIME].into_iter().find(|(text, _)| *text == v) {
+        return Ok(ms);
+    }
     if let Ok(secs) = v.parse::<f64>() {
         if secs.is_finite() && secs.abs() < 1e13 {
             return Ok((secs * 1000.0).round() as i64);
@@ -364,7 +376,18 @@ mod tests {
         assert_eq!(time_ms("time", "4").ok(), Some(4_000));
         assert_eq!(time_ms("time", "1700000000.5").ok(), Some(1_700_000_000_500));
         assert_eq!(time_ms("time", "2026-12-01T00:00:00Z").ok(), Some(1_796_083_200_000));
-        for bad in ["", "soon", "NaN", "1e300", "2026-13-01T00:00:00Z"] {
+        assert_eq!(time_ms("start", PROM_MIN_TIME.0).ok(), Some(PROM_MIN_TIME.1));
+        assert_eq!(time_ms("end", PROM_MAX_TIME.0).ok(), Some(PROM_MAX_TIME.1));
+        for bad in [
+            "",
+            "soon",
+            "NaN",
+            "+Inf",
+            "-Inf",
+            "1e300",
+            "-1e300",
+            "2026-13-01T00:00:00Z",
+        ] {
             assert!(time_ms("time", bad).is_err(), "{bad}");
         }
     }

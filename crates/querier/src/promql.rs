@@ -18,7 +18,7 @@ use lrpar::{Lexeme as _, Lexer as _};
 use mira_core::Signal;
 use mira_core::scan::AttrScope;
 use mira_core::sidecar::field;
-use promql_parser::parser::{Expr, Offset};
+use promql_parser::parser::{Expr, VectorSelector};
 use serde::Serialize;
 use serde_json::json;
 
@@ -185,33 +185,79 @@ fn error_position(query: &str, reason: &str) -> usize {
     }
 }
 
-/// Every vector selector of `expr` with how far back it reads (range +
-/// offset), for the load window.
-fn selectors(expr: &Expr, out: &mut Vec<(promql_parser::parser::VectorSelector, i64)>) {
-    let off = |o: &Option<Offset>| match o {
-        Some(Offset::Pos(d)) => d.as_millis() as i64,
-        Some(Offset::Neg(d)) => -(d.as_millis() as i64),
-        None => 0,
-    };
-    match expr {
-        Expr::VectorSelector(vs) => out.push((vs.clone(), off(&vs.offset))),
-        Expr::MatrixSelector(ms) => out.push((ms.vs.clone(), ms.range.as_millis() as i64 + off(&ms.vs.offset))),
-        Expr::Aggregate(a) => {
-            selectors(&a.expr, out);
-            if let Some(p) = &a.param {
-                selectors(p, out);
-            }
-        }
-        Expr::Unary(u) => selectors(&u.expr, out),
-        Expr::Binary(b) => {
-            selectors(&b.lhs, out);
-            selectors(&b.rhs, out);
-        }
-        Expr::Paren(p) => selectors(&p.expr, out),
-        Expr::Subquery(s) => selectors(&s.expr, out),
-        Expr::Call(c) => c.args.args.iter().for_each(|a| selectors(a, out)),
-        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+/// The latest time a query may evaluate at or read, ms: the last one a
+/// nanosecond count in an `i64` holds (2262-04-11), as stored times.
+pub const MAX_TIME_MS: i64 = i64::MAX / 1_000_000;
+/// The earliest, ms (1677-09-21).
+pub const MIN_TIME_MS: i64 = -MAX_TIME_MS;
+
+/// `ms` as a stored time (ns): before 1970 is 0, where no sample is.
+/// `ms` is within [`MIN_TIME_MS`, `MAX_TIME_MS`] ([`check_time`]).
+fn ns(ms: i64) -> u64 {
+    u64::try_from(ms).unwrap_or(0).saturating_mul(1_000_000)
+}
+
+/// Refuses a time outside the ones a query can read.
+fn check_time(name: &str, ms: i64) -> Result<(), QueryError> {
+    if (MIN_TIME_MS..=MAX_TIME_MS).contains(&ms) {
+        return Ok(());
     }
+    Err(QueryError::BadRequest(format!(
+        "{name} ({ms} ms) is outside the times a query can read (1677-09-21 to 2262-04-11)"
+    )))
+}
+
+/// The selectors of `expr` and the times (ms) each reads samples in:
+/// `(t - offset - range, t - offset]` for every evaluation time `t` in
+/// `[start_ms, end_ms]`, or at its `@` time alone (a range selector's
+/// range; an instant selector's, the lookback). Windows outside the
+/// representable times ([`check_time`]) are refused, so the evaluator's
+/// time arithmetic cannot overflow.
+fn reads(expr: &Expr, s: &Settings) -> Result<Vec<(VectorSelector, i64, i64)>, QueryError> {
+    fn walk<'e>(expr: &'e Expr, out: &mut Vec<(&'e VectorSelector, Option<i64>)>) {
+        match expr {
+            Expr::VectorSelector(vs) => out.push((vs, None)),
+            Expr::MatrixSelector(ms) => out.push((&ms.vs, Some(eval::range_ms(ms)))),
+            Expr::Aggregate(a) => {
+                walk(&a.expr, out);
+                if let Some(p) = &a.param {
+                    walk(p, out);
+                }
+            }
+            Expr::Unary(u) => walk(&u.expr, out),
+            Expr::Binary(b) => {
+                walk(&b.lhs, out);
+                walk(&b.rhs, out);
+            }
+            Expr::Paren(p) => walk(&p.expr, out),
+            Expr::Subquery(sq) => walk(&sq.expr, out),
+            Expr::Call(c) => c.args.args.iter().for_each(|a| walk(a, out)),
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+        }
+    }
+    // Recursion bounded by [`MAX_DEPTH`] ([`parse`]).
+    let mut found = Vec::new();
+    walk(expr, &mut found);
+    found
+        .into_iter()
+        .map(|(vs, range)| {
+            let back = i128::from(range.unwrap_or(s.lookback_ms));
+            let (first, last) = match eval::at_ms(&vs.at, s) {
+                Some(at) => (at, at),
+                None => (s.start_ms, s.end_ms),
+            };
+            let off = i128::from(eval::offset_ms(&vs.offset));
+            let (from, to) = (i128::from(first) - off - back, i128::from(last) - off);
+            let inside = |t: i128| (i128::from(MIN_TIME_MS)..=i128::from(MAX_TIME_MS)).contains(&t);
+            if !inside(from) || !inside(to) {
+                let shown: String = vs.to_string().chars().take(200).collect();
+                return Err(QueryError::BadRequest(format!(
+                    "{shown} reads samples from {from} ms to {to} ms (its range, offset and @ applied), outside the times a query can read (1677-09-21 to 2262-04-11)"
+                )));
+            }
+            Ok((vs.clone(), from as i64, to as i64))
+        })
+        .collect()
 }
 
 fn fmt_value(v: f64) -> String {
@@ -256,8 +302,8 @@ impl Querier {
 
     /// The metrics blocks of `tenant` with samples in `[from_ms, to_ms]`.
     async fn plan_metrics(&self, tenant: &str, from_ms: i64, to_ms: i64, stats: &Stats) -> Result<Plan, QueryError> {
-        let from_ns = from_ms.max(0) as u64 * 1_000_000;
-        let to_ns = (to_ms.max(0) as u64).saturating_mul(1_000_000).saturating_add(999_999);
+        let from_ns = ns(from_ms);
+        let to_ns = ns(to_ms).saturating_add(999_999);
         self.plan(tenant, Signal::Metrics, from_ns, to_ns.saturating_add(1), stats)
             .await
     }
@@ -459,7 +505,9 @@ impl Querier {
             };
             selectors.push(all);
         }
-        self.check_range(start_ms.max(0) as u64 * 1_000_000, end_ms.max(0) as u64 * 1_000_000)?;
+        check_time("start", start_ms)?;
+        check_time("end", end_ms)?;
+        self.check_range(ns(start_ms), ns(end_ms))?;
         let stats = Stats::default();
         let (series, gaps) = self.load_series(tenant, &selectors, start_ms, end_ms, &stats).await?;
         let mut out: Vec<Labels> = series.iter().map(|s| s.labels.clone()).collect();
@@ -532,6 +580,8 @@ impl Querier {
     /// Evaluates a PromQL query.
     pub async fn promql(self: &Arc<Self>, q: PromQuery) -> Result<PromAnswer, QueryError> {
         let expr = parse(&q.query)?;
+        check_time("start", q.start_ms)?;
+        check_time("end", q.end_ms)?;
         if q.start_ms > q.end_ms {
             return Err(QueryError::BadRequest(format!(
                 "start ({}) is after end ({})",
@@ -549,13 +599,28 @@ impl Querier {
                 )));
             }
         }
-        self.check_range(q.start_ms.max(0) as u64 * 1_000_000, q.end_ms.max(0) as u64 * 1_000_000)?;
-        let mut sel = Vec::new();
-        selectors(&expr, &mut sel);
-        let back = sel.iter().map(|(_, b)| *b).max().unwrap_or(0).max(0) + LOOKBACK_MS;
+        self.check_range(ns(q.start_ms), ns(q.end_ms))?;
+        let settings = Settings {
+            lookback_ms: LOOKBACK_MS,
+            start_ms: q.start_ms,
+            end_ms: q.end_ms,
+            max_samples: 5_000_000,
+        };
+        // What the query reads, from its earliest sample (ranges, offsets,
+        // the lookback, `@`) to its latest (a negative offset, `@` later
+        // than the end), is held to the range limits as `[start, end]` is.
+        let reads = reads(&expr, &settings)?;
+        let from = reads.iter().map(|r| r.1).min().unwrap_or(q.start_ms);
+        let to = reads.iter().map(|r| r.2).max().unwrap_or(q.end_ms);
+        self.check_range(ns(from), ns(to)).map_err(|e| match e {
+            QueryError::TooBig(m) => QueryError::TooBig(format!(
+                "{m}: the samples the query reads, its ranges, offsets, `@` and the {}m lookback applied",
+                LOOKBACK_MS / 60_000
+            )),
+            other => other,
+        })?;
         let stats = Stats::default();
-        let from = q.start_ms - back;
-        let plan = self.plan_metrics(&q.tenant, from, q.end_ms, &stats).await?;
+        let plan = self.plan_metrics(&q.tenant, from, to, &stats).await?;
         // An answer read from published blocks only may be kept whole
         // ([`crate::results`]): the same blocks give the same answer.
         let answer_key = self
@@ -581,15 +646,9 @@ impl Querier {
                 &stats,
             ));
         }
-        let sel: Vec<_> = sel.into_iter().map(|(s, _)| s).collect();
-        let series = self.read_series(&plan, &sel, from, q.end_ms, &stats).await?;
+        let sel: Vec<_> = reads.into_iter().map(|r| r.0).collect();
+        let series = self.read_series(&plan, &sel, from, to, &stats).await?;
         let gaps = plan.gaps;
-        let settings = Settings {
-            lookback_ms: LOOKBACK_MS,
-            start_ms: q.start_ms,
-            end_ms: q.end_ms,
-            max_samples: 5_000_000,
-        };
         let data = self
             .on_pool(move || evaluate(expr, series, settings, &q))
             .await
@@ -692,6 +751,34 @@ mod tests {
                 .to_string()
                 .starts_with("parse error at byte")
         );
+    }
+
+    #[test]
+    fn a_query_reads_its_selectors_windows_at_their_at_and_offset_times() {
+        let s = Settings {
+            lookback_ms: LOOKBACK_MS,
+            start_ms: 1_000_000,
+            end_ms: 2_000_000,
+            max_samples: 1,
+        };
+        let windows = |q: &str| -> Vec<(i64, i64)> {
+            reads(&parse(q).expect("parse"), &s)
+                .expect("reads")
+                .into_iter()
+                .map(|r| (r.1, r.2))
+                .collect()
+        };
+        assert_eq!(windows("m"), [(700_000, 2_000_000)]);
+        assert_eq!(windows("rate(m[10m] offset 1m)"), [(340_000, 1_940_000)]);
+        assert_eq!(windows("m offset -5m"), [(1_000_000, 2_300_000)]);
+        assert_eq!(windows("m @ 100"), [(-200_000, 100_000)]);
+        assert_eq!(windows("rate(m[1m] @ end())"), [(1_940_000, 2_000_000)]);
+        assert_eq!(windows("m @ start() offset 1s + vector(1)"), [(699_000, 999_000)]);
+        assert!(windows("vector(1)").is_empty());
+        for q in ["m @ 9999999999999", "m offset -300000y", "m[300000y]", "m offset 300000y"] {
+            let e = reads(&parse(q).expect("parse"), &s).expect_err(q).to_string();
+            assert!(e.contains("outside the times a query can read"), "{q}: {e}");
+        }
     }
 
     #[test]

@@ -729,25 +729,163 @@ fn metrics_block(offset_s: u64) -> (Bytes, pb::Block) {
     row(write_hot(&tables, BlockId::new(), TenantId::default_tenant()).expect("write"))
 }
 
-/// A PromQL range query over `[t0() + from_s, t0() + to_s]`, step 10 s.
-fn promql_path(query: &str, from_s: u64, to_s: u64) -> String {
-    let secs = |s: u64| {
-        let ms = t0() / 1_000_000 + s * 1000;
-        format!("{}.{:03}", ms / 1000, ms % 1000)
-    };
-    format!(
-        "/api/v1/query_range?query={}&start={}&end={}&step=10",
-        query
-            .bytes()
-            .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
+/// `t0() + s` seconds as Prometheus API seconds (ms precision).
+fn secs(s: i64) -> String {
+    let ms = (t0() / 1_000_000) as i64 + s * 1000;
+    format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
+}
+
+/// `query` percent-encoded for a URL.
+fn encode(query: &str) -> String {
+    query
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'_' {
                 (b as char).to_string()
             } else {
                 format!("%{b:02X}")
-            })
-            .collect::<String>(),
-        secs(from_s),
-        secs(to_s)
+            }
+        })
+        .collect()
+}
+
+/// A PromQL range query over `[t0() + from_s, t0() + to_s]`, step 10 s.
+fn promql_path(query: &str, from_s: u64, to_s: u64) -> String {
+    format!(
+        "/api/v1/query_range?query={}&start={}&end={}&step=10",
+        encode(query),
+        secs(from_s as i64),
+        secs(to_s as i64)
     )
+}
+
+/// A PromQL instant query at `time` (Prometheus API seconds).
+fn instant_path(query: &str, time: &str) -> String {
+    format!("/api/v1/query?query={}&time={}", encode(query), encode(time))
+}
+
+/// Each series' values of a Prometheus answer: (labels, [value]).
+fn values(status: u16, body: &str) -> Vec<(String, Vec<String>)> {
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(body).expect("json");
+    v["data"]["result"]
+        .as_array()
+        .expect("result")
+        .iter()
+        .map(|s| {
+            let points = match s.get("values") {
+                Some(p) => p.as_array().expect("values").iter().map(|p| p[1].clone()).collect(),
+                None => vec![s["value"][1].clone()],
+            };
+            let texts = points.iter().map(|p| p.as_str().expect("text").to_owned()).collect();
+            (s["metric"].to_string(), texts)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_and_negative_offsets_read_the_samples_they_name_and_are_held_to_the_range_limit() {
+    let stack = Stack::start().await;
+    // temp{cpu="0"} is 0..5 at t0 + 0..50 s, 600..605 at t0 + 600..650 s.
+    let blocks = [metrics_block(0), metrics_block(600)];
+    stack.publish(&blocks.iter().collect::<Vec<_>>()).await;
+    let cached = stack
+        .querier("cached", |c| c.max_range = Duration::from_secs(3600))
+        .await;
+    let plain = stack
+        .querier("plain", |c| {
+            c.result_cache_bytes = 0;
+            c.max_range = Duration::from_secs(3600);
+        })
+        .await;
+    let one = |v: &[&str]| {
+        vec![(
+            r#"{"__name__":"temp","cpu":"0","job":"svc","service_name":"svc"}"#.to_owned(),
+            v.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )]
+    };
+    let at = |s: i64| secs(s);
+    for q in [&cached, &plain] {
+        for (path, want) in [
+            // `@` an hour before the evaluation time: the sample at t0 + 50.
+            (
+                instant_path(&format!(r#"temp{{cpu="0"}} @ {}"#, at(50)), &at(3000)),
+                one(&["5"]),
+            ),
+            (
+                instant_path(&format!(r#"max_over_time(temp{{cpu="0"}}[1m] @ {})"#, at(650)), &at(50)),
+                vec![(
+                    r#"{"cpu":"0","job":"svc","service_name":"svc"}"#.to_owned(),
+                    vec!["605".to_owned()],
+                )],
+            ),
+            // A negative offset reads later samples: t0 + 650 at t0 + 50.
+            (instant_path(r#"temp{cpu="0"} offset -10m"#, &at(50)), one(&["605"])),
+            (
+                promql_path(r#"temp{cpu="0"} offset -10m"#, 0, 50),
+                one(&["600", "601", "602", "603", "604", "605"]),
+            ),
+            (
+                promql_path(&format!(r#"temp{{cpu="0"}} @ {}"#, at(650)), 0, 20),
+                one(&["605", "605", "605"]),
+            ),
+        ] {
+            let (status, body) = q.get(&path).await;
+            assert_eq!(values(status, &body), want, "{path}: {body}");
+        }
+        // What a query reads is held to --max-query-range (1 h here), its
+        // ranges, offsets and `@` applied, not only [start, end].
+        for query in [
+            "count_over_time(temp[3650d])".to_owned(),
+            "temp offset 2h".to_owned() + " + temp",
+            format!("temp @ {} + temp", at(-7200)),
+            "temp offset -2h + temp".to_owned(),
+        ] {
+            let (status, body) = q.get(&instant_path(&query, &at(50))).await;
+            assert_eq!(status, 422, "{query}: {body}");
+            assert!(
+                body.contains("--max-query-range") && body.contains("offsets"),
+                "{query}: {body}"
+            );
+        }
+        // Times no stored sample can have: 400, the querier still serving.
+        for time in [
+            "9999999999999",
+            "-9999999999999",
+            "1e300",
+            "-1e300",
+            "NaN",
+            "+Inf",
+            "-Inf",
+        ] {
+            let (status, body) = q.get(&instant_path("temp", time)).await;
+            assert_eq!(status, 400, "time={time}: {body}");
+            assert!(body.contains("bad_data"), "time={time}: {body}");
+        }
+        let range = format!(
+            "/api/v1/query_range?query=temp&start={}&end=9999999999999&step=1000000000",
+            at(0)
+        );
+        let (status, body) = q.get(&range).await;
+        assert_eq!(status, 400, "{body}");
+        for query in ["temp @ 9999999999999", "temp offset -300000y", "rate(temp[300000y])"] {
+            let (status, body) = q.get(&instant_path(query, &at(50))).await;
+            assert_eq!(status, 400, "{query}: {body}");
+            assert!(body.contains("outside the times a query can read"), "{query}: {body}");
+        }
+        // Prometheus' own bounds, as its clients send them for all time: a
+        // labels window is cut to what can hold data.
+        let all = format!(
+            "/api/v1/labels?start={}&end={}",
+            encode("-292273086-05-16T16:47:06Z"),
+            encode("292277025-08-18T07:12:54.999999999Z")
+        );
+        let (status, body) = q.get(&all).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"cpu\""), "{body}");
+        let (status, body) = q.get(&instant_path(r#"temp{cpu="0"}"#, &at(50))).await;
+        assert_eq!(values(status, &body), one(&["5"]));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

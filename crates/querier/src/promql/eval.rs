@@ -161,21 +161,34 @@ fn full_match(re: &regex::Regex, v: &str) -> bool {
     re.find(v).is_some_and(|m| m.start() == 0 && m.end() == v.len())
 }
 
-fn offset_ms(o: &Option<Offset>) -> i64 {
+/// A duration in ms, saturated at `i64::MAX` (the query's windows are
+/// checked to be representable before evaluation: [`crate::promql`]).
+fn millis(d: &std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A selector's offset in ms (negative: it reads later samples).
+pub(crate) fn offset_ms(o: &Option<Offset>) -> i64 {
     match o {
-        Some(Offset::Pos(d)) => d.as_millis() as i64,
-        Some(Offset::Neg(d)) => -(d.as_millis() as i64),
+        Some(Offset::Pos(d)) => millis(d),
+        Some(Offset::Neg(d)) => -millis(d),
         None => 0,
     }
 }
 
-fn at_ms(at: &Option<AtModifier>, s: &Settings) -> Option<i64> {
+/// A range selector's range in ms.
+pub(crate) fn range_ms(ms: &MatrixSelector) -> i64 {
+    millis(&ms.range)
+}
+
+/// The time a selector's `@` fixes, ms (None: the step's time).
+pub(crate) fn at_ms(at: &Option<AtModifier>, s: &Settings) -> Option<i64> {
     match at {
         Some(AtModifier::Start) => Some(s.start_ms),
         Some(AtModifier::End) => Some(s.end_ms),
         Some(AtModifier::At(t)) => Some(match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => d.as_millis() as i64,
-            Err(e) => -(e.duration().as_millis() as i64),
+            Ok(d) => millis(&d),
+            Err(e) => -millis(&e.duration()),
         }),
         None => None,
     }
@@ -279,7 +292,7 @@ impl Engine {
     fn range(&self, ms: &MatrixSelector, t: i64) -> Result<Vec<RangeSeries>, EvalError> {
         let vs = &ms.vs;
         let at = at_ms(&vs.at, &self.settings).unwrap_or(t) - offset_ms(&vs.offset);
-        let range = ms.range.as_millis() as i64;
+        let range = range_ms(ms);
         let ids = self.select(vs);
         let mut out = Vec::new();
         let mut total = 0;
@@ -325,7 +338,7 @@ impl Engine {
                 ));
             };
             let at = at_ms(&ms.vs.at, &self.settings).unwrap_or(t) - offset_ms(&ms.vs.offset);
-            let range = ms.range.as_millis() as i64;
+            let range = range_ms(ms);
             let ids = self.select(&ms.vs);
             let mut total = 0;
             let mut out = Vec::new();

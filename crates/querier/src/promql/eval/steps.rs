@@ -162,7 +162,7 @@ impl Engine {
     ) -> Result<Vec<Row>, EvalError> {
         let fixed = at_ms(&ms.vs.at, &self.settings);
         let off = offset_ms(&ms.vs.offset);
-        let range = ms.range.as_millis() as i64;
+        let range = super::range_ms(ms);
         let ids = self.select(&ms.vs);
         let windows = |s: &[(i64, f64)], each: &mut EachWindow| each_window(s, steps, fixed, off, range, each);
         let bound: usize = ids.iter().map(|&i| self.series[i].samples.len()).sum();
