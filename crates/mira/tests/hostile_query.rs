@@ -38,7 +38,10 @@ async fn deeply_nested_promql_is_refused_and_the_process_keeps_serving() {
             .unwrap_or_else(|| panic!("no answer to {path}: the process died"));
             let text = r.text();
             assert_eq!(r.status, 400, "{path}: {text}");
-            assert!(text.contains("bad_data") && text.contains("the limit is 100"), "{path}: {text}");
+            assert!(
+                text.contains("bad_data") && text.contains("the limit is 100"),
+                "{path}: {text}"
+            );
         }
     }
     let r = http::get(&query, "/api/v1/query?query=vector(1)&time=1700000000")
