@@ -209,3 +209,27 @@ def test_range_queries_match_victoriametrics(engines, expr):
     ours, ref = both(mira, vm_addr, "query_range", {"query": expr, "start": START + 600, "end": END, "step": 60})
     assert ref["data"]["result"], f"{expr}: the reference has no data (bad test)"
     compare(expr, ours, ref)
+
+
+# `@` and negative offsets read samples outside [start - range, end]
+# (issue 29: they answered empty). Evaluated where every window they name
+# holds samples: not at END, where a negative offset reads the future.
+SHIFTED = [
+    f"http_server_requests_total @ {START + 900}",
+    f"rate(http_server_requests_total[5m] @ {END - 1200})",
+    "http_server_requests_total offset -5m",
+    "sum by (job) (rate(http_server_requests_total[5m] offset -10m))",
+    "process_memory_usage_bytes @ start()",
+]
+
+
+@pytest.mark.parametrize("expr", SHIFTED)
+def test_at_and_negative_offsets_match_victoriametrics(engines, expr):
+    mira, vm_addr = engines
+    for t in (START + 1800, END - 1200):
+        ours, ref = both(mira, vm_addr, "query", {"query": expr, "time": t})
+        assert ref["data"]["result"], f"{expr} at {t}: the reference has no data (bad test)"
+        compare(f"{expr} at {t}", ours, ref)
+    ours, ref = both(mira, vm_addr, "query_range", {"query": expr, "start": START + 600, "end": END - 1200, "step": 60})
+    assert ref["data"]["result"], f"{expr}: the reference has no data (bad test)"
+    compare(expr, ours, ref)
