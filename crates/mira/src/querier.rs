@@ -71,6 +71,13 @@ pub struct QueryFlags {
     /// Largest `limit` a query may ask for (then 422) [default: 10000].
     #[arg(long, env = "MIRA_MAX_QUERY_LIMIT")]
     pub max_query_limit: Option<usize>,
+    /// Most series one PromQL query may select (then 422) [default: 500000].
+    #[arg(long, env = "MIRA_MAX_QUERY_SERIES")]
+    pub max_query_series: Option<usize>,
+    /// Most samples one PromQL query may load, over all its series, in the
+    /// window it reads (then 422) [default: 50000000].
+    #[arg(long, env = "MIRA_MAX_QUERY_SAMPLES")]
+    pub max_query_samples: Option<usize>,
     /// How long an ingester may take to return its recent data before the
     /// answer is marked partial [default: 2s].
     #[arg(long, env = "MIRA_RECENT_TIMEOUT")]
@@ -109,6 +116,8 @@ impl QueryFlags {
             max_query_blocks,
             max_query_range,
             max_query_limit,
+            max_query_series,
+            max_query_samples,
             recent_timeout,
             query_timeout,
             catalog_max_staleness,

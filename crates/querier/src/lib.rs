@@ -78,6 +78,10 @@ pub struct QuerierConfig {
     pub max_range: Duration,
     /// Largest `limit` a query may ask for.
     pub max_limit: usize,
+    /// Most series one PromQL query may select (then 422).
+    pub max_series: usize,
+    /// Most samples one PromQL query may load in its window (then 422).
+    pub max_samples: usize,
     /// How long an ingester may take to answer for its recent data.
     pub recent_timeout: Duration,
     /// How long to wait for the catalog copy to catch up (or for a fresh
@@ -101,6 +105,8 @@ impl QuerierConfig {
             max_blocks: 20_000,
             max_range: Duration::from_secs(31 * 24 * 3600),
             max_limit: 10_000,
+            max_series: 500_000,
+            max_samples: 50_000_000,
             recent_timeout: Duration::from_secs(2),
             catalog_wait: Duration::from_secs(5),
             query_timeout: Duration::from_secs(120),

@@ -36,8 +36,6 @@ pub const MAX_QUERY_LEN: usize = 64 * 1024;
 pub const MAX_STEPS: i64 = 11_000;
 /// Instant selectors look this far back for a sample.
 pub const LOOKBACK_MS: i64 = 300_000;
-/// Most series one query may load.
-pub const MAX_SERIES: usize = 500_000;
 
 /// A PromQL request: one instant, or a range on a step grid (ms).
 #[derive(Debug, Clone)]
@@ -333,7 +331,7 @@ impl Querier {
             })
             .collect();
         let sel = Arc::new(sel.to_vec());
-        let reads = plan.candidates.iter().map(|c| {
+        let reads = plan.candidates.iter().enumerate().map(|(at, c)| {
             let sel = sel.clone();
             let fixed = fixed.clone();
             async move {
@@ -341,7 +339,7 @@ impl Querier {
                     && !self.metric_names_may_match(c, names, stats).await?
                 {
                     stats.add_pruned(mira_core::sidecar::PruneRule::AttrIndex);
-                    return Ok::<_, QueryError>(Arc::new(BlockSeries::new()));
+                    return Ok::<_, QueryError>((at, Arc::new(BlockSeries::new())));
                 }
                 // A published block's series may be kept ([`crate::results`]),
                 // for the whole block: the evaluator only reads samples in
@@ -367,7 +365,7 @@ impl Querier {
                 {
                     // Counted as fetched, as a scan's hit is.
                     stats.add_fetched();
-                    return Ok(map);
+                    return Ok((at, map));
                 }
                 let tables = self.scan_tables(c, &load::TABLES, stats).await?;
                 let id = c.id;
@@ -418,21 +416,54 @@ impl Querier {
                 if let Some(k) = cache_key {
                     self.results.insert_series(k, map.clone());
                 }
-                Ok(map)
+                Ok((at, map))
             }
         });
+        // Each block's series are counted as its read ends, and the reads
+        // still running are dropped once the query selects more than
+        // `--max-query-series` series or loads more than
+        // `--max-query-samples` samples in its window (a block's own size
+        // is bounded).
+        let (max_series, max_samples) = (self.config.max_series, self.config.max_samples);
+        let mut reads: futures::stream::FuturesUnordered<_> = reads.collect();
+        let mut parts: Vec<Option<Arc<BlockSeries>>> = vec![None; plan.candidates.len()];
+        let in_window = |s: &eval::Series| {
+            let first = s.samples.partition_point(|p| p.0 < from_ms);
+            s.samples[first..].partition_point(|p| p.0 <= to_ms)
+        };
+        // Distinct series by a hash of their labels (a collision, at 64
+        // bits, only undercounts).
+        let hasher = foldhash::fast::FixedState::with_seed(0);
+        let mut distinct: std::collections::HashSet<u64, foldhash::fast::RandomState> = Default::default();
+        let mut loaded = 0usize;
+        while let Some(read) = futures::StreamExt::next(&mut reads).await {
+            let (at, part) = read?;
+            for s in part.iter() {
+                let n = in_window(s);
+                if n > 0 {
+                    loaded += n;
+                    distinct.insert(std::hash::BuildHasher::hash_one(&hasher, &s.labels));
+                }
+            }
+            if distinct.len() > max_series {
+                return Err(QueryError::TooBig(format!(
+                    "the query selects more than {max_series} series (--max-query-series); add label matchers"
+                )));
+            }
+            if loaded > max_samples {
+                return Err(QueryError::TooBig(format!(
+                    "the query loads more than {max_samples} samples (--max-query-samples); add label matchers or narrow the range"
+                )));
+            }
+            parts[at] = Some(part);
+        }
         // A series held by one block is used as that block gave it (no
         // copy); one several blocks hold is merged, the earlier block's
         // sample kept where two have the same time.
-        let parts = futures::future::try_join_all(reads).await?;
         let mut index: HashMap<&Labels, usize, foldhash::fast::RandomState> = HashMap::default();
         let mut held: Vec<Vec<&Arc<eval::Series>>> = Vec::new();
-        let inside = |s: &eval::Series| {
-            let first = s.samples.partition_point(|p| p.0 < from_ms);
-            s.samples.get(first).is_some_and(|p| p.0 <= to_ms)
-        };
-        for part in &parts {
-            for s in part.iter().filter(|s| inside(s)) {
+        for part in parts.iter().flatten() {
+            for s in part.iter().filter(|s| in_window(s) > 0) {
                 match index.entry(&s.labels) {
                     Entry::Occupied(e) => held[*e.get()].push(s),
                     Entry::Vacant(e) => {
@@ -440,11 +471,6 @@ impl Querier {
                         held.push(vec![s]);
                     }
                 }
-            }
-            if held.len() > MAX_SERIES {
-                return Err(QueryError::TooBig(format!(
-                    "the query selects more than {MAX_SERIES} series; add label matchers"
-                )));
             }
         }
         let all = held
@@ -775,7 +801,12 @@ mod tests {
         assert_eq!(windows("rate(m[1m] @ end())"), [(1_940_000, 2_000_000)]);
         assert_eq!(windows("m @ start() offset 1s + vector(1)"), [(699_000, 999_000)]);
         assert!(windows("vector(1)").is_empty());
-        for q in ["m @ 9999999999999", "m offset -300000y", "m[300000y]", "m offset 300000y"] {
+        for q in [
+            "m @ 9999999999999",
+            "m offset -300000y",
+            "m[300000y]",
+            "m offset 300000y",
+        ] {
             let e = reads(&parse(q).expect("parse"), &s).expect_err(q).to_string();
             assert!(e.contains("outside the times a query can read"), "{q}: {e}");
         }

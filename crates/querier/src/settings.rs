@@ -42,6 +42,11 @@ pub struct Settings {
     pub max_query_range: Duration,
     /// Largest `limit` a query may ask for (then 422).
     pub max_query_limit: usize,
+    /// Most series one PromQL query may select (then 422).
+    pub max_query_series: usize,
+    /// Most samples one PromQL query may load, over all its series, in
+    /// the window it reads (then 422).
+    pub max_query_samples: usize,
     /// How long an ingester may take to return its recent data before the
     /// answer is marked partial.
     pub recent_timeout: Duration,
@@ -66,6 +71,8 @@ impl Default for Settings {
             max_query_blocks: 20_000,
             max_query_range: Duration::from_secs(744 * 3600),
             max_query_limit: 10_000,
+            max_query_series: 500_000,
+            max_query_samples: 50_000_000,
             recent_timeout: Duration::from_secs(2),
             query_timeout: Duration::from_secs(120),
             catalog_max_staleness: Duration::from_secs(15),
@@ -86,6 +93,8 @@ impl Settings {
         positive("querier.max_query_blocks", self.max_query_blocks)?;
         positive("querier.max_query_range", self.max_query_range)?;
         positive("querier.max_query_limit", self.max_query_limit)?;
+        positive("querier.max_query_series", self.max_query_series)?;
+        positive("querier.max_query_samples", self.max_query_samples)?;
         positive("querier.recent_timeout", self.recent_timeout)?;
         positive("querier.query_timeout", self.query_timeout)?;
         positive("querier.catalog_max_staleness", self.catalog_max_staleness)?;
@@ -106,6 +115,8 @@ impl Settings {
         c.max_blocks = self.max_query_blocks;
         c.max_range = self.max_query_range.get();
         c.max_limit = self.max_query_limit;
+        c.max_series = self.max_query_series;
+        c.max_samples = self.max_query_samples;
         c.recent_timeout = self.recent_timeout.get();
         c.query_timeout = self.query_timeout.get();
         c.max_staleness = self.catalog_max_staleness.get();
@@ -125,6 +136,7 @@ mod tests {
         assert_eq!(c.decoded_cache_bytes, 1 << 30);
         assert_eq!(c.result_cache_bytes, 256 << 20);
         assert_eq!(c.max_range, std::time::Duration::from_secs(744 * 3600));
+        assert_eq!((c.max_series, c.max_samples), (500_000, 50_000_000));
         assert_eq!(c.recent_timeout, std::time::Duration::from_secs(2));
         assert_eq!(c.query_timeout, std::time::Duration::from_secs(120));
         assert_eq!(c.max_staleness, std::time::Duration::from_secs(15));
@@ -141,6 +153,8 @@ mod tests {
             ("querier.max_fetches", |s| s.max_fetches = 0),
             ("querier.query_threads", |s| s.query_threads = Some(0)),
             ("querier.max_query_limit", |s| s.max_query_limit = 0),
+            ("querier.max_query_series", |s| s.max_query_series = 0),
+            ("querier.max_query_samples", |s| s.max_query_samples = 0),
             ("querier.query_timeout", |s| s.query_timeout = Duration::default()),
             ("querier.catalog_max_staleness", |s| {
                 s.catalog_max_staleness = Duration::default()

@@ -945,3 +945,44 @@ async fn a_repeated_promql_query_and_a_sliding_range_reuse_unchanged_blocks_and_
     assert_eq!(plain.metric(hits).await + plain.metric(misses).await, 0.0);
     assert_eq!(plain.metric("mira_querier_result_cache_bytes").await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_past_its_series_or_samples_stops_reading_and_answers_422() {
+    let stack = Stack::start().await;
+    // Two series (cpu 0 and 1), six samples each per block.
+    let (a, b, c) = (metrics_block(0), metrics_block(60), metrics_block(120));
+    stack.publish(&[&a, &b, &c]).await;
+    let q = stack
+        .querier("limited", |c| {
+            c.max_series = 1;
+            c.max_samples = 12;
+        })
+        .await;
+    // Within both limits, over a and b only: one series, twelve samples
+    // (a and b now in the querier's caches).
+    let (status, body) = q.get(&promql_path(r#"temp{cpu="0"}"#, 0, 110)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = q
+        .get(&instant_path(r#"count_over_time(temp{cpu="0"}[2m])"#, &secs(110)))
+        .await;
+    assert_eq!(values(status, &body)[0].1, ["12"], "{body}");
+    // Block c's reads hang; a and b come from the caches and already select
+    // two series: the query is refused without waiting for c (before, every
+    // block was read first and the query hung until its timeout), and c's
+    // read is dropped.
+    stack.store.set_readable(false);
+    let (status, body) = q.get(&promql_path("temp", 0, 170)).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("more than 1 series (--max-query-series)"), "{body}");
+    wait_for("the hung read to be dropped", PATIENCE, || async {
+        (stack.store.stalled_reads() == 0).then_some(())
+    })
+    .await;
+    stack.store.set_readable(true);
+    // Eighteen samples of one series (a, b and c): refused, naming the limit.
+    let (status, body) = q
+        .get(&instant_path(r#"count_over_time(temp{cpu="0"}[3m])"#, &secs(170)))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("more than 12 samples (--max-query-samples)"), "{body}");
+}

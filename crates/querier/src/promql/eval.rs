@@ -237,7 +237,7 @@ impl Engine {
     fn check_size(&self, n: usize) -> Result<(), EvalError> {
         if n > self.settings.max_samples {
             return err(format!(
-                "the query holds more than {} samples in one step (--max-query-samples)",
+                "the query holds more than {} samples in one step",
                 self.settings.max_samples
             ));
         }
