@@ -7,8 +7,9 @@
 //!   `json`, `logfmt`, `regexp`, `pattern`, `unwrap` and label filter code
 //!   on outside text;
 //! - 1: TraceQL (`traceql::parse`), compiled and run over a generated trace;
-//! - 2: PromQL (`promql::parse`), evaluated at two instants over a few
-//!   generated series (`promql::eval::Engine`);
+//! - 2: PromQL (`promql::parse`), evaluated at two instants and over a
+//!   range on a few generated series through `promql::evaluate_in_memory`
+//!   (the querier's checks and evaluation after loading);
 //! - 3: attribute selectors of the native API (`selector::parse`).
 //!
 //! Input: byte 0 picks the language (`% 4`); then the query, up to the
@@ -30,7 +31,8 @@ use mira_querier::logql::ast::{Expr, LogExpr, MetricExpr};
 use mira_querier::logql::eval::parse_query;
 use mira_querier::logql::model::{Cat, Entry, Label};
 use mira_querier::logql::pipeline::{Pipeline, str_test};
-use mira_querier::promql::eval::{Engine, Series, Settings};
+use mira_querier::promql::eval::Series;
+use mira_querier::promql::{PromQuery, evaluate_in_memory};
 use mira_querier::traceql::eval::{Compiled, TraceView};
 use mira_testkit::corpus::{Cardinality, Corpus};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -147,17 +149,21 @@ fn promql(query: &str) {
         mira_querier::promql::parse(&printed).is_ok(),
         "the printed form {printed:?} of an accepted query does not parse"
     );
-    let engine = Engine::new(
-        series(),
-        Settings {
-            lookback_ms: 300_000,
-            start_ms: 0,
-            end_ms: 300_000,
-            max_samples: 50_000,
-        },
-    );
-    let _ = engine.eval(&expr, 150_000);
-    let _ = engine.eval(&expr, 300_000);
+    // As the querier answers it once its series are loaded: the same
+    // checks (depth, times, the windows `@`, offsets and ranges read), the
+    // series cut to those windows, an instant and a range evaluation with
+    // the step sample limit on.
+    let at = |start_ms, end_ms, instant| PromQuery {
+        tenant: "fuzz".to_owned(),
+        query: query.to_owned(),
+        start_ms,
+        end_ms,
+        step_ms: 15_000,
+        instant,
+    };
+    for q in [at(150_000, 150_000, true), at(300_000, 300_000, true), at(0, 300_000, false)] {
+        let _ = evaluate_in_memory(&q, series());
+    }
 }
 
 /// The LogQL and TraceQL corpora of the grammar tests (valid and
@@ -218,7 +224,7 @@ fn make_seeds() -> Vec<(String, Vec<u8>)> {
     // Deep nesting in every language (issue 29): each must be refused at
     // its depth limit, never overflow a stack, in parsing or evaluation.
     let nest = |open: &str, inner: &str, close: &str, n: usize| format!("{}{inner}{}", open.repeat(n), close.repeat(n));
-    let deep: [(u8, String); 8] = [
+    let deep: [(u8, String); 13] = [
         (2, nest("abs(", "up", ")", 3_000)),
         (2, vec!["up"; 5_000].join(" + ")),
         (2, nest("(", "up", ")", 20_000)),
@@ -227,6 +233,14 @@ fn make_seeds() -> Vec<(String, Vec<u8>)> {
         (0, nest("sum(", "count_over_time({app=\"a\"}[1m])", ")", 3_000)),
         (1, nest("(", "{ }", ")", 5_000)),
         (1, vec!["{ }"; 3_000].join(" >> ")),
+        // Within the runs' -max_len (4096, scripts/fuzz.sh), which cuts
+        // the longer ones above.
+        (2, nest("abs(", "up", ")", 700)),
+        (2, nest("(", "up", ")", 2_000)),
+        (2, vec!["up"; 800].join(" + ")),
+        // At the PromQL limit: accepted and evaluated.
+        (2, nest("abs(", "rate(http_requests_total[1m])", ")", 98)),
+        (2, vec!["http_requests_total"; 100].join(" + ")),
     ];
     for (i, (sel, q)) in deep.iter().enumerate() {
         out.push((format!("deep-{i:03}"), seeds::with_selector(*sel, q.as_bytes())));

@@ -34,6 +34,8 @@ use load::{BlockSeries, format_float};
 pub const MAX_QUERY_LEN: usize = 64 * 1024;
 /// Most steps of a range query (as Prometheus).
 pub const MAX_STEPS: i64 = 11_000;
+/// Most samples one evaluation step may hold.
+pub const MAX_STEP_SAMPLES: usize = 5_000_000;
 /// Instant selectors look this far back for a sample.
 pub const LOOKBACK_MS: i64 = 300_000;
 
@@ -145,6 +147,9 @@ fn parse_shallow(query: &str) -> Result<Expr, QueryError> {
     })
 }
 
+/// Most bytes [`error_position`] parses to find where a query fails.
+const ERROR_SEARCH_BYTES: usize = 256 * 1024;
+
 fn error_position(query: &str, reason: &str) -> usize {
     let at_end = ["end of input", "unclosed", "unterminated", "unexpected end"];
     if at_end.iter().any(|w| reason.contains(w)) {
@@ -157,16 +162,20 @@ fn error_position(query: &str, reason: &str) -> usize {
                 .filter_map(Result::ok)
                 .map(|l| (l.span().start(), l.span().end()))
                 .collect();
-            if spans.len() > 2_000 {
-                return 0;
-            }
-            let mut good = 0;
-            for (i, &(_, end)) in spans.iter().enumerate() {
+            // The longest parsing prefix, found from the end: parses of
+            // at most [`ERROR_SEARCH_BYTES`] in all (every prefix of a long
+            // query would be quadratic), else position 0.
+            let mut budget = ERROR_SEARCH_BYTES;
+            for (i, &(_, end)) in spans.iter().enumerate().rev() {
+                if end > budget {
+                    return 0;
+                }
+                budget -= end;
                 if promql_parser::parser::parse(&query[..end]).is_ok() {
-                    good = i + 1;
+                    return spans.get(i + 1).map_or(query.len(), |s| s.0);
                 }
             }
-            spans.get(good).map_or(query.len(), |s| s.0)
+            spans.first().map_or(query.len(), |s| s.0)
         }
         Err(_) => {
             // The first prefix (at a character boundary) that fails to lex
@@ -605,39 +614,17 @@ impl Querier {
 
     /// Evaluates a PromQL query.
     pub async fn promql(self: &Arc<Self>, q: PromQuery) -> Result<PromAnswer, QueryError> {
-        let expr = parse(&q.query)?;
-        check_time("start", q.start_ms)?;
-        check_time("end", q.end_ms)?;
-        if q.start_ms > q.end_ms {
-            return Err(QueryError::BadRequest(format!(
-                "start ({}) is after end ({})",
-                q.start_ms, q.end_ms
-            )));
-        }
-        if !q.instant {
-            if q.step_ms <= 0 {
-                return Err(QueryError::BadRequest("step must be positive".into()));
-            }
-            let steps = (q.end_ms - q.start_ms) / q.step_ms + 1;
-            if steps > MAX_STEPS {
-                return Err(QueryError::TooBig(format!(
-                    "the range holds {steps} steps; the limit is {MAX_STEPS}: raise step or narrow the range"
-                )));
-            }
-        }
+        let Prepared {
+            expr,
+            settings,
+            reads,
+            from,
+            to,
+        } = prepare(&q)?;
         self.check_range(ns(q.start_ms), ns(q.end_ms))?;
-        let settings = Settings {
-            lookback_ms: LOOKBACK_MS,
-            start_ms: q.start_ms,
-            end_ms: q.end_ms,
-            max_samples: 5_000_000,
-        };
         // What the query reads, from its earliest sample (ranges, offsets,
         // the lookback, `@`) to its latest (a negative offset, `@` later
         // than the end), is held to the range limits as `[start, end]` is.
-        let reads = reads(&expr, &settings)?;
-        let from = reads.iter().map(|r| r.1).min().unwrap_or(q.start_ms);
-        let to = reads.iter().map(|r| r.2).max().unwrap_or(q.end_ms);
         self.check_range(ns(from), ns(to)).map_err(|e| match e {
             QueryError::TooBig(m) => QueryError::TooBig(format!(
                 "{m}: the samples the query reads, its ranges, offsets, `@` and the {}m lookback applied",
@@ -672,8 +659,7 @@ impl Querier {
                 &stats,
             ));
         }
-        let sel: Vec<_> = reads.into_iter().map(|r| r.0).collect();
-        let series = self.read_series(&plan, &sel, from, to, &stats).await?;
+        let series = self.read_series(&plan, &reads, from, to, &stats).await?;
         let gaps = plan.gaps;
         let data = self
             .on_pool(move || evaluate(expr, series, settings, &q))
@@ -691,6 +677,78 @@ impl Querier {
             &stats,
         ))
     }
+}
+
+/// A checked query, before its series are loaded.
+struct Prepared {
+    expr: Expr,
+    settings: Settings,
+    /// Its selectors.
+    reads: Vec<VectorSelector>,
+    /// The earliest and latest times (ms) it reads samples at.
+    from: i64,
+    to: i64,
+}
+
+/// Parses and checks `q` (depth, times, steps, the windows it reads)
+/// without the limits that are the querier's (ranges, blocks, series).
+fn prepare(q: &PromQuery) -> Result<Prepared, QueryError> {
+    let expr = parse(&q.query)?;
+    check_time("start", q.start_ms)?;
+    check_time("end", q.end_ms)?;
+    if q.start_ms > q.end_ms {
+        return Err(QueryError::BadRequest(format!(
+            "start ({}) is after end ({})",
+            q.start_ms, q.end_ms
+        )));
+    }
+    if !q.instant {
+        if q.step_ms <= 0 {
+            return Err(QueryError::BadRequest("step must be positive".into()));
+        }
+        let steps = (q.end_ms - q.start_ms) / q.step_ms + 1;
+        if steps > MAX_STEPS {
+            return Err(QueryError::TooBig(format!(
+                "the range holds {steps} steps; the limit is {MAX_STEPS}: raise step or narrow the range"
+            )));
+        }
+    }
+    let settings = Settings {
+        lookback_ms: LOOKBACK_MS,
+        start_ms: q.start_ms,
+        end_ms: q.end_ms,
+        max_samples: MAX_STEP_SAMPLES,
+    };
+    let windows = reads(&expr, &settings)?;
+    let from = windows.iter().map(|r| r.1).min().unwrap_or(q.start_ms);
+    let to = windows.iter().map(|r| r.2).max().unwrap_or(q.end_ms);
+    Ok(Prepared {
+        expr,
+        settings,
+        reads: windows.into_iter().map(|r| r.0).collect(),
+        from,
+        to,
+    })
+}
+
+/// [`Querier::promql`] over series held in memory (the fuzz target's
+/// entry): the same checks, the series cut to the window the query reads
+/// as the loader cuts them, the same evaluation.
+pub fn evaluate_in_memory(q: &PromQuery, series: Vec<eval::Series>) -> Result<PromData, QueryError> {
+    let p = prepare(q)?;
+    let series = series
+        .into_iter()
+        .map(|s| {
+            let samples = s
+                .samples
+                .into_iter()
+                .filter(|t| (p.from..=p.to).contains(&t.0))
+                .collect();
+            Arc::new(eval::Series::sorted(s.labels, samples))
+        })
+        .filter(|s| !s.samples.is_empty())
+        .collect();
+    evaluate(p.expr, series, p.settings, q).map_err(|e| QueryError::BadRequest(e.0))
 }
 
 pub(crate) fn evaluate(
@@ -810,6 +868,50 @@ mod tests {
             let e = reads(&parse(q).expect("parse"), &s).expect_err(q).to_string();
             assert!(e.contains("outside the times a query can read"), "{q}: {e}");
         }
+    }
+
+    #[test]
+    fn queries_at_the_depth_limit_evaluate_and_at_and_offsets_read_their_windows() {
+        let m = |v: f64| eval::Series {
+            labels: vec![("__name__".to_owned(), "m".to_owned())],
+            samples: (0..100).map(|i| (i * 60_000, v + i as f64)).collect(),
+        };
+        let q = |query: String, start_ms, end_ms, instant| PromQuery {
+            tenant: "t".into(),
+            query,
+            start_ms,
+            end_ms,
+            step_ms: 60_000,
+            instant,
+        };
+        let answer = |q: &PromQuery| {
+            serde_json::to_string(&evaluate_in_memory(q, vec![m(0.0)]).expect("answer").result).expect("json")
+        };
+        // 100 levels, instant and over a range (the step-by-step and the
+        // all-steps evaluators), on a test thread's stack.
+        let nested = format!(
+            "{}rate(m[5m]){}",
+            "abs(".repeat(MAX_DEPTH - 2),
+            ")".repeat(MAX_DEPTH - 2)
+        );
+        let chain = vec!["m"; MAX_DEPTH].join(" + ");
+        for text in [nested, chain] {
+            assert_eq!(depth(&parse(&text).expect("parse")), MAX_DEPTH);
+            assert!(answer(&q(text.clone(), 600_000, 600_000, true)).contains("\"value\""));
+            assert!(answer(&q(text, 0, 3_000_000, false)).contains("\"values\""));
+        }
+        // `@` and a negative offset read the samples they name.
+        assert_eq!(
+            answer(&q("m @ 120".into(), 3_000_000, 3_000_000, true)),
+            r#"[{"metric":{"__name__":"m"},"value":[3000,"2"]}]"#
+        );
+        assert_eq!(
+            answer(&q("m offset -10m".into(), 60_000, 60_000, true)),
+            r#"[{"metric":{"__name__":"m"},"value":[60,"11"]}]"#
+        );
+        let e =
+            evaluate_in_memory(&q("m".into(), MAX_TIME_MS + 1, MAX_TIME_MS + 1, true), vec![]).expect_err("too late");
+        assert!(e.to_string().contains("outside the times a query can read"), "{e}");
     }
 
     #[test]
