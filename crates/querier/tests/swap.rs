@@ -6,7 +6,10 @@
 //! a live block without its object (500, counted as missing); decoded
 //! tables reused by later queries within the decoded cache's bytes; a
 //! repeated PromQL query and a sliding range answered from the result
-//! cache as an uncached querier answers them.
+//! cache as an uncached querier answers them; PromQL's `@` and negative
+//! offsets answered from the samples they name, the range limit over what
+//! a query reads, unrepresentable times refused, series and samples limits
+//! that stop the reads, and deep nesting refused while the querier serves.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -985,4 +988,23 @@ async fn a_query_past_its_series_or_samples_stops_reading_and_answers_422() {
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("more than 12 samples (--max-query-samples)"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_promql_answers_400_naming_the_limit_and_the_querier_keeps_serving() {
+    let stack = Stack::start().await;
+    let a = metrics_block(0);
+    stack.publish(&[&a]).await;
+    let q = stack.querier("deep", |_| {}).await;
+    for query in [
+        format!("{}temp{}", "abs(".repeat(3_000), ")".repeat(3_000)),
+        vec!["temp"; 3_000].join(" + "),
+        format!("{}temp{}", "(".repeat(3_000), ")".repeat(3_000)),
+    ] {
+        let (status, body) = q.get(&instant_path(&query, &secs(50))).await;
+        assert_eq!(status, 400, "{}: {body}", &query[..20]);
+        assert!(body.contains("bad_data") && body.contains("the limit is 100"), "{body}");
+    }
+    let (status, body) = q.get(&instant_path(r#"abs(temp{cpu="0"})"#, &secs(50))).await;
+    assert_eq!(values(status, &body)[0].1, ["5"], "{body}");
 }
