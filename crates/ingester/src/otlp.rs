@@ -179,8 +179,21 @@ impl Receivers {
     /// will cost from the in-flight decoded budget (into `held`), charges
     /// `tenant`'s records rate and submits it; the records are given back
     /// when the request is not accepted, so a refused request costs its
-    /// tenant nothing.
+    /// tenant nothing. Counts the outcome, a refusal before submitting
+    /// (a malformed body, the decoded budget, the rate) included.
     async fn submit(
+        &self,
+        signal: Signal,
+        tenant: TenantId,
+        payload: Bytes,
+        held: &mut Budget,
+    ) -> Result<Appended, IngestError> {
+        let result = self.submit_uncounted(signal, tenant, payload, held).await;
+        self.pipeline.count(signal, &result);
+        result
+    }
+
+    async fn submit_uncounted(
         &self,
         signal: Signal,
         tenant: TenantId,

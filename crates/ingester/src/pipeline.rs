@@ -181,25 +181,37 @@ impl Pipeline {
     /// Admits, logs and appends one export request (OTLP protobuf); returns
     /// the records accepted (and what the attribute limits did) once the request is acknowledged by the WAL
     /// mode's promise.
+    ///
+    /// Counts nothing: the receiver that took the request counts its
+    /// outcome with [`Pipeline::count`], after what it refused before
+    /// submitting (a malformed body, the decoded budget) too.
     pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
-        let result = self.submit_inner(signal, tenant, payload).await;
+        self.submit_inner(signal, tenant, payload).await
+    }
+
+    /// Counts one export request's outcome (`mira_ingester_requests_total`)
+    /// and, when it was accepted, its records and what the limits and the
+    /// time window did to them.
+    pub fn count(&self, signal: Signal, result: &Result<Appended, IngestError>) {
         let labels = crate::metrics::OutcomeLabels {
             signal: signal.as_str(),
-            outcome: match &result {
+            outcome: match result {
                 Ok(_) => "ok",
                 Err(IngestError::Invalid(_)) => "invalid",
                 Err(IngestError::Overloaded { .. }) => "overloaded",
                 Err(IngestError::TooLarge { .. } | IngestError::DecodedTooLarge { .. }) => "too_large",
                 Err(IngestError::Timeout(_)) => "timeout",
                 Err(IngestError::Unavailable(_)) => "unavailable",
-                // Refused before submit (mira_auth_requests_total counts them).
+                // Refused on the headers, before a body is read: not
+                // counted here (mira_auth_requests_total counts them).
                 Err(IngestError::Auth(_)) => "refused",
-                // Refused before submit (mira_limits_refusals_total counts them).
+                // The tenant's records rate (mira_limits_refusals_total
+                // counts them by limit).
                 Err(IngestError::Limited(_)) => "limited",
             },
         };
         self.metrics.requests.get_or_create(&labels).inc();
-        if let Ok(appended) = &result {
+        if let Ok(appended) = result {
             self.metrics
                 .records
                 .get_or_create(&crate::metrics::SignalLabels {
@@ -224,7 +236,6 @@ impl Pipeline {
                 }
             }
         }
-        result
     }
 
     async fn submit_inner(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
