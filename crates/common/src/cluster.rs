@@ -292,10 +292,12 @@ impl Dialer {
             .map_err(|e| format!("bad address {addr:?}: {e}"))?
             .connect_timeout(connect_timeout);
         let channel = endpoint.connect_with_connector_lazy(Connector { tls: self.tls.clone() });
-        Ok(InterceptedService::new(
-            channel,
-            Credential(self.secret.as_ref().map(|s| s.value.clone())),
-        ))
+        Ok(InterceptedService::new(channel, self.credential()))
+    }
+
+    /// What this dialer's calls carry: the secret, when it has one.
+    pub fn credential(&self) -> Credential {
+        Credential(self.secret.as_ref().map(|s| s.value.clone()))
     }
 }
 

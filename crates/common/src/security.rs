@@ -87,7 +87,8 @@ pub enum Exposure {
     /// Only calls internal services (querier, compactor, CLI tools).
     Client,
     /// `mira serve`: every role in one process; without a configured
-    /// secret it makes one for itself and trusts loopback callers.
+    /// secret it makes one for itself (and its roles send it); it trusts
+    /// loopback callers only with `--auth none`.
     AllInOne,
 }
 
@@ -228,10 +229,21 @@ impl SecuritySettings {
         if all_in_one && secret.is_none() {
             secret = Some(ClusterSecret::generate().map_err(|e| ConfigError::new("security.cluster_secret_file", e))?);
         }
+        // Loopback peers are trusted only by `mira serve` with `--auth
+        // none`, where every tenant's data is open to every caller anyway;
+        // with authentication on, every peer shows the secret (serve's own
+        // roles send the one it made) or a member certificate.
+        let trust_loopback = all_in_one && self.auth == AuthMode::None && !self.insecure_cluster;
+        if trust_loopback {
+            tracing::warn!(
+                target: "mira::cluster",
+                "--auth none: the recent-data service on the OTLP/gRPC port, the catalog and Raft answer every loopback peer without a credential; any process on this host or in this pod, and any remote client a mesh sidecar forwards from 127.0.0.6, reads every tenant's rows not yet published and can change the catalog (see docs/security.md#internal-ports)"
+            );
+        }
         let guard = ClusterGuard::new(
             GuardConfig {
                 secret: secret.clone(),
-                trust_loopback: all_in_one,
+                trust_loopback,
                 open: self.insecure_cluster,
             },
             telemetry,
@@ -311,6 +323,7 @@ impl Security {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic::service::Interceptor;
 
     #[test]
     fn bad_combinations_name_the_field() {
@@ -353,21 +366,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn serve_makes_its_own_secret_and_trusts_loopback() {
+    async fn serve_makes_its_own_secret_and_trusts_loopback_only_without_auth() {
         let t = crate::telemetry::Telemetry::new();
         let s = SecuritySettings::default()
             .build(Exposure::AllInOne, crate::clock::Clock::system(), &t)
             .expect("serve");
         let mut loopback = axum::http::Extensions::new();
         loopback.insert(axum::extract::ConnectInfo(crate::tls::PeerInfo {
-            addr: "127.0.0.1:9".parse().expect("addr"),
+            addr: "127.0.0.6:9".parse().expect("addr"),
             tls: false,
             client_cert: false,
             cluster_member: false,
         }));
+        let none = tonic::metadata::MetadataMap::new();
         s.guard
-            .check("catalog", &tonic::metadata::MetadataMap::new(), &loopback)
-            .expect("loopback");
+            .check("catalog", &none, &loopback)
+            .expect("loopback, --auth none");
+        // With authentication on, a loopback peer (a mesh sidecar's
+        // 127.0.0.6 included) needs the process's own secret.
+        let dir = tempfile::tempdir().expect("dir");
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "").expect("tokens");
+        let s = SecuritySettings {
+            auth: AuthMode::Tokens,
+            tokens_file: Some(tokens),
+            ..SecuritySettings::default()
+        }
+        .build(Exposure::AllInOne, crate::clock::Clock::system(), &t)
+        .expect("serve with tokens");
+        let refused = s
+            .guard
+            .check("recent", &none, &loopback)
+            .expect_err("no loopback trust");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        let call = s.dialer.credential().call(tonic::Request::new(())).expect("credential");
+        s.guard
+            .check("recent", call.metadata(), &loopback)
+            .expect("the process's own secret");
         // A secret file that is missing is named.
         let e = SecuritySettings {
             cluster_secret_file: Some("/nonexistent/secret".into()),

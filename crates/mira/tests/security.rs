@@ -201,6 +201,95 @@ fn members_without_a_cluster_credential_refuse_to_start() {
     assert!(err.contains("at least 16") && err.contains("short"), "{err}");
 }
 
+/// `mira serve --auth tokens` without a secret file makes one and its own
+/// querier sends it, so a line not yet published is answered; a caller on
+/// loopback (any process in the pod, or a remote client a mesh sidecar
+/// forwards from 127.0.0.6) gets UNAUTHENTICATED from the recent-data
+/// service without it, even with a tenant's token. Before issue 29 item 6
+/// serve trusted every loopback peer and answered every tenant's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_auth_trusts_no_loopback_peer_without_its_secret() {
+    use sha2::Digest;
+    let mut p = Procs::new();
+    let token = "serve-token-0c4e1f9a2b7d6e3f5a8c";
+    let digest: String = sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tokens = p.root.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[token]]\nname = \"a\"\nsha256 = \"{digest}\"\ntenants = [\"team-a\"]\nscopes = [\"write\", \"read\"]\n"
+        ),
+    )
+    .expect("test setup");
+    let tokens = tokens.display().to_string();
+    let i = p.add(Role::Serve, &[]);
+    // No secret file: serve makes its own.
+    p.start_with(
+        i,
+        &[
+            "--no-compactor",
+            "--auth",
+            "tokens",
+            "--auth-tokens-file",
+            &tokens,
+            "--seal-age",
+            "1h",
+        ],
+        &[(SECRET_ENV, "")],
+    );
+    let query = p[i].addr.clone();
+    wait_ready(&query).await;
+    let bearer = format!("Bearer {token}");
+    let auth = ("authorization", bearer.as_str());
+    let org = ("X-Scope-OrgID", "team-a");
+    let body = log_export(&[("service.name", "svc")], [(1, "unpublished".to_owned())]);
+    let status = http::post(&p[i].http, "/v1/logs", &[PB, auth, org], body)
+        .await
+        .map(|r| r.status);
+    assert_eq!(status, Some(200));
+    let path = format!("/api/mira/v1/logs?start={}&end={}&limit=10", t0(), t0() + 1_000_000_000);
+    wait_for(
+        "serve's querier to answer the recent line",
+        Duration::from_secs(60),
+        || async {
+            let r = http::request("GET", &query, &path, &[auth, org], Vec::new()).await?;
+            (r.status == 200 && r.text().contains("unpublished")).then_some(())
+        },
+    )
+    .await;
+
+    let grpc = format!("http://{}", p[i].grpc);
+    let mut recent = ipb::recent_client::RecentClient::connect(grpc).await.expect("connect");
+    let ask = ipb::RecentRequest {
+        tenant: "team-a".to_owned(),
+        signal: pb::Signal::Logs as i32,
+        min_time_ns: 0,
+        max_time_ns: i64::MAX,
+    };
+    let e = recent.query(ask.clone()).await.expect_err("recent data from loopback");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("cluster"), "{}", e.message());
+    let mut with_token = tonic::Request::new(ask.clone());
+    with_token
+        .metadata_mut()
+        .insert("authorization", bearer.parse().expect("ascii"));
+    let e = recent
+        .query(with_token)
+        .await
+        .expect_err("a tenant token is no cluster credential");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let e = recent
+        .query(with_secret(ask, "harness-cluster-secret-0123456789"))
+        .await
+        .expect_err("another cluster's secret");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let m = metrics(&p[i].http).await;
+    assert!(counter(&m, "mira_cluster_refused_total", "recent") >= 3, "{m}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_over_tls_recognise_each_other_by_certificate_alone() {
     let mut p = Procs::new();
