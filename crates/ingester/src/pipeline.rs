@@ -178,17 +178,6 @@ impl Pipeline {
         self.config.limits
     }
 
-    /// Admits, logs and appends one export request (OTLP protobuf); returns
-    /// the records accepted (and what the attribute limits did) once the request is acknowledged by the WAL
-    /// mode's promise.
-    ///
-    /// Counts nothing: the receiver that took the request counts its
-    /// outcome with [`Pipeline::count`], after what it refused before
-    /// submitting (a malformed body, the decoded budget) too.
-    pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
-        self.submit_inner(signal, tenant, payload).await
-    }
-
     /// Counts one export request's outcome (`mira_ingester_requests_total`)
     /// and, when it was accepted, its records and what the limits and the
     /// time window did to them.
@@ -238,7 +227,14 @@ impl Pipeline {
         }
     }
 
-    async fn submit_inner(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
+    /// Admits, logs and appends one export request (OTLP protobuf); returns
+    /// the records accepted (and what the attribute limits did) once the request is acknowledged by the WAL
+    /// mode's promise.
+    ///
+    /// Counts nothing: the receiver that took the request counts its
+    /// outcome with [`Pipeline::count`], after what it refused before
+    /// submitting (a malformed body, the decoded budget) too.
+    pub async fn submit(&self, signal: Signal, tenant: TenantId, payload: Bytes) -> Result<Appended, IngestError> {
         if let Some(why) = self.health.refusal() {
             return Err(IngestError::Unavailable(why));
         }

@@ -209,21 +209,10 @@ fn members_without_a_cluster_credential_refuse_to_start() {
 /// serve trusted every loopback peer and answered every tenant's rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_auth_trusts_no_loopback_peer_without_its_secret() {
-    use sha2::Digest;
     let mut p = Procs::new();
     let token = "serve-token-0c4e1f9a2b7d6e3f5a8c";
-    let digest: String = sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let tokens = p.root.path().join("tokens.toml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "[[token]]\nname = \"a\"\nsha256 = \"{digest}\"\ntenants = [\"team-a\"]\nscopes = [\"write\", \"read\"]\n"
-        ),
-    )
-    .expect("test setup");
+    procs::write_tokens(&tokens, "a", token, "team-a");
     let tokens = tokens.display().to_string();
     let i = p.add(Role::Serve, &[]);
     // No secret file: serve makes its own.

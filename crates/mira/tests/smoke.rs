@@ -130,7 +130,6 @@ async fn smoke_fails_at_once_when_the_export_is_refused() {
 /// `smoke-a` to the returned token.
 fn serve_with_tokens_and_tls() -> (Procs, String, std::path::PathBuf) {
     use mira_testkit::certs::Ca;
-    use sha2::Digest;
     let mut p = Procs::new();
     let dir = p.root.path().join("secrets");
     std::fs::create_dir_all(&dir).expect("test setup");
@@ -138,16 +137,8 @@ fn serve_with_tokens_and_tls() -> (Procs, String, std::path::PathBuf) {
     let ca_file = ca.write(&dir, "ca.crt");
     let (cert, key) = ca.leaf("mira").write(&dir, "server");
     let token = "smoke-token-5f1c0e9a7b3d4c2e8a6f";
-    let digest: String = sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let tokens = dir.join("tokens.toml");
-    std::fs::write(
-        &tokens,
-        format!("[[token]]\nname = \"smoke\"\nsha256 = \"{digest}\"\ntenants = [\"smoke-a\"]\nscopes = [\"write\", \"read\"]\n"),
-    )
-    .expect("test setup");
+    procs::write_tokens(&tokens, "smoke", token, "smoke-a");
     let s = |p: &std::path::Path| p.display().to_string();
     let flags = [
         "--auth".to_owned(),

@@ -519,6 +519,17 @@ pub fn child_exit(c: &mut Child, what: &str) -> std::process::ExitStatus {
     }
 }
 
+/// Writes a tokens file (`--auth-tokens-file`) at `path` in which `token`,
+/// named `name`, may write and read `tenant`.
+pub fn write_tokens(path: &std::path::Path, name: &str, token: &str, tenant: &str) {
+    let digest = mira_common::auth::hash_token(token);
+    std::fs::write(
+        path,
+        format!("[[token]]\nname = \"{name}\"\nsha256 = \"{digest}\"\ntenants = [\"{tenant}\"]\nscopes = [\"write\", \"read\"]\n"),
+    )
+    .expect("test setup: tokens file");
+}
+
 /// A log export of records `rec-{first}` .. `rec-{first + n - 1}`, record
 /// `rec-i` at [`mira_testkit::recent_base_time`] + i.
 pub fn request(first: u64, n: u64) -> Vec<u8> {
