@@ -25,6 +25,10 @@ pub enum Error {
     Merge(String),
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
+    /// The work's request was cancelled (timed out or abandoned) and the
+    /// work stopped early; its partial result means nothing.
+    #[error("cancelled: the request was dropped")]
+    Cancelled,
 }
 
 impl Error {
@@ -39,7 +43,7 @@ impl Error {
             | Error::Scan(_)
             | Error::Policy(_) => true,
             Error::Convert(e) => e.is_invalid_input(),
-            Error::Block(_) | Error::Sidecar(_) | Error::Arrow(_) | Error::Merge(_) => false,
+            Error::Block(_) | Error::Sidecar(_) | Error::Arrow(_) | Error::Merge(_) | Error::Cancelled => false,
         }
     }
 }

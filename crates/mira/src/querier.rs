@@ -78,6 +78,20 @@ pub struct QueryFlags {
     /// window it reads (then 422) [default: 50000000].
     #[arg(long, env = "MIRA_MAX_QUERY_SAMPLES")]
     pub max_query_samples: Option<usize>,
+    /// Most spans of one trace a TraceQL search evaluates (then 422) [default: 100000].
+    #[arg(long, env = "MIRA_MAX_SPANS_PER_TRACE")]
+    pub max_spans_per_trace: Option<usize>,
+    /// Most live tails (Loki `tail` WebSockets) at once, all tenants
+    /// together (then 429) [default: 100].
+    #[arg(long, env = "MIRA_MAX_TAILS")]
+    pub max_tails: Option<usize>,
+    /// Longest a live tail runs before it is closed [default: 1h].
+    #[arg(long, env = "MIRA_TAIL_MAX_DURATION")]
+    pub tail_max_duration: Option<Duration>,
+    /// Longest a live tail runs without a new line to send before it is
+    /// closed [default: 10m].
+    #[arg(long, env = "MIRA_TAIL_IDLE_TIMEOUT")]
+    pub tail_idle_timeout: Option<Duration>,
     /// How long an ingester may take to return its recent data before the
     /// answer is marked partial [default: 2s].
     #[arg(long, env = "MIRA_RECENT_TIMEOUT")]
@@ -118,6 +132,10 @@ impl QueryFlags {
             max_query_limit,
             max_query_series,
             max_query_samples,
+            max_spans_per_trace,
+            max_tails,
+            tail_max_duration,
+            tail_idle_timeout,
             recent_timeout,
             query_timeout,
             catalog_max_staleness,

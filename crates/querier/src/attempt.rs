@@ -3,8 +3,8 @@
 //!
 //! - **The query timeout** (`--query-timeout`): the whole request, re-plan
 //!   included, is dropped when it runs longer, and answers 504. Dropping
-//!   cancels its fetches and waits; a decode or scan already running on
-//!   the scan pool finishes its block and its result is discarded. The
+//!   cancels its fetches and waits, drops its queued scan pool jobs and
+//!   stops its running ones at their next check ([`crate::pool`]). The
 //!   compactor's deletion grace relies on this bound.
 //! - **One re-plan when a planned object is gone**: a compaction may
 //!   replace the blocks a query planned with and, after its grace, delete
@@ -108,7 +108,15 @@ where
     E: From<QueryError> + IntoResponse,
 {
     let limit = q.config.query_timeout;
-    match tokio::time::timeout(limit, attempts(&q, req, next)).await {
+    // The tenant authentication set; the scan pool queues its jobs under
+    // it and drops or stops them when the timeout drops the request.
+    let tenant = req
+        .headers()
+        .get(mira_common::auth::TENANT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    match tokio::time::timeout(limit, crate::pool::scope(&tenant, attempts(&q, req, next))).await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => E::from(e).into_response(),
         Err(_) => {

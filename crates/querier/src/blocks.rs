@@ -166,13 +166,24 @@ impl Querier {
                 let ranges = sidecars.as_ref().and_then(|s| s.ranges.as_ref());
                 // A wave per pool's worth of ranges: a limited scan ordered
                 // by time stops after the waves that can make the cut.
+                // Stopped at the next row range once the query is dropped.
+                let cancel = crate::pool::current();
                 prepared.scan_in_waves(ranges, rayon::current_num_threads(), |batch| {
-                    batch.par_iter().map(|rows| prepared.scan_rows(rows.clone())).collect()
+                    batch
+                        .par_iter()
+                        .map(|rows| {
+                            if cancel.is_set() {
+                                return Err(mira_core::Error::Cancelled);
+                            }
+                            prepared.scan_rows(rows.clone())
+                        })
+                        .collect()
                 })
             })
             .await
             .map_err(|e| match e {
                 mira_core::Error::Scan(e) => QueryError::from(e),
+                mira_core::Error::Cancelled => QueryError::Cancelled,
                 other => QueryError::corrupt(&what, other),
             })?;
         stats.add_rows(out.rows_scanned as u64);

@@ -17,6 +17,9 @@ pub enum QueryError {
     /// A valid query over a configured limit (422).
     #[error("{0}")]
     TooBig(String),
+    /// The querier is at a process-wide limit (429): try again later.
+    #[error("{0}")]
+    Overloaded(String),
     /// The querier cannot answer yet (503).
     #[error("{0}")]
     Unavailable(String),
@@ -26,6 +29,10 @@ pub enum QueryError {
         .limit.as_secs_f64()
     )]
     Timeout { limit: std::time::Duration },
+    /// Work of a request that was dropped (timed out or abandoned) stopped
+    /// early ([`crate::pool`]); nobody reads this answer but the logs.
+    #[error("the query was cancelled (timed out or abandoned) and its work stopped")]
+    Cancelled,
     /// The catalog copy has not heard from the catalog for longer than
     /// `--catalog-max-staleness` (503): a plan from it could name blocks
     /// already replaced and deleted.
@@ -100,8 +107,9 @@ impl ServiceError for QueryError {
             QueryError::BadRequest(_) => ErrorCode::BadRequest,
             QueryError::NotFound(_) => ErrorCode::NotFound,
             QueryError::TooBig(_) => ErrorCode::TooBig,
+            QueryError::Overloaded(_) => ErrorCode::Overloaded,
             QueryError::Unavailable(_) | QueryError::StaleCatalog { .. } => ErrorCode::Unavailable,
-            QueryError::Timeout { .. } => ErrorCode::DeadlineExceeded,
+            QueryError::Timeout { .. } | QueryError::Cancelled => ErrorCode::DeadlineExceeded,
             QueryError::CorruptBlock { .. }
             | QueryError::ObjectGone { .. }
             | QueryError::ObjectMissing { .. }
@@ -123,8 +131,9 @@ impl QueryError {
             QueryError::BadRequest(_) => "bad_request",
             QueryError::NotFound(_) => "not_found",
             QueryError::TooBig(_) => "too_big",
+            QueryError::Overloaded(_) => "too_many_requests",
             QueryError::Unavailable(_) | QueryError::StaleCatalog { .. } => "unavailable",
-            QueryError::Timeout { .. } => "timeout",
+            QueryError::Timeout { .. } | QueryError::Cancelled => "timeout",
             QueryError::CorruptBlock { .. } | QueryError::Corrupt { .. } => "corrupt_block",
             QueryError::ObjectGone { .. } | QueryError::ObjectMissing { .. } => "missing_object",
             QueryError::BlockRead { .. }

@@ -32,6 +32,7 @@ pub mod logs;
 pub mod loki_api;
 mod parse_error;
 mod plan;
+pub mod pool;
 pub mod prom_api;
 pub mod promql;
 pub mod recent;
@@ -82,6 +83,15 @@ pub struct QuerierConfig {
     pub max_series: usize,
     /// Most samples one PromQL query may load in its window (then 422).
     pub max_samples: usize,
+    /// Most spans of one trace a TraceQL search evaluates (then 422).
+    pub max_spans_per_trace: usize,
+    /// Most live tails the querier runs at once, all tenants together.
+    pub max_tails: usize,
+    /// Longest a live tail runs before it is closed (1000).
+    pub tail_max_duration: Duration,
+    /// Longest a live tail runs without a line to send before it is
+    /// closed (1000).
+    pub tail_idle_timeout: Duration,
     /// How long an ingester may take to answer for its recent data.
     pub recent_timeout: Duration,
     /// How long to wait for the catalog copy to catch up (or for a fresh
@@ -107,6 +117,10 @@ impl QuerierConfig {
             max_limit: 10_000,
             max_series: 500_000,
             max_samples: 50_000_000,
+            max_spans_per_trace: 100_000,
+            max_tails: 100,
+            tail_max_duration: Duration::from_secs(3600),
+            tail_idle_timeout: Duration::from_secs(600),
             recent_timeout: Duration::from_secs(2),
             catalog_wait: Duration::from_secs(5),
             query_timeout: Duration::from_secs(120),
@@ -127,7 +141,7 @@ pub struct Querier {
     decoded: Arc<mira_core::decoded::DecodedCache>,
     /// Per-block query results ([`results`]).
     results: results::ResultCache,
-    pool: rayon::ThreadPool,
+    pool: pool::ScanPool,
     recent: recent::RecentClients,
     /// "Now" of queries without an end, and which ingester leases are live.
     clock: Clock,
@@ -135,6 +149,8 @@ pub struct Querier {
     resolutions: logql::eval::Resolutions,
     /// Re-plans and missing objects ([`attempt`]).
     counters: attempt::Counters,
+    /// Live tails running (at most `max_tails`).
+    tails: Arc<tokio::sync::Semaphore>,
 }
 
 impl Querier {
@@ -151,12 +167,9 @@ impl Querier {
                     source,
                 }
             })?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(config.threads.max(1))
-            .thread_name(|i| format!("mira-scan-{i}"))
-            .build()
-            .map_err(QueryError::ScanPool)?;
+        let pool = pool::ScanPool::new(config.threads).map_err(QueryError::ScanPool)?;
         let recent = recent::RecentClients::new(catalog.dialer().clone());
+        let tails = Arc::new(tokio::sync::Semaphore::new(config.max_tails));
         Ok(Arc::new(Querier {
             store,
             mirror: Mirror::start(catalog.clone()),
@@ -170,6 +183,7 @@ impl Querier {
             clock,
             resolutions: Default::default(),
             counters: Default::default(),
+            tails,
         }))
     }
 
@@ -197,17 +211,10 @@ impl Querier {
         self.mirror.state().synced
     }
 
-    /// Runs CPU work on the scan pool and waits for it without holding a
-    /// runtime worker.
+    /// Runs CPU work on the scan pool ([`pool`]: in the request's tenant's
+    /// turn, cancelled with it) and waits for it without holding a runtime
+    /// worker.
     pub(crate) async fn on_pool<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.pool.spawn(move || {
-            let _ = tx.send(f());
-        });
-        match rx.await {
-            Ok(v) => v,
-            // The closure panicked: surface it on this task.
-            Err(_) => panic!("a scan task panicked"),
-        }
+        self.pool.run(f).await
     }
 }

@@ -532,30 +532,77 @@ async fn not_found() -> Response {
 /// `start`), then every new line once, each batch a text message
 /// `{"streams": [...], "dropped_entries": null}`. A query that cannot run
 /// closes the socket with 1008 and the reason.
+///
+/// A tail is a query for its whole life: it keeps the tenant's query slot
+/// (`max_query_concurrency`), its `start` obeys the tenant's
+/// `max_query_range`, it counts against `--max-tails` (over it: 429 before
+/// the upgrade), each poll runs under `--query-timeout` on the scan pool
+/// in the tenant's turn, and it is closed with 1000 and the reason after
+/// `--tail-max-duration`, or `--tail-idle-timeout` without a line to send,
+/// and with 1008 within a second of its credential no longer granting the
+/// tenant (a token revoked at the tokens file's reload, or expired).
 async fn tail(
     State(q): State<Arc<Querier>>,
     headers: HeaderMap,
+    lease: Option<axum::Extension<crate::tenant_limits::Lease>>,
+    recheck: Option<axum::Extension<crate::server::Recheck>>,
     Query(params): Params,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let Ok(permit) = q.tails.clone().try_acquire_owned() else {
+        return LokiError::from(QueryError::Overloaded(format!(
+            "the querier runs {} live tails, its limit (--max-tails); retry later",
+            q.config.max_tails
+        )))
+        .into_response();
+    };
     let p = P(params);
-    let setup = (|| -> Result<(String, String, u64, usize)> {
+    let setup = (|| -> Result<Tail> {
         let tenant = tenant(&headers)?;
         let query = required(&p, "query")?.to_owned();
         match parse_query(&query)? {
             Expr::Log(_) => {}
             Expr::Metric(_) => return Err(bad("tail takes a log query, not a metric query".into())),
         }
-        let start = time(&p, "start")?.unwrap_or_else(|| now(&q).saturating_sub(QUERY_WINDOW_NS));
+        let now = now(&q);
+        let start = time(&p, "start")?.unwrap_or_else(|| now.saturating_sub(QUERY_WINDOW_NS));
+        crate::tenant_limits::check_range(Duration::from_nanos(now.saturating_sub(start)))
+            .map_err(|r| LokiError::from(QueryError::from(r)))?;
         let limit = limit(&p)?;
-        Ok((tenant, query, start, limit))
+        Ok(Tail {
+            tenant,
+            query,
+            start,
+            limit,
+        })
     })();
+    let hold = Held {
+        _slot: lease.and_then(|l| l.0.take()),
+        _permit: permit,
+        recheck: recheck.map(|r| r.0),
+    };
     ws.on_upgrade(move |socket| async move {
         match setup {
-            Ok((tenant, query, start, limit)) => run_tail(q, socket, tenant, query, start, limit).await,
+            Ok(t) => run_tail(q, socket, t, hold).await,
             Err(e) => close(socket, 1008, &e.0.public_message()).await,
         }
     })
+}
+
+/// What a tail asks for.
+struct Tail {
+    tenant: String,
+    query: String,
+    start: u64,
+    limit: usize,
+}
+
+/// What a tail holds while it runs: the tenant's query slot, a place
+/// under `--max-tails`, and the credential to check again.
+struct Held {
+    _slot: Option<mira_common::limits::QueryGuard>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    recheck: Option<crate::server::Recheck>,
 }
 
 async fn close(mut socket: WebSocket, code: u16, reason: &str) {
@@ -573,16 +620,47 @@ async fn close(mut socket: WebSocket, code: u16, reason: &str) {
 
 type Seen = HashSet<(u64, String, Vec<(String, String)>)>;
 
-async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, tenant: String, query: String, start: u64, limit: usize) {
+async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, t: Tail, held: Held) {
     let mut seen: Seen = HashSet::new();
-    let mut from = start;
+    let mut from = t.start;
     let mut first = true;
+    let started = tokio::time::Instant::now();
+    let mut last_sent = started;
+    let (max_duration, idle) = (q.config.tail_max_duration, q.config.tail_idle_timeout);
     loop {
+        if let Some(r) = &held.recheck
+            && let Err(why) = r.still_valid()
+        {
+            return close(socket, 1008, &format!("the tail's credential no longer holds: {why}")).await;
+        }
+        if started.elapsed() >= max_duration {
+            let reason = format!(
+                "reached tail max duration limit of {} (--tail-max-duration)",
+                humantime::format_duration(max_duration)
+            );
+            return close(socket, 1000, &reason).await;
+        }
+        if last_sent.elapsed() >= idle {
+            let reason = format!(
+                "no new line for {} (--tail-idle-timeout); closed",
+                humantime::format_duration(idle)
+            );
+            return close(socket, 1000, &reason).await;
+        }
         let end = now(&q).saturating_add(1);
-        let n = if first { limit } else { q.config.max_limit };
-        let got = q
-            .logql_entries(&tenant, &query, from, end, n.min(q.config.max_limit))
-            .await;
+        let n = if first { t.limit } else { q.config.max_limit };
+        // Each poll is a query: the query timeout, the tenant's turn on
+        // the scan pool, its work stopped when the timeout drops it.
+        let poll = crate::pool::scope(
+            &t.tenant,
+            q.logql_entries(&t.tenant, &t.query, from, end, n.min(q.config.max_limit)),
+        );
+        let got = match tokio::time::timeout(q.config.query_timeout, poll).await {
+            Ok(got) => got,
+            Err(_) => Err(QueryError::Timeout {
+                limit: q.config.query_timeout,
+            }),
+        };
         let mut entries = match got {
             Ok(e) => e,
             Err(e) => return close(socket, 1011, &e.public_message()).await,
@@ -597,6 +675,7 @@ async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, tenant: String, query:
             if socket.send(Message::Text(msg.to_string().into())).await.is_err() {
                 return;
             }
+            last_sent = tokio::time::Instant::now();
         }
         first = false;
         // Lines are looked for again for a while, as they may arrive

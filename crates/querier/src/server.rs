@@ -54,6 +54,7 @@ impl Metrics {
             duration.clone(),
         );
         querier.counters.register(registry);
+        querier.pool.register(registry);
         registry.register_collector(Box::new(CacheCollector(querier)));
         Metrics { queries, duration }
     }
@@ -177,10 +178,46 @@ async fn authenticate(
                 }
                 Err(_) => return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
+            // Work that outlives the request (a live tail) asks again
+            // with the same credential, so a revoked or expired token
+            // ends it.
+            let recheck = Recheck {
+                auth,
+                headers: req.headers().clone(),
+                peer,
+                tenant: p.tenant.clone(),
+            };
+            req.extensions_mut().insert(recheck);
             req.extensions_mut().insert(p);
             next.run(req).await
         }
         Err(e) => e.http_response(),
+    }
+}
+
+/// A request's credential, kept to be checked again while work it started
+/// runs on (a live tail).
+#[derive(Clone)]
+pub(crate) struct Recheck {
+    auth: Arc<mira_common::auth::Authenticator>,
+    headers: axum::http::HeaderMap,
+    peer: Option<std::net::IpAddr>,
+    tenant: mira_core::ids::TenantId,
+}
+
+impl Recheck {
+    /// Whether the credential still grants `read` on the same tenant (the
+    /// tokens file is re-read every `--auth-reload-interval`; an expiry
+    /// is read against the clock): why not, when it does not.
+    pub(crate) fn still_valid(&self) -> Result<(), String> {
+        match self
+            .auth
+            .authorize(&self.headers, self.peer, mira_common::auth::Scope::Read, false)
+        {
+            Ok(p) if p.tenant == self.tenant => Ok(()),
+            Ok(p) => Err(format!("the credential now acts for tenant {}", p.tenant)),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 

@@ -47,6 +47,16 @@ pub struct Settings {
     /// Most samples one PromQL query may load, over all its series, in
     /// the window it reads (then 422).
     pub max_query_samples: usize,
+    /// Most spans of one trace a TraceQL search evaluates (then 422).
+    pub max_spans_per_trace: usize,
+    /// Most live tails (Loki `tail` WebSockets) at once, all tenants
+    /// together (then 429).
+    pub max_tails: usize,
+    /// Longest a live tail runs before it is closed (1000, with the reason).
+    pub tail_max_duration: Duration,
+    /// Longest a live tail runs without a new line to send before it is
+    /// closed (1000, with the reason).
+    pub tail_idle_timeout: Duration,
     /// How long an ingester may take to return its recent data before the
     /// answer is marked partial.
     pub recent_timeout: Duration,
@@ -73,6 +83,10 @@ impl Default for Settings {
             max_query_limit: 10_000,
             max_query_series: 500_000,
             max_query_samples: 50_000_000,
+            max_spans_per_trace: 100_000,
+            max_tails: 100,
+            tail_max_duration: Duration::from_secs(3600),
+            tail_idle_timeout: Duration::from_secs(600),
             recent_timeout: Duration::from_secs(2),
             query_timeout: Duration::from_secs(120),
             catalog_max_staleness: Duration::from_secs(15),
@@ -95,6 +109,10 @@ impl Settings {
         positive("querier.max_query_limit", self.max_query_limit)?;
         positive("querier.max_query_series", self.max_query_series)?;
         positive("querier.max_query_samples", self.max_query_samples)?;
+        positive("querier.max_spans_per_trace", self.max_spans_per_trace)?;
+        positive("querier.max_tails", self.max_tails)?;
+        positive("querier.tail_max_duration", self.tail_max_duration)?;
+        positive("querier.tail_idle_timeout", self.tail_idle_timeout)?;
         positive("querier.recent_timeout", self.recent_timeout)?;
         positive("querier.query_timeout", self.query_timeout)?;
         positive("querier.catalog_max_staleness", self.catalog_max_staleness)?;
@@ -117,6 +135,10 @@ impl Settings {
         c.max_limit = self.max_query_limit;
         c.max_series = self.max_query_series;
         c.max_samples = self.max_query_samples;
+        c.max_spans_per_trace = self.max_spans_per_trace;
+        c.max_tails = self.max_tails;
+        c.tail_max_duration = self.tail_max_duration.get();
+        c.tail_idle_timeout = self.tail_idle_timeout.get();
         c.recent_timeout = self.recent_timeout.get();
         c.query_timeout = self.query_timeout.get();
         c.max_staleness = self.catalog_max_staleness.get();

@@ -6,6 +6,8 @@
 //! the one range check every query passes ([`crate::Querier`]'s
 //! `check_range`) also holds it to the tenant's `max_query_range` (400
 //! naming the asked range and the limit, as Loki's `max_query_length`).
+//! A handler whose work outlives its response (a live tail) takes the
+//! slot with it from the request's [`Lease`].
 
 use std::sync::Arc;
 
@@ -17,6 +19,20 @@ use mira_common::limits::{Limiter, Refusal};
 use mira_core::ids::TenantId;
 
 use crate::error::QueryError;
+
+/// The request's query slot, in its extensions: the middleware holds it
+/// until the response, unless a handler [`Lease::take`]s it for work that
+/// outlives the response.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Lease(Arc<std::sync::Mutex<Option<mira_common::limits::QueryGuard>>>);
+
+impl Lease {
+    /// The slot, to hold for as long as the work runs (`None`: the
+    /// tenant has no concurrency limit, or it was taken already).
+    pub(crate) fn take(&self) -> Option<mira_common::limits::QueryGuard> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+}
 
 #[derive(Clone, Debug)]
 struct Current {
@@ -54,18 +70,23 @@ pub(crate) fn cap_ns(default_ns: u64) -> u64 {
 
 /// Runs after the authentication middleware (which put the [`Principal`]
 /// in the request's extensions).
-pub(crate) async fn middleware(State(limiter): State<Arc<Limiter>>, req: Request, next: Next) -> Response {
+pub(crate) async fn middleware(State(limiter): State<Arc<Limiter>>, mut req: Request, next: Next) -> Response {
     if !limiter.enabled() {
         return next.run(req).await;
     }
     let Some(tenant) = req.extensions().get::<Principal>().map(|p| p.tenant.clone()) else {
         return next.run(req).await;
     };
-    let _slot = match limiter.enter_query(&tenant) {
+    let slot = match limiter.enter_query(&tenant) {
         Ok(slot) => slot,
         Err(refusal) => return QueryError::from(refusal).into_response(),
     };
-    CURRENT.scope(Current { limiter, tenant }, next.run(req)).await
+    // Held here (this clone) until the response, or taken by a handler.
+    let lease = Lease(Arc::new(std::sync::Mutex::new(Some(slot))));
+    req.extensions_mut().insert(lease.clone());
+    let response = CURRENT.scope(Current { limiter, tenant }, next.run(req)).await;
+    drop(lease);
+    response
 }
 
 #[cfg(test)]

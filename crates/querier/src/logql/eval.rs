@@ -657,9 +657,16 @@ impl Querier {
                     let tables = self.tables(c, table_names(Signal::Logs), stats).await?;
                     let id = c.id;
                     self.on_pool(move || {
-                        let rows = log_rows(&tables, &found.rows)?;
+                        let rows = log_rows(&tables, &found.rows)
+                            .map_err(|e| QueryError::corrupt(&format!("block {id}"), e))?;
+                        let cancel = crate::pool::current();
                         let mut got = Vec::new();
-                        for (row, &ts) in rows.iter().zip(&found.times) {
+                        for (n, (row, &ts)) in rows.iter().zip(&found.times).enumerate() {
+                            // The pipeline is the costly part: stop within
+                            // 1,024 lines of the query being dropped.
+                            if n % 1024 == 0 && cancel.is_set() {
+                                return Err(QueryError::Cancelled);
+                            }
                             let Some((e, v)) = compiled.run(row, ts) else { continue };
                             let value = match op {
                                 RangeOp::BytesOverTime | RangeOp::BytesRate => e.line.len() as f64,
@@ -677,7 +684,6 @@ impl Querier {
                         Ok(got)
                     })
                     .await
-                    .map_err(|e: mira_core::convert::ConvertError| QueryError::corrupt(&format!("block {id}"), e))
                 }
             });
             for part in futures::future::try_join_all(reads).await? {
@@ -763,11 +769,16 @@ fn range_series(
         }
     }
     let secs = r.range_ns as f64 / 1e9;
+    let cancel = crate::pool::current();
     let mut out = promql::load::BlockSeries::new();
     for (mut labels, mut points) in by_series {
         points.sort_by_key(|p| p.0);
         let mut values = Vec::new();
-        for &t in steps {
+        for (k, &t) in steps.iter().enumerate() {
+            // A window is up to every sample of the series: check often.
+            if k % 64 == 0 && cancel.is_set() {
+                return Err(QueryError::Cancelled);
+            }
             let hi_ns = (t as u64 * 1_000_000).saturating_sub(r.offset_ns.max(0) as u64);
             let lo_ns = hi_ns.saturating_sub(r.range_ns.max(0) as u64);
             let a = points.partition_point(|p| p.0 <= lo_ns);

@@ -76,6 +76,10 @@ pub enum Value {
 #[error("{0}")]
 pub struct EvalError(pub String);
 
+/// What evaluation stopped by its request's cancellation answers (read by
+/// nobody: the request is gone).
+pub(crate) const CANCELLED: &str = "the query was cancelled";
+
 fn err<T>(s: impl Into<String>) -> Result<T, EvalError> {
     Err(EvalError(s.into()))
 }
@@ -98,6 +102,9 @@ pub struct Engine {
     settings: Settings,
     /// Selector (display form) -> indexes of matching series.
     selected: std::sync::Mutex<HashMap<String, Arc<Vec<usize>>>>,
+    /// The flag of the request this evaluation is for ([`crate::pool`]):
+    /// checked at every node, step and series.
+    cancel: crate::pool::Cancel,
 }
 
 pub fn label<'a>(labels: &'a Labels, name: &str) -> Option<&'a str> {
@@ -213,7 +220,13 @@ impl Engine {
             series,
             settings,
             selected: std::sync::Mutex::new(HashMap::new()),
+            cancel: crate::pool::current(),
         }
+    }
+
+    /// True once the request was dropped: stop evaluating.
+    pub(crate) fn stopped(&self) -> bool {
+        self.cancel.is_set()
     }
 
     fn select(&self, vs: &VectorSelector) -> Arc<Vec<usize>> {
@@ -246,6 +259,9 @@ impl Engine {
 
     /// Evaluates `expr` at time `t` (ms).
     pub fn eval(&self, expr: &Expr, t: i64) -> Result<Value, EvalError> {
+        if self.stopped() {
+            return err(CANCELLED);
+        }
         match expr {
             Expr::NumberLiteral(n) => Ok(Value::Scalar(n.val)),
             Expr::StringLiteral(s) => Ok(Value::Str(s.val.clone())),

@@ -58,6 +58,12 @@ pub struct TraceView<'a> {
     pub start: u64,
     pub end: u64,
     pub children: Vec<Vec<usize>>,
+    /// Every span once, parents before their children (a depth-first
+    /// walk from the spans without a parent; a parent cycle, which only
+    /// damaged data has, is cut where the walk first enters it).
+    order: Vec<usize>,
+    /// Each span's parent in that walk (its parent, unless the cut).
+    tree_parent: Vec<Option<usize>>,
 }
 
 pub fn hex(b: &[u8]) -> String {
@@ -124,6 +130,7 @@ impl<'a> TraceView<'a> {
         let start = spans.iter().map(|s| s.span.start_time_unix_nano).min().unwrap_or(0);
         let end = spans.iter().map(|s| s.span.end_time_unix_nano).max().unwrap_or(0);
         let trace_id = spans.first().map(|s| s.span.trace_id.clone()).unwrap_or_default();
+        let (order, tree_parent) = walk(&spans, &children);
         TraceView {
             spans,
             trace_id,
@@ -131,6 +138,8 @@ impl<'a> TraceView<'a> {
             start,
             end,
             children,
+            order,
+            tree_parent,
         }
     }
 
@@ -142,18 +151,73 @@ impl<'a> TraceView<'a> {
         self.root.map_or("", |r| self.spans[r].service)
     }
 
-    fn ancestors(&self, mut i: usize) -> impl Iterator<Item = usize> + '_ {
-        let mut guard = 0;
-        std::iter::from_fn(move || {
-            let p = self.spans[i].parent?;
-            guard += 1;
-            if guard > self.spans.len() {
-                return None;
+    /// Which spans have a strict ancestor in `set`: one pass, parents
+    /// first.
+    fn below(&self, set: &[bool]) -> Vec<bool> {
+        let mut out = vec![false; self.spans.len()];
+        for &j in &self.order {
+            if let Some(p) = self.tree_parent[j] {
+                out[j] = set[p] || out[p];
             }
-            i = p;
-            Some(p)
-        })
+        }
+        out
     }
+
+    /// Which spans have a strict descendant in `set`: one pass, children
+    /// first.
+    fn above(&self, set: &[bool]) -> Vec<bool> {
+        let mut out = vec![false; self.spans.len()];
+        for &j in self.order.iter().rev() {
+            if let Some(p) = self.tree_parent[j]
+                && (set[j] || out[j])
+            {
+                out[p] = true;
+            }
+        }
+        out
+    }
+
+    /// How many spans of `set` each span parents.
+    fn parented(&self, set: &[bool]) -> Vec<u32> {
+        let mut out = vec![0u32; self.spans.len()];
+        for (i, s) in self.spans.iter().enumerate() {
+            if set[i]
+                && let Some(p) = s.parent
+            {
+                out[p] += 1;
+            }
+        }
+        out
+    }
+}
+
+/// The depth-first order of `spans` (parents first) and each span's
+/// parent in it, iteratively: no recursion however deep the trace.
+fn walk(spans: &[Span<'_>], children: &[Vec<usize>]) -> (Vec<usize>, Vec<Option<usize>>) {
+    let n = spans.len();
+    let mut seen = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    let mut tree_parent = vec![None; n];
+    let mut stack = Vec::new();
+    let roots = (0..n).filter(|&i| spans[i].parent.is_none()).chain(0..n);
+    for r in roots {
+        if seen[r] {
+            continue;
+        }
+        seen[r] = true;
+        stack.push(r);
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            for &c in children[i].iter().rev() {
+                if !seen[c] {
+                    seen[c] = true;
+                    tree_parent[c] = Some(i);
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    (order, tree_parent)
 }
 
 /// A value a condition reads or compares.
@@ -670,55 +734,75 @@ fn union(sets: impl IntoIterator<Item = Vec<usize>>) -> Vec<usize> {
     all
 }
 
+/// `l >op> r` over one trace in time linear in its spans: membership as
+/// flags, the transitive relations in one pass each over the walk
+/// ([`TraceView::below`], [`TraceView::above`]), siblings by a count per
+/// parent.
 fn structural(op: StructOp, t: &TraceView<'_>, l: &[usize], r: &[usize]) -> Vec<usize> {
-    let in_l = |i: usize| l.binary_search(&i).is_ok();
-    let related = |j: usize| -> bool {
-        match op {
-            StructOp::Child | StructOp::NotChild | StructOp::UnionChild => t.spans[j].parent.is_some_and(in_l),
-            StructOp::Parent | StructOp::NotParent | StructOp::UnionParent => t.children[j].iter().any(|&c| in_l(c)),
-            StructOp::Descendant | StructOp::NotDescendant | StructOp::UnionDescendant => t.ancestors(j).any(in_l),
-            StructOp::Ancestor | StructOp::NotAncestor | StructOp::UnionAncestor => {
-                l.iter().any(|&i| t.ancestors(i).any(|a| a == j))
-            }
-            StructOp::Sibling | StructOp::NotSibling | StructOp::UnionSibling => {
-                let p = t.spans[j].parent;
-                p.is_some() && l.iter().any(|&i| i != j && t.spans[i].parent == p)
+    let n = t.spans.len();
+    let flags = |set: &[usize]| {
+        let mut f = vec![false; n];
+        for &i in set {
+            f[i] = true;
+        }
+        f
+    };
+    let in_l = flags(l);
+    // Whether span j relates to some span of `set` (flags `of`) by `op`'s
+    // relation, read from R's side: j's parent in set, j parents one, j
+    // below / above one, j shares a parent with one that is not j.
+    let relate = |rel: StructOp, of: &[bool]| -> Vec<bool> {
+        match rel {
+            StructOp::Child => (0..n).map(|j| t.spans[j].parent.is_some_and(|p| of[p])).collect(),
+            StructOp::Parent => (0..n).map(|j| t.children[j].iter().any(|&c| of[c])).collect(),
+            StructOp::Descendant => t.below(of),
+            StructOp::Ancestor => t.above(of),
+            _ => {
+                let per_parent = t.parented(of);
+                (0..n)
+                    .map(|j| t.spans[j].parent.is_some_and(|p| per_parent[p] > u32::from(of[j])))
+                    .collect()
             }
         }
     };
+    let base = match op {
+        StructOp::Child | StructOp::NotChild | StructOp::UnionChild => StructOp::Child,
+        StructOp::Parent | StructOp::NotParent | StructOp::UnionParent => StructOp::Parent,
+        StructOp::Descendant | StructOp::NotDescendant | StructOp::UnionDescendant => StructOp::Descendant,
+        StructOp::Ancestor | StructOp::NotAncestor | StructOp::UnionAncestor => StructOp::Ancestor,
+        _ => StructOp::Sibling,
+    };
+    let related = relate(base, &in_l);
     match op {
         StructOp::NotChild
         | StructOp::NotParent
         | StructOp::NotDescendant
         | StructOp::NotAncestor
-        | StructOp::NotSibling => r.iter().copied().filter(|&j| !related(j)).collect(),
+        | StructOp::NotSibling => r.iter().copied().filter(|&j| !related[j]).collect(),
         StructOp::UnionChild
         | StructOp::UnionParent
         | StructOp::UnionDescendant
         | StructOp::UnionAncestor
         | StructOp::UnionSibling => {
-            let rs: Vec<usize> = r.iter().copied().filter(|&j| related(j)).collect();
+            let rs: Vec<usize> = r.iter().copied().filter(|&j| related[j]).collect();
             if rs.is_empty() {
                 return Vec::new();
             }
-            // The left spans that take part in a relation, and those right.
-            let mut ls: Vec<usize> = l
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    rs.iter().any(|&j| match op {
-                        StructOp::UnionChild => t.spans[j].parent == Some(i),
-                        StructOp::UnionParent => t.spans[i].parent == Some(j),
-                        StructOp::UnionDescendant => t.ancestors(j).any(|a| a == i),
-                        StructOp::UnionAncestor => t.ancestors(i).any(|a| a == j),
-                        _ => i != j && t.spans[i].parent.is_some() && t.spans[i].parent == t.spans[j].parent,
-                    })
-                })
-                .collect();
+            // The left spans that take part in a relation with one of
+            // those right: the converse relation, read from L's side.
+            let converse = match base {
+                StructOp::Child => StructOp::Parent,
+                StructOp::Parent => StructOp::Child,
+                StructOp::Descendant => StructOp::Ancestor,
+                StructOp::Ancestor => StructOp::Descendant,
+                _ => StructOp::Sibling,
+            };
+            let back = relate(converse, &flags(&rs));
+            let mut ls: Vec<usize> = l.iter().copied().filter(|&i| back[i]).collect();
             ls.extend(rs);
             union([ls])
         }
-        _ => r.iter().copied().filter(|&j| related(j)).collect(),
+        _ => r.iter().copied().filter(|&j| related[j]).collect(),
     }
 }
 
@@ -905,5 +989,131 @@ mod tests {
         assert!(e.to_string().contains("not supported"), "{e}");
         let e = Compiled::new(super::super::parse(r#"{name =~ "("}"#).expect("parses")).expect_err("regex");
         assert!(e.to_string().contains("regex"), "{e}");
+    }
+
+    /// The relations as their definitions read, by walking parent chains
+    /// (quadratic and worse): what [`structural`] must equal.
+    fn naive(op: StructOp, t: &TraceView<'_>, l: &[usize], r: &[usize]) -> Vec<usize> {
+        let ancestors = |mut i: usize| {
+            let mut out = Vec::new();
+            while let Some(p) = t.spans[i].parent {
+                out.push(p);
+                i = p;
+            }
+            out
+        };
+        let rel = |base: StructOp, i: usize, j: usize| match base {
+            StructOp::Child => t.spans[j].parent == Some(i),
+            StructOp::Parent => t.spans[i].parent == Some(j),
+            StructOp::Descendant => ancestors(j).contains(&i),
+            StructOp::Ancestor => ancestors(i).contains(&j),
+            _ => i != j && t.spans[i].parent.is_some() && t.spans[i].parent == t.spans[j].parent,
+        };
+        use StructOp::*;
+        let (base, kind) = match op {
+            Child | NotChild | UnionChild => (Child, op),
+            Parent | NotParent | UnionParent => (Parent, op),
+            Descendant | NotDescendant | UnionDescendant => (Descendant, op),
+            Ancestor | NotAncestor | UnionAncestor => (Ancestor, op),
+            _ => (Sibling, op),
+        };
+        let related = |j: usize| l.iter().any(|&i| rel(base, i, j));
+        match kind {
+            NotChild | NotParent | NotDescendant | NotAncestor | NotSibling => {
+                r.iter().copied().filter(|&j| !related(j)).collect()
+            }
+            UnionChild | UnionParent | UnionDescendant | UnionAncestor | UnionSibling => {
+                let rs: Vec<usize> = r.iter().copied().filter(|&j| related(j)).collect();
+                if rs.is_empty() {
+                    return Vec::new();
+                }
+                let mut ls: Vec<usize> = l
+                    .iter()
+                    .copied()
+                    .filter(|&i| rs.iter().any(|&j| rel(base, i, j)))
+                    .collect();
+                ls.extend(rs);
+                union([ls])
+            }
+            _ => r.iter().copied().filter(|&j| related(j)).collect(),
+        }
+    }
+
+    /// A trace of `parents.len()` spans: span i's parent is span
+    /// `parents[i]` when that is below i (a forest), else none.
+    fn forest(parents: &[usize]) -> ExportTraceServiceRequest {
+        let id = |i: usize| (i as u64 + 1).to_be_bytes().to_vec();
+        let spans = parents
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| OtlpSpan {
+                trace_id: vec![7; 16],
+                span_id: id(i),
+                parent_span_id: if p < i { id(p) } else { Vec::new() },
+                name: format!("s{i}"),
+                start_time_unix_nano: 1 + i as u64,
+                end_time_unix_nano: 2 + i as u64,
+                ..Default::default()
+            })
+            .collect();
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    const ALL_OPS: [StructOp; 15] = [
+        StructOp::Child,
+        StructOp::Parent,
+        StructOp::Descendant,
+        StructOp::Ancestor,
+        StructOp::Sibling,
+        StructOp::NotChild,
+        StructOp::NotParent,
+        StructOp::NotDescendant,
+        StructOp::NotAncestor,
+        StructOp::NotSibling,
+        StructOp::UnionChild,
+        StructOp::UnionParent,
+        StructOp::UnionDescendant,
+        StructOp::UnionAncestor,
+        StructOp::UnionSibling,
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 96, ..Default::default() })]
+        #[test]
+        fn structural_operators_equal_their_definitions(
+            parents in proptest::collection::vec(0usize..40, 1..40),
+            picks in proptest::collection::vec(0u8..4, 40),
+        ) {
+            let t = forest(&parents);
+            let view = TraceView::new(&t);
+            let n = view.spans.len();
+            let l: Vec<usize> = (0..n).filter(|&i| picks[i] & 1 == 1).collect();
+            let r: Vec<usize> = (0..n).filter(|&i| picks[i] & 2 == 2).collect();
+            for op in ALL_OPS {
+                proptest::prop_assert_eq!(structural(op, &view, &l, &r), naive(op, &view, &l, &r), "{:?}", op);
+            }
+        }
+    }
+
+    #[test]
+    fn a_chain_of_a_hundred_thousand_spans_is_walked_without_recursion() {
+        // Each span the child of the one before: 100,000 deep.
+        let parents: Vec<usize> = (0..100_000).map(|i: usize| i.saturating_sub(1)).collect();
+        let t = forest(&parents);
+        let view = TraceView::new(&t);
+        let all: Vec<usize> = (0..view.spans.len()).collect();
+        // Every span but the root descends from the root; every span but
+        // the last is an ancestor of the last.
+        assert_eq!(structural(StructOp::Descendant, &view, &[0], &all).len(), 99_999);
+        assert_eq!(structural(StructOp::Ancestor, &view, &[99_999], &all).len(), 99_999);
+        assert_eq!(structural(StructOp::Sibling, &view, &all, &all), Vec::<usize>::new());
     }
 }

@@ -302,22 +302,34 @@ impl Querier {
                     let c = compiled.clone();
                     let named = named.clone();
                     let (spss, start, end) = (s.spss, s.start, s.end);
+                    let max_spans = self.config.max_spans_per_trace;
                     let got: Vec<([u8; 16], Value)> = self
                         .on_pool(move || {
-                            whole
-                                .iter()
-                                .zip(ids)
-                                .filter_map(|(t, id)| {
-                                    let view = TraceView::new(t);
-                                    if view.spans.is_empty() || view.start >= end || view.end < start {
-                                        return None;
-                                    }
-                                    let sets = c.run(&view);
-                                    (!sets.is_empty()).then(|| (id, trace_json(&view, &sets, &named, spss)))
-                                })
-                                .collect()
+                            let cancel = crate::pool::current();
+                            let mut got = Vec::new();
+                            for (t, id) in whole.iter().zip(ids) {
+                                if cancel.is_set() {
+                                    return Err(QueryError::Cancelled);
+                                }
+                                let view = TraceView::new(t);
+                                if view.spans.len() > max_spans {
+                                    return Err(QueryError::TooBig(format!(
+                                        "trace {} has {} spans, more than the {max_spans} a search evaluates per trace (--max-spans-per-trace); narrow the query to other traces or raise the limit",
+                                        hex(&id),
+                                        view.spans.len()
+                                    )));
+                                }
+                                if view.spans.is_empty() || view.start >= end || view.end < start {
+                                    continue;
+                                }
+                                let sets = c.run(&view);
+                                if !sets.is_empty() {
+                                    got.push((id, trace_json(&view, &sets, &named, spss)));
+                                }
+                            }
+                            Ok(got)
                         })
-                        .await;
+                        .await?;
                     traces.extend(got);
                     if traces.len() >= s.limit {
                         break;

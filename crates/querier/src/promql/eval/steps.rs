@@ -17,8 +17,8 @@ use promql_parser::parser::{AggregateExpr, BinaryExpr, Call, Expr, MatrixSelecto
 use rayon::prelude::*;
 
 use super::{
-    Engine, EvalError, Labels, T_BOTTOMK, T_TOPK, Value, WindowFn, aggregate_values, apply, at_ms, bucket_of, k_order,
-    match_key, offset_ms, range_function, sorted_bucket_quantile, without_name,
+    CANCELLED, Engine, EvalError, Labels, T_BOTTOMK, T_TOPK, Value, WindowFn, aggregate_values, apply, at_ms,
+    bucket_of, k_order, match_key, offset_ms, range_function, sorted_bucket_quantile, without_name,
 };
 
 /// One series of a range evaluation: its labels and its value at each
@@ -41,10 +41,15 @@ impl Engine {
     /// `expr` at every time of `steps` (ascending, ms): over all steps at
     /// once where the shape allows, else step by step.
     pub fn eval_range(&self, expr: &Expr, steps: &[i64]) -> Result<Matrix, EvalError> {
-        if let Some(rows) = self.eval_steps(expr, steps)
-            && let Some(m) = matrix(rows?, steps)
-        {
-            return Ok(m);
+        if let Some(rows) = self.eval_steps(expr, steps) {
+            let rows = rows?;
+            // Series skipped by a cancellation leave a partial answer.
+            if self.stopped() {
+                return Err(EvalError(CANCELLED.into()));
+            }
+            if let Some(m) = matrix(rows, steps) {
+                return Ok(m);
+            }
         }
         self.eval_range_by_step(expr, steps)
     }
@@ -89,6 +94,9 @@ impl Engine {
     /// matters (an aggregation adds them in it) and `topk`'s per-step
     /// order is not a row order, so `topk` is taken at the top only.
     fn rows(&self, expr: &Expr, steps: &[i64], top: bool) -> Rows {
+        if self.stopped() {
+            return Some(Err(EvalError(CANCELLED.into())));
+        }
         match expr {
             Expr::Paren(p) => self.rows(&p.expr, steps, top),
             Expr::VectorSelector(vs) => Some(self.instant_rows(vs, steps)),
@@ -107,6 +115,9 @@ impl Engine {
         let rows: Vec<Row> = ids
             .par_iter()
             .filter_map(|&i| {
+                if self.stopped() {
+                    return None;
+                }
                 let s = &self.series[i].samples;
                 // Steps ascend, so each step's end does too: `hi` (samples
                 // at or before it) only moves forward.
@@ -180,6 +191,9 @@ impl Engine {
         Ok(ids
             .par_iter()
             .filter_map(|&i| {
+                if self.stopped() {
+                    return None;
+                }
                 let s = &self.series[i];
                 let mut vals = Vec::with_capacity(steps.len());
                 windows(&s.samples, &mut |w, from, to| {
