@@ -8,11 +8,15 @@ PromQL query over the last 5 minutes, in a loop). Windows alternate:
 `hostile` sends, in loops of its own, the worst requests known: 16 MiB of
 empty spans in 16 KiB of gzip, a 5.6 M-object JSON body, PromQL nested
 3,000 deep, an instant count_over_time over ten years, a TraceQL
-structural query, a LogQL regex over everything). Prints per window the
+structural query over its own 3,000-span trace, a LogQL regex over
+everything, and a LogQL range query of 10,900 one-hour windows over its
+own lines that runs past the query timeout). Prints per window the
 calm tenants' acknowledged records/s and their queries' p50/p99, then the
 ratios noisy/quiet (each noisy window against the quiet ones around it),
 the hostile answers by status, and whether the process is the same one
-(pid) and still ready. Target: rate >= 0.8, p99 <= 2x, no restart.
+(pid) and still ready, and whether every record the calm tenants' load
+generators had acknowledged is counted by a query at the end (nothing
+lost). Target: rate >= 0.8, p99 <= 2x, no restart, nothing lost.
 
 Usage: python3 noisy_neighbour.py MIRA_BIN [SECONDS_PER_WINDOW] [ROUNDS]
 Bounded: every loop stops with its window; every request has a timeout.
@@ -141,7 +145,10 @@ def hostile(q, http, stop, answers):
         ("GET", f"http://{q}/loki/api/v1/query?" + urllib.parse.urlencode(
             {"query": 'count_over_time({service_name=~".+"} |~ "(a|b|c)*x"[3650d])', "time": str(now)}), None, {}),
         ("GET", f"http://{q}/api/search?" + urllib.parse.urlencode(
-            {"q": "{ } >> { } >> { }", "start": str(now - 3600), "end": str(now)}), None, {}),
+            {"q": "{ } >> { } >> { }", "start": str(now - 3600), "end": str(now + 60)}), None, {}),
+        ("GET", f"http://{q}/loki/api/v1/query_range?" + urllib.parse.urlencode(
+            {"query": 'count_over_time({service_name=~".+"}[1h])', "start": str(now - 3600), "end": str(now),
+             "step": "0.33"}), None, {}),
     ]
     i = 0
     while not stop.is_set():
@@ -150,13 +157,44 @@ def hostile(q, http, stop, answers):
         answers[request(method, url, "hostile", body, headers, timeout=30)] += 1
 
 
+ACKED = collections.Counter()
+
+
 def loadgen(grpc, tenant, seconds):
+    """Records/s acknowledged; the records counted in ACKED[tenant]."""
     out = subprocess.run([BIN, "loadgen", "--target", grpc, "--tenant", tenant, "--conns", "2", "--batch", "1000",
                           "--for", str(int(seconds))], capture_output=True, text=True)
+    rate = 0.0
     for word in out.stdout.split(";")[0].split(","):
-        if "records/s" in word:
-            return float(word.split()[0])
-    return 0.0
+        toks = word.split()
+        if "records/s" in toks:
+            rate = float(toks[toks.index("records/s") - 1])
+        elif word.strip().endswith(" records"):
+            ACKED[tenant] += int(word.split()[0])
+    return rate
+
+
+def chain_trace(n):
+    """One trace of `n` spans, each the child of the one before (OTLP JSON)."""
+    now = time.time_ns()
+    spans = [{"traceId": "ab" * 16, "spanId": f"{i + 1:016x}", "parentSpanId": f"{i:016x}" if i else "",
+              "name": f"op-{i % 7}", "startTimeUnixNano": str(now - 10**9 + i), "endTimeUnixNano": str(now - i)}
+             for i in range(n)]
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "deep"}}]}, "scopeSpans": [{"spans": spans}]}]}).encode()
+
+
+def counted(q, tenant):
+    """Log records of `tenant` a query counts over the last two hours."""
+    url = f"http://{q}/loki/api/v1/query?" + urllib.parse.urlencode(
+        {"query": 'sum(count_over_time({service_name=~".+"}[2h]))', "time": str(time.time() + 60)})
+    req = urllib.request.Request(url, headers={"X-Scope-OrgID": tenant})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            result = json.loads(r.read())["data"]["result"]
+            return int(float(result[0]["value"][1])) if result else 0
+    except Exception:
+        return -1
 
 
 def window(q, http, grpc, noisy):
@@ -183,6 +221,10 @@ def window(q, http, grpc, noisy):
 
 def run(q, http, grpc, proc):
     loadgen(grpc, "calm-a", 3)  # warm-up
+    loadgen(grpc, "hostile", 3)  # the hostile tenant's own lines, for its heavy queries
+    status = request("POST", f"http://{http}/v1/traces", "hostile", chain_trace(3000),
+                     {"content-type": "application/json"})
+    print(f"hostile 3,000-span trace: {status}", flush=True)
     quiet, noisy = [], []
     for r in range(ROUNDS):
         for kind, into in (("quiet", quiet), ("noisy", noisy)):
@@ -198,6 +240,15 @@ def run(q, http, grpc, proc):
     alive = proc.poll() is None and request("GET", f"http://{q}/ready", "x", timeout=5) == 200
     print(f"ratio noisy/quiet: ingest rate {ratio(0):.2f}, query p50 {ratio(1):.2f}x, p99 {ratio(2):.2f}x")
     print(f"process {proc.pid} {'still running and ready' if alive else 'NOT running or not ready'}")
+    for t in CALM:
+        deadline, seen = time.monotonic() + 120, -1
+        while time.monotonic() < deadline:
+            seen = counted(q, t)
+            if seen == ACKED[t]:
+                break
+            time.sleep(0.5)
+        print(f"{t}: acknowledged {ACKED[t]} records, the query counts {seen}: "
+              + ("nothing lost" if seen == ACKED[t] else "MISMATCH"), flush=True)
 
 
 if __name__ == "__main__":
