@@ -36,9 +36,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-BIN = sys.argv[1]
-DUR = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
-ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+# Set from the command line (or by a script importing this one).
+BIN = "mira"
+DUR = 10.0
+ROUNDS = 3
 CALM = ["calm-a", "calm-b"]
 
 
@@ -87,7 +88,9 @@ def request(method, url, tenant, body=None, headers=None, timeout=30):
         return 0
 
 
-def main():
+def serve():
+    """A ready `mira serve` of BIN in a fresh directory: (process, query
+    address, OTLP/HTTP address, OTLP/gRPC address)."""
     work = tempfile.mkdtemp()
     q, http, grpc, cat, comp = (f"127.0.0.1:{port()}" for _ in range(5))
     secret = os.path.join(work, "secret")
@@ -99,11 +102,16 @@ def main():
         [BIN, "serve", "--data-dir", os.path.join(work, "data"), "--listen", q, "--http-listen", http,
          "--grpc-listen", grpc, "--catalog-listen", cat, "--compactor-listen", comp, "--query-timeout", "5s"],
         stdout=subprocess.DEVNULL, stderr=log, env=env)
+    for _ in range(600):
+        if request("GET", f"http://{q}/ready", "x", timeout=2) == 200:
+            break
+        time.sleep(0.1)
+    return proc, q, http, grpc
+
+
+def main():
+    proc, q, http, grpc = serve()
     try:
-        for _ in range(600):
-            if request("GET", f"http://{q}/ready", "x", timeout=2) == 200:
-                break
-            time.sleep(0.1)
         run(q, http, grpc, proc)
     finally:
         proc.kill()
@@ -252,4 +260,7 @@ def run(q, http, grpc, proc):
 
 
 if __name__ == "__main__":
+    BIN = sys.argv[1]
+    DUR = float(sys.argv[2]) if len(sys.argv) > 2 else DUR
+    ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else ROUNDS
     main()

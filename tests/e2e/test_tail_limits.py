@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import urllib.parse
+import urllib.request
 from datetime import datetime, timedelta, timezone
 
 import websockets
@@ -24,7 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import write_atomic  # noqa: E402
-from serve_proc import Serve, wait_until  # noqa: E402
+from serve_proc import Serve, get_json, wait_until  # noqa: E402
 
 TOKENS = {t: f"tok-{t}-0123456789abcdef" for t in ("acme", "beta", "gamma", "delta")}
 LIMITS = '[tenants.acme]\nmax_query_concurrency = 1\nmax_query_range = "1h"\n'
@@ -83,7 +84,6 @@ async def closed(ws, limit=60):
 
 
 def post_line(serve, tenant, service, body):
-    import urllib.request
     doc = {"resourceLogs": [{"resource": {"attributes": [
         {"key": "service.name", "value": {"stringValue": service}}]}, "scopeLogs": [{"logRecords": [
             {"timeUnixNano": str(time.time_ns()), "body": {"stringValue": body}}]}]}]}
@@ -94,14 +94,7 @@ def post_line(serve, tenant, service, body):
 
 
 def labels_status(serve, tenant):
-    import urllib.error
-    import urllib.request
-    req = urllib.request.Request(f"http://{serve.query}/loki/api/v1/labels", headers=auth(tenant))
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
+    return get_json(f"http://{serve.query}/loki/api/v1/labels", auth(tenant))[0]
 
 
 def test_tails_hold_slots_obey_limits_end_and_follow_their_token(tmp_path):
