@@ -62,6 +62,11 @@ pub struct QueryFlags {
     /// Threads scanning blocks [default: the number of cores].
     #[arg(long, env = "MIRA_QUERY_THREADS")]
     pub query_threads: Option<usize>,
+    /// Most scan threads one tenant's queries hold at once, so others keep
+    /// threads while it runs long jobs [default: half of --query-threads,
+    /// rounded up].
+    #[arg(long, env = "MIRA_TENANT_QUERY_THREADS")]
+    pub tenant_query_threads: Option<usize>,
     /// Most blocks one query may read after pruning by time (then 422) [default: 20000].
     #[arg(long, env = "MIRA_MAX_QUERY_BLOCKS")]
     pub max_query_blocks: Option<usize>,
@@ -145,6 +150,9 @@ impl QueryFlags {
         }
         if self.query_threads.is_some() {
             s.query_threads = self.query_threads;
+        }
+        if self.tenant_query_threads.is_some() {
+            s.tenant_query_threads = self.tenant_query_threads;
         }
         if let Some(h) = self.max_query_range_h {
             s.max_query_range = Duration::from_secs(h.saturating_mul(3600));

@@ -73,6 +73,9 @@ pub struct QuerierConfig {
     pub max_fetches: usize,
     /// Threads of the scan pool.
     pub threads: usize,
+    /// Most scan pool threads one tenant's jobs hold at once; `None`:
+    /// half the pool, rounded up.
+    pub tenant_threads: Option<usize>,
     /// Most published blocks one query may read after pruning by time.
     pub max_blocks: usize,
     /// Longest time range one query may cover.
@@ -112,6 +115,7 @@ impl QuerierConfig {
             result_cache_bytes: 256 << 20,
             max_fetches: 32,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            tenant_threads: None,
             max_blocks: 20_000,
             max_range: Duration::from_secs(31 * 24 * 3600),
             max_limit: 10_000,
@@ -167,7 +171,11 @@ impl Querier {
                     source,
                 }
             })?;
-        let pool = pool::ScanPool::new(config.threads).map_err(QueryError::ScanPool)?;
+        let pool = pool::ScanPool::new(
+            config.threads,
+            config.tenant_threads.unwrap_or(config.threads.div_ceil(2)),
+        )
+        .map_err(QueryError::ScanPool)?;
         let recent = recent::RecentClients::new(catalog.dialer().clone());
         let tails = Arc::new(tokio::sync::Semaphore::new(config.max_tails));
         Ok(Arc::new(Querier {

@@ -5,9 +5,14 @@
 //! - **Fair**: jobs wait in one FIFO queue per tenant; a free thread takes
 //!   the next job of the next tenant in turn (round robin), so one
 //!   tenant's heavy queries queue behind each other, not in front of
-//!   another tenant's. At most as many jobs run as the pool has threads;
-//!   a job's own parallel parts (rayon `par_iter`) use the threads the
-//!   running jobs leave idle.
+//!   another tenant's. At most as many jobs run as the pool has threads,
+//!   and at most `--tenant-query-threads` of one tenant (half the pool by
+//!   default): a job runs to its next cancellation check once started, so
+//!   a tenant holding every thread with long jobs would make the next
+//!   tenant wait for them; the cap keeps threads for the others. A job's
+//!   own parallel parts (rayon `par_iter`) use the threads the running
+//!   jobs leave idle, so a tenant alone still uses the whole pool inside
+//!   its jobs.
 //! - **Cancelled with its query**: a request runs in a [`scope`] (the
 //!   query layer, [`crate::attempt`], sets it up under the query
 //!   timeout). Dropping the scope (the timeout fired, the client went
@@ -123,6 +128,7 @@ struct Metrics {
 type Task = Box<dyn FnOnce() + Send>;
 
 struct Job {
+    tenant: Arc<str>,
     cancel: Cancel,
     run: Task,
 }
@@ -130,6 +136,8 @@ struct Job {
 #[derive(Default)]
 struct Queues {
     running: usize,
+    /// Running jobs by tenant (tenants with none are absent).
+    running_of: HashMap<Arc<str>, usize>,
     /// Tenants with queued jobs, in turn order.
     turn: VecDeque<Arc<str>>,
     queued: HashMap<Arc<str>, VecDeque<Job>>,
@@ -138,6 +146,8 @@ struct Queues {
 struct Shared {
     threads: rayon::ThreadPool,
     slots: usize,
+    /// Most jobs of one tenant running at once.
+    per_tenant: usize,
     queues: Mutex<Queues>,
     metrics: Metrics,
 }
@@ -152,7 +162,9 @@ impl std::fmt::Debug for ScanPool {
 }
 
 impl ScanPool {
-    pub(crate) fn new(threads: usize) -> Result<ScanPool, rayon::ThreadPoolBuildError> {
+    /// A pool of `threads` threads, at most `per_tenant` of them running
+    /// one tenant's jobs.
+    pub(crate) fn new(threads: usize, per_tenant: usize) -> Result<ScanPool, rayon::ThreadPoolBuildError> {
         let slots = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(slots)
@@ -161,6 +173,7 @@ impl ScanPool {
         Ok(ScanPool(Arc::new(Shared {
             threads: pool,
             slots,
+            per_tenant: per_tenant.clamp(1, slots),
             queues: Mutex::new(Queues::default()),
             metrics: Metrics {
                 cancelled: Family::default(),
@@ -195,6 +208,7 @@ impl ScanPool {
         });
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = Job {
+            tenant: scope.tenant.clone(),
             cancel: scope.cancel,
             run: Box::new(move || {
                 let _ = tx.send(f());
@@ -223,11 +237,19 @@ fn submit(shared: &Arc<Shared>, tenant: Arc<str>, job: Job) {
     start(shared, ready);
 }
 
-/// Takes jobs off the queues, in tenant turn, while threads are free.
+/// Takes jobs off the queues, in tenant turn, while threads are free
+/// (passing over tenants at their `per_tenant` share).
 fn next_jobs(shared: &Shared, q: &mut Queues) -> Vec<Job> {
     let mut ready = Vec::new();
-    while q.running < shared.slots {
+    let mut passed = 0;
+    while q.running < shared.slots && passed < q.turn.len() {
         let Some(tenant) = q.turn.pop_front() else { break };
+        if q.running_of.get(&tenant).copied().unwrap_or(0) >= shared.per_tenant {
+            q.turn.push_back(tenant);
+            passed += 1;
+            continue;
+        }
+        passed = 0;
         let Some(queue) = q.queued.get_mut(&tenant) else {
             continue;
         };
@@ -246,6 +268,7 @@ fn next_jobs(shared: &Shared, q: &mut Queues) -> Vec<Job> {
             continue;
         }
         q.running += 1;
+        *q.running_of.entry(job.tenant.clone()).or_default() += 1;
         ready.push(job);
     }
     ready
@@ -256,6 +279,7 @@ fn start(shared: &Arc<Shared>, jobs: Vec<Job>) {
         let s = shared.clone();
         shared.threads.spawn(move || {
             let cancel = job.cancel.clone();
+            let job_tenant = job.tenant.clone();
             CURRENT.with(|c| *c.borrow_mut() = Some(cancel.clone()));
             // A panicking job still frees its slot; its waiter sees the
             // dropped sender and re-raises on its own task.
@@ -273,6 +297,12 @@ fn start(shared: &Arc<Shared>, jobs: Vec<Job>) {
             let mut guard = s.queues.lock().unwrap_or_else(PoisonError::into_inner);
             let q: &mut Queues = &mut guard;
             q.running -= 1;
+            if let Some(n) = q.running_of.get_mut(&job_tenant) {
+                *n -= 1;
+                if *n == 0 {
+                    q.running_of.remove(&job_tenant);
+                }
+            }
             let ready = next_jobs(&s, q);
             drop(guard);
             start(&s, ready);
@@ -304,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_request_stops_its_running_job_and_drops_its_queued_ones() {
-        let pool = Arc::new(ScanPool::new(1).expect("test"));
+        let pool = Arc::new(ScanPool::new(1, 1).expect("test"));
         let (started_tx, started_rx) = mpsc::channel();
         let p = pool.clone();
         let heavy = tokio::spawn(scope("a", async move {
@@ -328,7 +358,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_with_queued_jobs_does_not_hold_back_another_tenant() {
-        let pool = Arc::new(ScanPool::new(1).expect("test"));
+        let pool = Arc::new(ScanPool::new(1, 1).expect("test"));
         // Tenant a's first job holds the only thread until released.
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let (started_tx, started_rx) = mpsc::channel();
@@ -380,5 +410,50 @@ mod tests {
         let order = order.lock().expect("test");
         // b ran second: after a's next job in turn, not after all ten.
         assert_eq!(order.iter().position(|s| s == "b"), Some(1), "{order:?}");
+    }
+
+    #[tokio::test]
+    async fn one_tenant_holds_at_most_its_share_of_the_threads() {
+        // Two threads, one per tenant: a's two blocking jobs run one at a
+        // time, and b's job runs beside a's first.
+        let pool = Arc::new(ScanPool::new(2, 1).expect("test"));
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let (started_tx, started_rx) = mpsc::channel::<&'static str>();
+        let mut a_jobs = Vec::new();
+        for name in ["a1", "a2"] {
+            let (p, tx, rx) = (pool.clone(), started_tx.clone(), release_rx.clone());
+            a_jobs.push(tokio::spawn(scope("a", async move {
+                p.run(move || {
+                    let _ = tx.send(name);
+                    let _ = rx.lock().expect("test").recv();
+                })
+                .await
+            })));
+        }
+        let first = tokio::task::spawn_blocking(move || {
+            let first = started_rx.recv().expect("test");
+            (first, started_rx)
+        });
+        let (first, started_rx) = first.await.expect("test");
+        // b runs while a1 holds a's one thread and a2 waits.
+        assert_eq!(scope("b", pool.run(|| 7)).await, 7);
+        assert_eq!(
+            pool.0
+                .queues
+                .lock()
+                .expect("test")
+                .queued
+                .get("a")
+                .map_or(0, VecDeque::len),
+            1
+        );
+        release_tx.send(()).expect("test");
+        let second = tokio::task::spawn_blocking(move || started_rx.recv().expect("test"));
+        assert_ne!(second.await.expect("test"), first);
+        release_tx.send(()).expect("test");
+        for j in a_jobs {
+            j.await.expect("test");
+        }
     }
 }

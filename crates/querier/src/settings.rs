@@ -36,6 +36,10 @@ pub struct Settings {
     /// Threads scanning blocks; default: the number of cores.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub query_threads: Option<usize>,
+    /// Most scan threads one tenant's queries hold at once; default: half
+    /// of the query threads, rounded up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_query_threads: Option<usize>,
     /// Most blocks one query may read after pruning by time (then 422).
     pub max_query_blocks: usize,
     /// Longest time range one query may cover (then 422).
@@ -78,6 +82,7 @@ impl Default for Settings {
             result_cache_size: ByteSize::mib(256),
             max_fetches: 32,
             query_threads: None,
+            tenant_query_threads: None,
             max_query_blocks: 20_000,
             max_query_range: Duration::from_secs(744 * 3600),
             max_query_limit: 10_000,
@@ -103,6 +108,9 @@ impl Settings {
         positive("querier.max_fetches", self.max_fetches)?;
         if let Some(t) = self.query_threads {
             positive("querier.query_threads", t)?;
+        }
+        if let Some(t) = self.tenant_query_threads {
+            positive("querier.tenant_query_threads", t)?;
         }
         positive("querier.max_query_blocks", self.max_query_blocks)?;
         positive("querier.max_query_range", self.max_query_range)?;
@@ -130,6 +138,7 @@ impl Settings {
         if let Some(t) = self.query_threads {
             c.threads = t;
         }
+        c.tenant_threads = self.tenant_query_threads;
         c.max_blocks = self.max_query_blocks;
         c.max_range = self.max_query_range.get();
         c.max_limit = self.max_query_limit;
