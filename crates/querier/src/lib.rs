@@ -174,6 +174,7 @@ impl Querier {
         let pool = pool::ScanPool::new(
             config.threads,
             config.tenant_threads.unwrap_or(config.threads.div_ceil(2)),
+            Duration::from_secs(1),
         )
         .map_err(QueryError::ScanPool)?;
         let recent = recent::RecentClients::new(catalog.dialer().clone());

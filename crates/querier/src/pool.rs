@@ -7,12 +7,13 @@
 //!   tenant's heavy queries queue behind each other, not in front of
 //!   another tenant's. At most as many jobs run as the pool has threads,
 //!   and at most `--tenant-query-threads` of one tenant (half the pool by
-//!   default): a job runs to its next cancellation check once started, so
-//!   a tenant holding every thread with long jobs would make the next
-//!   tenant wait for them; the cap keeps threads for the others. A job's
-//!   own parallel parts (rayon `par_iter`) use the threads the running
-//!   jobs leave idle, so a tenant alone still uses the whole pool inside
-//!   its jobs.
+//!   default) while another tenant is active (has jobs queued or running,
+//!   or had one in the last second): a job runs to its next cancellation
+//!   check once started, so a tenant holding every thread with long jobs
+//!   would make the next tenant wait for them; the cap keeps threads for
+//!   the others. A tenant alone uses the whole pool. A job's own parallel
+//!   parts (rayon `par_iter`) use the threads the running jobs leave
+//!   idle.
 //! - **Cancelled with its query**: a request runs in a [`scope`] (the
 //!   query layer, [`crate::attempt`], sets it up under the query
 //!   timeout). Dropping the scope (the timeout fired, the client went
@@ -29,7 +30,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -138,6 +139,9 @@ struct Queues {
     running: usize,
     /// Running jobs by tenant (tenants with none are absent).
     running_of: HashMap<Arc<str>, usize>,
+    /// When each tenant last submitted or finished a job (kept for the
+    /// activity window).
+    seen: HashMap<Arc<str>, Instant>,
     /// Tenants with queued jobs, in turn order.
     turn: VecDeque<Arc<str>>,
     queued: HashMap<Arc<str>, VecDeque<Job>>,
@@ -146,8 +150,10 @@ struct Queues {
 struct Shared {
     threads: rayon::ThreadPool,
     slots: usize,
-    /// Most jobs of one tenant running at once.
+    /// Most jobs of one tenant running at once while another is active.
     per_tenant: usize,
+    /// How long a tenant counts as active after its last job.
+    active: Duration,
     queues: Mutex<Queues>,
     metrics: Metrics,
 }
@@ -163,8 +169,13 @@ impl std::fmt::Debug for ScanPool {
 
 impl ScanPool {
     /// A pool of `threads` threads, at most `per_tenant` of them running
-    /// one tenant's jobs.
-    pub(crate) fn new(threads: usize, per_tenant: usize) -> Result<ScanPool, rayon::ThreadPoolBuildError> {
+    /// one tenant's jobs while another tenant has been active within
+    /// `active`.
+    pub(crate) fn new(
+        threads: usize,
+        per_tenant: usize,
+        active: Duration,
+    ) -> Result<ScanPool, rayon::ThreadPoolBuildError> {
         let slots = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(slots)
@@ -174,6 +185,7 @@ impl ScanPool {
             threads: pool,
             slots,
             per_tenant: per_tenant.clamp(1, slots),
+            active,
             queues: Mutex::new(Queues::default()),
             metrics: Metrics {
                 cancelled: Family::default(),
@@ -229,9 +241,10 @@ fn submit(shared: &Arc<Shared>, tenant: Arc<str>, job: Job) {
     let q: &mut Queues = &mut guard;
     let queue = q.queued.entry(tenant.clone()).or_default();
     if queue.is_empty() {
-        q.turn.push_back(tenant);
+        q.turn.push_back(tenant.clone());
     }
     queue.push_back(job);
+    q.seen.insert(tenant, Instant::now());
     let ready = next_jobs(shared, q);
     drop(guard);
     start(shared, ready);
@@ -242,9 +255,11 @@ fn submit(shared: &Arc<Shared>, tenant: Arc<str>, job: Job) {
 fn next_jobs(shared: &Shared, q: &mut Queues) -> Vec<Job> {
     let mut ready = Vec::new();
     let mut passed = 0;
+    let active = shared.active;
+    q.seen.retain(|_, at| at.elapsed() < active);
     while q.running < shared.slots && passed < q.turn.len() {
         let Some(tenant) = q.turn.pop_front() else { break };
-        if q.running_of.get(&tenant).copied().unwrap_or(0) >= shared.per_tenant {
+        if q.running_of.get(&tenant).copied().unwrap_or(0) >= shared.per_tenant && others_active(q, &tenant) {
             q.turn.push_back(tenant);
             passed += 1;
             continue;
@@ -274,6 +289,16 @@ fn next_jobs(shared: &Shared, q: &mut Queues) -> Vec<Job> {
     ready
 }
 
+/// Whether a tenant other than `tenant` has jobs queued or running, or had
+/// one within the activity window.
+fn others_active(q: &Queues, tenant: &Arc<str>) -> bool {
+    q.queued
+        .keys()
+        .chain(q.running_of.keys())
+        .chain(q.seen.keys())
+        .any(|t| t != tenant)
+}
+
 fn start(shared: &Arc<Shared>, jobs: Vec<Job>) {
     for job in jobs {
         let s = shared.clone();
@@ -297,6 +322,7 @@ fn start(shared: &Arc<Shared>, jobs: Vec<Job>) {
             let mut guard = s.queues.lock().unwrap_or_else(PoisonError::into_inner);
             let q: &mut Queues = &mut guard;
             q.running -= 1;
+            q.seen.insert(job_tenant.clone(), Instant::now());
             if let Some(n) = q.running_of.get_mut(&job_tenant) {
                 *n -= 1;
                 if *n == 0 {
@@ -334,7 +360,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_request_stops_its_running_job_and_drops_its_queued_ones() {
-        let pool = Arc::new(ScanPool::new(1, 1).expect("test"));
+        let pool = Arc::new(ScanPool::new(1, 1, Duration::from_secs(3600)).expect("test"));
         let (started_tx, started_rx) = mpsc::channel();
         let p = pool.clone();
         let heavy = tokio::spawn(scope("a", async move {
@@ -358,7 +384,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_with_queued_jobs_does_not_hold_back_another_tenant() {
-        let pool = Arc::new(ScanPool::new(1, 1).expect("test"));
+        let pool = Arc::new(ScanPool::new(1, 1, Duration::from_secs(3600)).expect("test"));
         // Tenant a's first job holds the only thread until released.
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let (started_tx, started_rx) = mpsc::channel();
@@ -414,9 +440,11 @@ mod tests {
 
     #[tokio::test]
     async fn one_tenant_holds_at_most_its_share_of_the_threads() {
-        // Two threads, one per tenant: a's two blocking jobs run one at a
-        // time, and b's job runs beside a's first.
-        let pool = Arc::new(ScanPool::new(2, 1).expect("test"));
+        // Two threads, one per tenant while another is active: b has run a
+        // job (active for the hour of this test), so a's two blocking jobs
+        // run one at a time, and b's next job runs beside a's first.
+        let pool = Arc::new(ScanPool::new(2, 1, Duration::from_secs(3600)).expect("test"));
+        assert_eq!(scope("b", pool.run(|| 1)).await, 1);
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let release_rx = Arc::new(Mutex::new(release_rx));
         let (started_tx, started_rx) = mpsc::channel::<&'static str>();
@@ -454,6 +482,34 @@ mod tests {
         release_tx.send(()).expect("test");
         for j in a_jobs {
             j.await.expect("test");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_alone_uses_every_thread() {
+        // Two threads, one per tenant while another is active, nobody else
+        // active: a's two jobs run at once (each sees the other arrive; a
+        // minute's deadline instead of hanging if they ran in turn).
+        let pool = Arc::new(ScanPool::new(2, 1, Duration::ZERO).expect("test"));
+        let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                let (p, n) = (pool.clone(), arrived.clone());
+                tokio::spawn(scope("a", async move {
+                    p.run(move || {
+                        n.fetch_add(1, Ordering::SeqCst);
+                        let deadline = Instant::now() + Duration::from_secs(60);
+                        while n.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                            std::thread::yield_now();
+                        }
+                        n.load(Ordering::SeqCst) == 2
+                    })
+                    .await
+                }))
+            })
+            .collect();
+        for r in runs {
+            assert!(r.await.expect("test"), "a's jobs ran one at a time");
         }
     }
 }
