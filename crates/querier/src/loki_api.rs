@@ -579,7 +579,7 @@ async fn tail(
     let hold = Held {
         _slot: lease.and_then(|l| l.0.take()),
         _permit: permit,
-        recheck: recheck.map(|r| r.0),
+        recheck: recheck.map(|r| (r.0, headers.clone())),
     };
     ws.on_upgrade(move |socket| async move {
         match setup {
@@ -602,7 +602,7 @@ struct Tail {
 struct Held {
     _slot: Option<mira_common::limits::QueryGuard>,
     _permit: tokio::sync::OwnedSemaphorePermit,
-    recheck: Option<crate::server::Recheck>,
+    recheck: Option<(crate::server::Recheck, HeaderMap)>,
 }
 
 async fn close(mut socket: WebSocket, code: u16, reason: &str) {
@@ -628,8 +628,8 @@ async fn run_tail(q: Arc<Querier>, mut socket: WebSocket, t: Tail, held: Held) {
     let mut last_sent = started;
     let (max_duration, idle) = (q.config.tail_max_duration, q.config.tail_idle_timeout);
     loop {
-        if let Some(r) = &held.recheck
-            && let Err(why) = r.still_valid()
+        if let Some((r, headers)) = &held.recheck
+            && let Err(why) = r.still_valid(headers)
         {
             return close(socket, 1008, &format!("the tail's credential no longer holds: {why}")).await;
         }

@@ -28,8 +28,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -38,32 +37,23 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// One request's cancellation flag, shared by all its jobs.
+/// One request's cancellation flag, shared by all its jobs: when it was
+/// raised, once it is.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<CancelState>);
-
-#[derive(Debug, Default)]
-struct CancelState {
-    set: AtomicBool,
-    at: Mutex<Option<Instant>>,
-}
+pub struct Cancel(Arc<OnceLock<Instant>>);
 
 impl Cancel {
     /// True once the request was dropped: stop and return.
     pub fn is_set(&self) -> bool {
-        self.0.set.load(Ordering::Relaxed)
+        self.0.get().is_some()
     }
 
     fn raise(&self) {
-        let mut at = self.0.at.lock().unwrap_or_else(PoisonError::into_inner);
-        if at.is_none() {
-            *at = Some(Instant::now());
-        }
-        self.0.set.store(true, Ordering::Relaxed);
+        let _ = self.0.set(Instant::now());
     }
 
     fn raised_at(&self) -> Option<Instant> {
-        *self.0.at.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.get().copied()
     }
 }
 
@@ -211,8 +201,7 @@ impl ScanPool {
     }
 
     /// Runs `f` on the pool as a job of the current [`scope`]'s tenant and
-    /// waits for it without holding a runtime worker. `None`: the request
-    /// was cancelled before the job ran.
+    /// waits for it without holding a runtime worker.
     pub(crate) async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let scope = SCOPE.try_with(Scope::clone).unwrap_or_else(|_| Scope {
             tenant: Arc::from(""),
@@ -339,6 +328,7 @@ fn start(shared: &Arc<Shared>, jobs: Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
     use std::sync::mpsc;
 
     /// Spins until its request is cancelled, then returns how many turns

@@ -183,7 +183,6 @@ async fn authenticate(
             // ends it.
             let recheck = Recheck {
                 auth,
-                headers: req.headers().clone(),
                 peer,
                 tenant: p.tenant.clone(),
             };
@@ -195,24 +194,24 @@ async fn authenticate(
     }
 }
 
-/// A request's credential, kept to be checked again while work it started
-/// runs on (a live tail).
+/// What a request was authorized by, kept so work it started that runs on
+/// (a live tail) can ask again with the request's headers.
 #[derive(Clone)]
 pub(crate) struct Recheck {
     auth: Arc<mira_common::auth::Authenticator>,
-    headers: axum::http::HeaderMap,
     peer: Option<std::net::IpAddr>,
     tenant: mira_core::ids::TenantId,
 }
 
 impl Recheck {
-    /// Whether the credential still grants `read` on the same tenant (the
-    /// tokens file is re-read every `--auth-reload-interval`; an expiry
-    /// is read against the clock): why not, when it does not.
-    pub(crate) fn still_valid(&self) -> Result<(), String> {
+    /// Whether the credential in `headers` (the request's) still grants
+    /// `read` on the same tenant (the tokens file is re-read every
+    /// `--reload-interval`; an expiry is read against the clock): why
+    /// not, when it does not.
+    pub(crate) fn still_valid(&self, headers: &axum::http::HeaderMap) -> Result<(), String> {
         match self
             .auth
-            .authorize(&self.headers, self.peer, mira_common::auth::Scope::Read, false)
+            .authorize(headers, self.peer, mira_common::auth::Scope::Read, false)
         {
             Ok(p) if p.tenant == self.tenant => Ok(()),
             Ok(p) => Err(format!("the credential now acts for tenant {}", p.tenant)),
