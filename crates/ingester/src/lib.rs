@@ -1,6 +1,8 @@
 //! mira-ingester: the write path. It owns the write-ahead log ([`wal`]),
 //! request-body handling ([`body`]: content encodings with bounded
-//! decompression), the OTLP servers ([`otlp`]), the shards with their open
+//! decompression), the OTLP servers ([`otlp`]), Prometheus remote write
+//! ([`prom`]) and Loki push ([`loki`]) on the same contract ([`push`],
+//! written as OTLP by [`pbwrite`]), the shards with their open
 //! generations ([`shard`]), the uploader that writes and publishes sealed
 //! blocks under the process's epoch ([`upload`]), start-up recovery of the
 //! WAL ([`recover`]), whether writes may be acknowledged ([`health`]), the
@@ -13,10 +15,14 @@
 pub mod body;
 pub mod error;
 pub mod health;
+pub mod loki;
 pub mod metrics;
 pub mod node;
 pub mod otlp;
+pub mod pbwrite;
 pub mod pipeline;
+pub mod prom;
+pub mod push;
 pub mod recent;
 pub mod records;
 pub mod recover;

@@ -252,7 +252,9 @@ impl IngesterNode {
         let http_addr = http_listener
             .local_addr()
             .map_err(|e| crate::error::StartError::Listen(config.http_listen.to_string(), e))?;
-        let http = http_router(receivers.clone()).merge(process.telemetry.router());
+        let http = http_router(receivers.clone())
+            .merge(crate::push::http_router(receivers.clone()))
+            .merge(process.telemetry.router());
         // Recent data answers cluster members only (the querier's dialer
         // sends the cluster credential).
         let recent = tonic::service::Routes::new(process.security.guard.wrap(

@@ -103,7 +103,7 @@ fn budget_units(bytes: u64) -> u32 {
 /// What a request holds of the in-flight decoded budget, until it is
 /// answered.
 #[derive(Default)]
-struct Budget {
+pub(crate) struct Budget {
     permit: Option<OwnedSemaphorePermit>,
     units: u32,
 }
@@ -123,7 +123,7 @@ impl Drop for Slot {
 /// When a request arrived, took its in-flight slot and had its body
 /// (the phase probes, `mira_ingester_phase_seconds`).
 #[derive(Clone, Copy, Debug)]
-struct Arrival {
+pub(crate) struct Arrival {
     at: Instant,
     slot: Instant,
 }
@@ -131,7 +131,7 @@ struct Arrival {
 impl Arrival {
     /// Observes the receiver's phases of an accepted request whose body
     /// was read by `body` (the pipeline observes the ones in between).
-    fn accepted(&self, metrics: &crate::metrics::Metrics, signal: Signal, body: Instant) {
+    pub(crate) fn accepted(&self, metrics: &crate::metrics::Metrics, signal: Signal, body: Instant) {
         metrics.observe_phase(signal, Phase::Slot, self.slot.saturating_duration_since(self.at));
         metrics.observe_phase(signal, Phase::Body, body.saturating_duration_since(self.slot));
         metrics.observe_phase(signal, Phase::Total, self.at.elapsed());
@@ -181,7 +181,7 @@ impl Receivers {
     /// when the request is not accepted, so a refused request costs its
     /// tenant nothing. Counts the outcome, a refusal before submitting
     /// (a malformed body, the decoded budget, the rate) included.
-    async fn submit(
+    pub(crate) async fn submit(
         &self,
         signal: Signal,
         tenant: TenantId,
@@ -220,7 +220,7 @@ impl Receivers {
     /// waiting up to the admission wait; refuses an estimate over the
     /// per-request limit (or the whole budget) at once, naming `what` the
     /// request holds.
-    async fn reserve(
+    pub(crate) async fn reserve(
         &self,
         held: &mut Budget,
         estimate: u64,
@@ -303,7 +303,7 @@ impl Receivers {
     }
 }
 
-fn body_error(e: BodyError) -> IngestError {
+pub(crate) fn body_error(e: BodyError) -> IngestError {
     match e {
         BodyError::TooLarge { limit } | BodyError::DecompressedTooLarge { limit } => IngestError::TooLarge {
             bytes: limit.saturating_add(1),
@@ -417,11 +417,80 @@ fn http_error(e: &IngestError, format: Format) -> Response {
     response
 }
 
+/// The part of every HTTP receiver before its body is decoded: the
+/// request is authorized (its tenant), refused on its declared length,
+/// charged its bytes, given an in-flight slot and its body read within
+/// the body timeout; then `handle` decodes and submits it, holding the
+/// slot. A request not accepted gives its bytes back.
+pub(crate) async fn receive<T>(
+    receivers: &Receivers,
+    parts: &axum::http::request::Parts,
+    body: Body,
+    arrived: Instant,
+    handle: impl AsyncFnOnce(TenantId, Bytes, Arrival) -> Result<T, IngestError>,
+) -> Result<T, IngestError> {
+    let headers = &parts.headers;
+    let tenant = receivers.authorize(parts)?;
+    let limit = receivers.config.max_wire_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    // Refused on its declared length before a byte of it is read.
+    if let Some(n) = declared.filter(|n| *n > limit as u64) {
+        return Err(IngestError::TooLarge {
+            bytes: usize::try_from(n).unwrap_or(usize::MAX),
+            limit,
+        });
+    }
+    // The tenant's bytes rate, on the declared length: before the
+    // request takes an in-flight slot or its body is read.
+    if let Some(n) = declared {
+        receivers.limits.take_bytes(&tenant, n)?;
+    }
+    let mut charged = declared.unwrap_or(0);
+    let result = async {
+        let _slot = receivers.enter().await?;
+        let arrival = Arrival {
+            at: arrived,
+            slot: Instant::now(),
+        };
+        let timeout = receivers.config.body_timeout;
+        let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
+            .await
+            .map_err(|_| IngestError::Timeout(format!("the request body did not arrive within {timeout:?}")))?
+            .map_err(|e| {
+                let limited = e.into_inner();
+                if limited.is::<http_body_util::LengthLimitError>() {
+                    IngestError::TooLarge {
+                        bytes: limit.saturating_add(1),
+                        limit,
+                    }
+                } else {
+                    IngestError::Invalid(format!("reading the request body: {limited}"))
+                }
+            })?;
+        if declared.is_none() {
+            // No Content-Length (chunked): charged once read, before
+            // it is decoded.
+            let n = body.len() as u64;
+            receivers.limits.take_bytes(&tenant, n)?;
+            charged = n;
+        }
+        handle(tenant.clone(), body, arrival).await
+    }
+    .await;
+    if result.is_err() {
+        // Not accepted: its bytes are not charged.
+        receivers.limits.give_back_bytes(&tenant, charged);
+    }
+    result
+}
+
 async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
     let arrived = Instant::now();
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    let authorized = receivers.authorize(&parts);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -444,89 +513,35 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
             return r;
         }
     };
-    let limit = receivers.config.max_wire_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let result = async {
-        let tenant = authorized?;
-        // Refused on its declared length before a byte of it is read.
-        if let Some(n) = declared.filter(|n| *n > limit as u64) {
-            return Err(IngestError::TooLarge {
-                bytes: usize::try_from(n).unwrap_or(usize::MAX),
-                limit,
-            });
-        }
-        // The tenant's bytes rate, on the declared length: before the
-        // request takes an in-flight slot or its body is read.
-        if let Some(n) = declared {
-            receivers.limits.take_bytes(&tenant, n)?;
-        }
-        let mut charged = declared.unwrap_or(0);
-        let result = async {
-            let _slot = receivers.enter().await?;
-            let arrival = Arrival {
-                at: arrived,
-                slot: Instant::now(),
-            };
-            let timeout = receivers.config.body_timeout;
-            let body = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
-                .await
-                .map_err(|_| IngestError::Timeout(format!("the request body did not arrive within {timeout:?}")))?
-                .map_err(|e| {
-                    let limited = e.into_inner();
-                    if limited.is::<http_body_util::LengthLimitError>() {
-                        IngestError::TooLarge {
-                            bytes: limit.saturating_add(1),
-                            limit,
-                        }
-                    } else {
-                        IngestError::Invalid(format!("reading the request body: {limited}"))
-                    }
-                })?;
-            if declared.is_none() {
-                // No Content-Length (chunked): charged once read, before
-                // it is decoded.
-                let n = body.len() as u64;
-                receivers.limits.take_bytes(&tenant, n)?;
-                charged = n;
-            }
-            let encoding = parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))
-                .map_err(body_error)?;
-            let body = decode_body(
-                body,
-                encoding,
-                receivers.config.max_wire_bytes,
-                receivers.config.max_message_bytes,
-            )
+    let result = receive(receivers, &parts, body, arrived, async |tenant, body, arrival| {
+        let encoding = parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))
             .map_err(body_error)?;
-            let mut held = Budget::default();
-            let payload = match format {
-                Format::Protobuf => body,
-                Format::Json => {
-                    // serde builds every object as a prost message: bounded
-                    // before it does.
-                    let objects = crate::records::json_objects(&body);
-                    let estimate = crate::records::json_decoded_bytes(objects, body.len());
-                    receivers
-                        .reserve(&mut held, estimate, || format!("{objects} JSON objects"))
-                        .await?;
-                    json_to_protobuf(signal, &body)?
-                }
-            };
-            let read = Instant::now();
-            let appended = receivers.submit(signal, tenant.clone(), payload, &mut held).await?;
-            arrival.accepted(receivers.pipeline.metrics(), signal, read);
-            Ok(appended)
-        }
-        .await;
-        if result.is_err() {
-            // Not accepted: its bytes are not charged.
-            receivers.limits.give_back_bytes(&tenant, charged);
-        }
-        result
-    }
+        let body = decode_body(
+            body,
+            encoding,
+            receivers.config.max_wire_bytes,
+            receivers.config.max_message_bytes,
+        )
+        .map_err(body_error)?;
+        let mut held = Budget::default();
+        let payload = match format {
+            Format::Protobuf => body,
+            Format::Json => {
+                // serde builds every object as a prost message: bounded
+                // before it does.
+                let objects = crate::records::json_objects(&body);
+                let estimate = crate::records::json_decoded_bytes(objects, body.len());
+                receivers
+                    .reserve(&mut held, estimate, || format!("{objects} JSON objects"))
+                    .await?;
+                json_to_protobuf(signal, &body)?
+            }
+        };
+        let read = Instant::now();
+        let appended = receivers.submit(signal, tenant, payload, &mut held).await?;
+        arrival.accepted(receivers.pipeline.metrics(), signal, read);
+        Ok(appended)
+    })
     .await;
     match result {
         Ok(appended) => {

@@ -60,6 +60,7 @@ pub struct Pipeline {
     health: Arc<Health>,
     signals: Vec<SignalLanes>,
     config: PipelineConfig,
+    clock: mira_common::clock::Clock,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -160,6 +161,7 @@ impl Pipeline {
             health,
             signals,
             config,
+            clock: dest.clock.clone(),
             tasks,
         }
     }
@@ -171,6 +173,13 @@ impl Pipeline {
     /// How long a request may wait for room.
     pub fn admit_wait(&self) -> Duration {
         self.config.admit_wait
+    }
+
+    /// The record times a request submitted now may hold (`--max-past`,
+    /// `--max-future`): what the shards will accept, for receivers that
+    /// answer each refused record in their protocol's words.
+    pub fn window(&self) -> mira_core::convert::TimeWindow {
+        crate::shard::window_at(&self.clock, (self.config.max_past, self.config.max_future))
     }
 
     /// The attribute limits every request is held to.

@@ -254,7 +254,7 @@ struct Generation {
 /// The accepted time window at `now`, never past the last time a block
 /// can be published with (so a record the window takes is publishable
 /// whatever `future` is).
-fn window_at(clock: &Clock, (past, future): (Duration, Duration)) -> mira_core::convert::TimeWindow {
+pub(crate) fn window_at(clock: &Clock, (past, future): (Duration, Duration)) -> mira_core::convert::TimeWindow {
     let now = u64::try_from(clock.now_ns()).unwrap_or(0);
     mira_core::convert::TimeWindow {
         min_ns: now.saturating_sub(u64::try_from(past.as_nanos()).unwrap_or(u64::MAX)),

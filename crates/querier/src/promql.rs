@@ -563,7 +563,17 @@ impl Querier {
         let stats = Stats::default();
         let plan = self.plan(tenant, Signal::Metrics, start, end, &stats).await?;
         let reads = plan.candidates.iter().map(|c| async {
-            let tables = self.scan_tables(c, &[mira_core::schema::SERIES], &stats).await?;
+            let tables = self
+                .scan_tables(
+                    c,
+                    &[
+                        mira_core::schema::SERIES,
+                        mira_core::schema::RESOURCES,
+                        mira_core::schema::RESOURCE_ATTRS,
+                    ],
+                    &stats,
+                )
+                .await?;
             let id = c.id;
             self.on_pool(move || load::read_metadata(&tables))
                 .await

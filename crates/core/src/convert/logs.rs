@@ -21,6 +21,30 @@ use crate::dict::DictBuilder;
 use crate::ids::Signal;
 use crate::schema;
 
+/// Loki's stream labels of OTLP logs: (Loki label, OTel resource
+/// attribute), the way Loki 3 maps OTLP (the querier's label model; the
+/// ingester's Loki push maps stream labels back through it).
+pub const LOKI_INDEX: [(&str, &str); 18] = [
+    ("service_name", "service.name"),
+    ("service_namespace", "service.namespace"),
+    ("service_instance_id", "service.instance.id"),
+    ("deployment_environment", "deployment.environment"),
+    ("deployment_environment_name", "deployment.environment.name"),
+    ("cloud_region", "cloud.region"),
+    ("cloud_availability_zone", "cloud.availability_zone"),
+    ("container_name", "container.name"),
+    ("k8s_cluster_name", "k8s.cluster.name"),
+    ("k8s_namespace_name", "k8s.namespace.name"),
+    ("k8s_pod_name", "k8s.pod.name"),
+    ("k8s_container_name", "k8s.container.name"),
+    ("k8s_deployment_name", "k8s.deployment.name"),
+    ("k8s_statefulset_name", "k8s.statefulset.name"),
+    ("k8s_daemonset_name", "k8s.daemonset.name"),
+    ("k8s_replicaset_name", "k8s.replicaset.name"),
+    ("k8s_job_name", "k8s.job.name"),
+    ("k8s_cronjob_name", "k8s.cronjob.name"),
+];
+
 /// The time a log record is filed under: its event time, or the observed
 /// time when the event time is unset (as the OTLP data model says).
 pub fn effective_time(time: u64, observed: u64) -> u64 {

@@ -30,6 +30,16 @@ use crate::dict::DictBuilder;
 use crate::ids::Signal;
 use crate::schema::{self, metric_type};
 
+/// The resource attribute naming the protocol a resource's metrics came
+/// in by, when it was not OTLP: the querier then shows their series as
+/// that protocol wrote them (see `mira_ingester::prom`).
+pub const SOURCE_ATTR: &str = "mira.source";
+
+/// [`SOURCE_ATTR`] of metrics written by Prometheus remote write: their
+/// names are Prometheus names already, and their resource is exactly the
+/// `job` and `instance` labels.
+pub const SOURCE_REMOTE_WRITE: &str = "prometheus.remote_write";
+
 /// A point's exemplars, stored protobuf-encoded (they are rarely read and
 /// never filtered on).
 #[derive(Clone, PartialEq, Message)]

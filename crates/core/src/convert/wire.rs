@@ -42,7 +42,11 @@ pub(crate) enum Fast<T> {
     Fallback,
 }
 
-struct Reader<'a> {
+/// A protobuf wire reader over one message's bytes: every read answers
+/// `None` for input it cannot read (a truncated field, an overlong
+/// varint, a bad wire type), never panics.
+#[derive(Debug)]
+pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
@@ -51,17 +55,22 @@ struct Reader<'a> {
 type W<T> = Option<T>;
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
 
-    fn done(&self) -> bool {
+    pub fn done(&self) -> bool {
         self.pos >= self.buf.len()
+    }
+
+    /// Bytes read so far (for error messages).
+    pub fn pos(&self) -> usize {
+        self.pos
     }
 
     /// A varint; the one-byte case (most tags and lengths) inline.
     #[inline(always)]
-    fn varint(&mut self) -> W<u64> {
+    pub fn varint(&mut self) -> W<u64> {
         match self.buf.get(self.pos) {
             Some(&b) if b < 0x80 => {
                 self.pos += 1;
@@ -92,7 +101,7 @@ impl<'a> Reader<'a> {
     /// A field's tag; one- and two-byte tags (fields up to 2047, such as
     /// a span's `flags`, field 16) inline.
     #[inline(always)]
-    fn key(&mut self) -> W<(u32, u8)> {
+    pub fn key(&mut self) -> W<(u32, u8)> {
         let k = match *self.buf.get(self.pos..)? {
             [b, ..] if b < 0x80 => {
                 self.pos += 1;
@@ -112,7 +121,7 @@ impl<'a> Reader<'a> {
     }
 
     #[inline(always)]
-    fn bytes(&mut self) -> W<&'a [u8]> {
+    pub fn bytes(&mut self) -> W<&'a [u8]> {
         let len = usize::try_from(self.varint()?).ok()?;
         let end = self.pos.checked_add(len)?;
         let s = self.buf.get(self.pos..end)?;
@@ -121,12 +130,12 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
-    fn str(&mut self) -> W<&'a str> {
+    pub fn str(&mut self) -> W<&'a str> {
         std::str::from_utf8(self.bytes()?).ok()
     }
 
     #[inline]
-    fn fixed64(&mut self) -> W<u64> {
+    pub fn fixed64(&mut self) -> W<u64> {
         let end = self.pos.checked_add(8)?;
         let s = self.buf.get(self.pos..end)?;
         self.pos = end;
@@ -134,7 +143,7 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
-    fn fixed32(&mut self) -> W<u32> {
+    pub fn fixed32(&mut self) -> W<u32> {
         let end = self.pos.checked_add(4)?;
         let s = self.buf.get(self.pos..end)?;
         self.pos = end;
@@ -142,7 +151,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips an unknown field, as prost does.
-    fn skip(&mut self, wire: u8) -> W<()> {
+    pub fn skip(&mut self, wire: u8) -> W<()> {
         match wire {
             0 => self.varint().map(|_| ()),
             1 => self.fixed64().map(|_| ()),

@@ -20,27 +20,9 @@
 use mira_core::convert::LogRow;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 
-/// Stream labels: (Loki label, OTel resource attribute).
-pub const INDEX: [(&str, &str); 18] = [
-    ("service_name", "service.name"),
-    ("service_namespace", "service.namespace"),
-    ("service_instance_id", "service.instance.id"),
-    ("deployment_environment", "deployment.environment"),
-    ("deployment_environment_name", "deployment.environment.name"),
-    ("cloud_region", "cloud.region"),
-    ("cloud_availability_zone", "cloud.availability_zone"),
-    ("container_name", "container.name"),
-    ("k8s_cluster_name", "k8s.cluster.name"),
-    ("k8s_namespace_name", "k8s.namespace.name"),
-    ("k8s_pod_name", "k8s.pod.name"),
-    ("k8s_container_name", "k8s.container.name"),
-    ("k8s_deployment_name", "k8s.deployment.name"),
-    ("k8s_statefulset_name", "k8s.statefulset.name"),
-    ("k8s_daemonset_name", "k8s.daemonset.name"),
-    ("k8s_replicaset_name", "k8s.replicaset.name"),
-    ("k8s_job_name", "k8s.job.name"),
-    ("k8s_cronjob_name", "k8s.cronjob.name"),
-];
+/// Stream labels: (Loki label, OTel resource attribute); the one table
+/// the ingester's Loki push maps back through.
+pub use mira_core::convert::logs::LOKI_INDEX as INDEX;
 
 /// `service_name` of a resource without `service.name`.
 pub const UNKNOWN_SERVICE: &str = "unknown_service";

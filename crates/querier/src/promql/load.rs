@@ -24,6 +24,7 @@ use arrow::datatypes::{Float64Type, UInt64Type};
 use arrow::record_batch::RecordBatch;
 use mira_core::attrs::AttrReader;
 use mira_core::convert::columns::{DictStr, col};
+use mira_core::convert::metrics::{SOURCE_ATTR, SOURCE_REMOTE_WRITE};
 use mira_core::convert::{ConvertError, TableSet};
 use mira_core::schema::{self, metric_type};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -59,15 +60,25 @@ fn text(kv: &KeyValue) -> Option<String> {
     }
 }
 
-/// A resource's labels before a series' own: its attributes, then `job`
-/// and `instance`; sorted by name, empty values kept (a series' attribute
-/// may still override them).
+/// Whether a resource came by Prometheus remote write: its series keep
+/// their names, and its labels are only `job` and `instance`.
+fn remote_written(resource: &[KeyValue]) -> bool {
+    resource
+        .iter()
+        .any(|kv| kv.key == SOURCE_ATTR && text(kv).as_deref() == Some(SOURCE_REMOTE_WRITE))
+}
+
+/// A resource's labels before a series' own: its attributes (none for a
+/// remote-written one), then `job` and `instance`; sorted by name, empty
+/// values kept (a series' attribute may still override them).
 fn resource_labels(resource: &[KeyValue]) -> Vec<(String, String)> {
     let mut m: BTreeMap<String, String> = BTreeMap::new();
     let find = |k: &str| resource.iter().find(|kv| kv.key == k).and_then(text);
-    for kv in resource {
-        if let Some(v) = text(kv) {
-            m.insert(label_name(&kv.key), v);
+    if !remote_written(resource) {
+        for kv in resource {
+            if let Some(v) = text(kv) {
+                m.insert(label_name(&kv.key), v);
+            }
         }
     }
     if let Some(service) = find("service.name") {
@@ -206,17 +217,26 @@ pub fn read_metadata(tables: &TableSet) -> Result<Vec<(String, &'static str, Str
     let help = DictStr::new(series, t, "metric_description")?;
     let types: &UInt8Array = col(series, t, "metric_type")?;
     let monotonic: &BooleanArray = col(series, t, "is_monotonic")?;
+    let resource_id: &UInt32Array = col(series, t, "resource_id")?;
+    let resources = tables.get(schema::RESOURCES)?;
+    let resource_attrs =
+        AttrReader::new(tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?.grouped(resources.num_rows())?;
+    let verbatim: Vec<bool> = resource_attrs.iter().map(|a| remote_written(a)).collect();
     let mut out = Vec::new();
     for i in 0..series.num_rows() {
         let kind = types.value(i);
         let counter = kind == metric_type::SUM && monotonic.value(i);
         let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !counter);
-        let name = metric_name(
-            names.get(i).unwrap_or(""),
-            units.get(i).unwrap_or(""),
-            is_gauge,
-            counter,
-        );
+        let name = if verbatim.get(resource_id.value(i) as usize).copied().unwrap_or(false) {
+            names.get(i).unwrap_or("").to_owned()
+        } else {
+            metric_name(
+                names.get(i).unwrap_or(""),
+                units.get(i).unwrap_or(""),
+                is_gauge,
+                counter,
+            )
+        };
         let kind = match kind {
             metric_type::HISTOGRAM | metric_type::EXP_HISTOGRAM => "histogram",
             metric_type::SUMMARY => "summary",
@@ -516,28 +536,37 @@ pub fn read_block(
     }
     let mut infos: Vec<Option<Info>> = Vec::with_capacity(n_series);
     // Built once per resource and once per metric, not per series.
-    let mut by_resource: Vec<Option<Vec<(String, String)>>> = vec![None; resource_attrs.len()];
-    type MetricKey<'k> = (Option<&'k str>, Option<&'k str>, u8, bool);
+    // (labels, whether its series keep their names: remote written)
+    let mut by_resource: Vec<Option<(Vec<(String, String)>, bool)>> = vec![None; resource_attrs.len()];
+    type MetricKey<'k> = (Option<&'k str>, Option<&'k str>, u8, bool, bool);
     let mut by_metric: HashMap<MetricKey<'_>, (String, Vec<String>), foldhash::fast::RandomState> = HashMap::default();
     for i in 0..n_series {
         let kind = types.value(i);
         let rid = resource_id.value(i) as usize;
-        let resource = match by_resource.get_mut(rid) {
-            Some(Some(r)) => &*r,
-            Some(slot) => &*slot.insert(resource_labels(&resource_attrs[rid])),
+        let (resource, verbatim) = match by_resource.get_mut(rid) {
+            Some(Some((r, v))) => (&*r, *v),
+            Some(slot) => {
+                let attrs = &resource_attrs[rid];
+                let (r, v) = slot.insert((resource_labels(attrs), remote_written(attrs)));
+                (&*r, *v)
+            }
             None => return Err(ConvertError::BadReference { table: t, row: i }),
         };
         let point = point_labels.of(i);
         let (name, candidates) = by_metric
-            .entry((names.get(i), units.get(i), kind, monotonic.value(i)))
+            .entry((names.get(i), units.get(i), kind, monotonic.value(i), verbatim))
             .or_insert_with(|| {
                 let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !monotonic.value(i));
-                let name = metric_name(
-                    names.get(i).unwrap_or(""),
-                    units.get(i).unwrap_or(""),
-                    is_gauge,
-                    kind == metric_type::SUM && monotonic.value(i),
-                );
+                let name = if verbatim {
+                    names.get(i).unwrap_or("").to_owned()
+                } else {
+                    metric_name(
+                        names.get(i).unwrap_or(""),
+                        units.get(i).unwrap_or(""),
+                        is_gauge,
+                        kind == metric_type::SUM && monotonic.value(i),
+                    )
+                };
                 let candidates = match kind {
                     metric_type::HISTOGRAM => {
                         vec![format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count")]
@@ -573,6 +602,7 @@ pub fn read_block(
     let time: &UInt64Array = col(points, p, "time_unix_nano")?;
     let vi: &Int64Array = col(points, p, "value_int")?;
     let vd: &Float64Array = col(points, p, "value_double")?;
+    let flags: &UInt32Array = col(points, p, "flags")?;
     let dists = tables.get(schema::POINT_DISTS)?;
     let d = schema::POINT_DISTS;
     let parent: &UInt32Array = col(dists, d, "parent")?;
@@ -603,9 +633,11 @@ pub fn read_block(
             }
             return Ok(());
         };
+        // A point that holds no value (OTLP's FLAG_NO_RECORDED_VALUE, such
+        // as one carrying only exemplars) is no sample.
         let in_range = |row: usize| {
             let tms = (time.value(row) / 1_000_000) as i64;
-            (tms >= from_ms && tms <= to_ms).then_some(tms)
+            (tms >= from_ms && tms <= to_ms && flags.value(row) & 1 == 0).then_some(tms)
         };
         if matches!(info.kind, metric_type::GAUGE | metric_type::SUM) {
             // One slot for the whole run, looked up at its first sample.

@@ -1,0 +1,1112 @@
+//! Prometheus remote write, 1.0 (`prometheus.WriteRequest`) and 2.0
+//! (`io.prometheus.write.v2.Request`, chosen by `Content-Type`), read with
+//! Mira's protobuf wire reader ([`mira_core::convert::WireReader`]) and
+//! written as one OTLP metrics export request ([`crate::pbwrite`]), which
+//! then takes the OTLP path: the same limits, WAL and acknowledgement.
+//!
+//! The mapping (docs/api.md, "Prometheus remote write"), as the OTel
+//! Prometheus compatibility specification maps a scrape:
+//! - each Prometheus series is one OTLP metric of its `__name__`, kept
+//!   as it is: its points' attributes are its other labels, except `job`
+//!   and `instance`, which make its resource (`service.namespace` /
+//!   `service.name` from `job` split at its first `/`, and
+//!   `service.instance.id`), marked [`SOURCE_ATTR`] =
+//!   [`SOURCE_REMOTE_WRITE`] so that PromQL shows such a resource as
+//!   exactly `job` and `instance` and the metric under its own name;
+//! - the metadata's type makes a counter (and a histogram's or summary's
+//!   `_bucket`, `_sum` and `_count`) a cumulative monotonic sum, anything
+//!   else a gauge; its help and unit are the metric's description and
+//!   unit; `target_info` stays a series;
+//! - a 2.0 created timestamp is the points' start time;
+//! - a native histogram is an exponential histogram (schemas -4 to 8) or
+//!   an explicit-bucket one (custom buckets, schema -53);
+//! - exemplars go with the point of their series and time in the same
+//!   request, or else with a point that holds no value
+//!   (`FLAG_NO_RECORDED_VALUE`, which PromQL never reads as a sample).
+//!
+//! A series that breaks the rules (an empty label name, label names out of
+//! order or repeated, no metric name) is refused whole, as are samples
+//! outside the accepted time window and a second, different value at the
+//! same time; the rest of the request is written and the answer is 400
+//! naming the first refusal, as Mimir answers. A request that is not
+//! valid protobuf, or a 2.0 symbol reference out of range, is refused
+//! whole.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use mira_core::convert::{TimeWindow, WireReader as Reader};
+
+use crate::pbwrite::{Writer, kv_str_len};
+use crate::records::Census;
+
+/// The resource attribute that marks a remote-written resource.
+pub use mira_core::convert::metrics::{SOURCE_ATTR, SOURCE_REMOTE_WRITE};
+
+/// Prometheus' staleness marker, a NaN with this bit pattern.
+pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// OTLP's `DataPointFlags.FLAG_NO_RECORDED_VALUE`.
+const NO_RECORDED_VALUE: u64 = 1;
+
+/// Most buckets a native histogram may span, first to last (Prometheus
+/// limits a histogram to 160 populated buckets by default).
+pub const MAX_HISTOGRAM_SPAN: usize = 4096;
+
+/// The remote-write protocol version of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// The version a `Content-Type` asks for, or why it is refused (415):
+/// `application/x-protobuf` with `proto=prometheus.WriteRequest` (or
+/// none, 1.0) or `proto=io.prometheus.write.v2.Request`.
+pub fn version_of(content_type: Option<&str>) -> Result<Version, String> {
+    let Some(ct) = content_type.map(str::trim).filter(|c| !c.is_empty()) else {
+        return Ok(Version::V1);
+    };
+    let mut parts = ct.split(';');
+    let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    if media != "application/x-protobuf" {
+        return Err(format!(
+            "unsupported content type {:?}: remote write is application/x-protobuf",
+            ct.chars().take(100).collect::<String>()
+        ));
+    }
+    let mut version = Version::V1;
+    for p in parts {
+        let Some((k, v)) = p.split_once('=') else { continue };
+        if k.trim().eq_ignore_ascii_case("proto") {
+            version = match v.trim().trim_matches('"') {
+                "prometheus.WriteRequest" => Version::V1,
+                "io.prometheus.write.v2.Request" => Version::V2,
+                other => {
+                    return Err(format!(
+                        "unsupported remote write message {:?}: use prometheus.WriteRequest or io.prometheus.write.v2.Request",
+                        other.chars().take(100).collect::<String>()
+                    ));
+                }
+            };
+        }
+    }
+    Ok(version)
+}
+
+/// A metric family's type, as both versions number it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum Kind {
+    #[default]
+    Unknown,
+    Counter,
+    Gauge,
+    Histogram,
+    GaugeHistogram,
+    Summary,
+    Info,
+    StateSet,
+}
+
+fn kind_of(v: u64) -> Kind {
+    match v {
+        1 => Kind::Counter,
+        2 => Kind::Gauge,
+        3 => Kind::Histogram,
+        4 => Kind::GaugeHistogram,
+        5 => Kind::Summary,
+        6 => Kind::Info,
+        7 => Kind::StateSet,
+        _ => Kind::Unknown,
+    }
+}
+
+/// One series of the request, its parts in the [`Parsed`] arenas.
+#[derive(Debug)]
+struct Series<'a> {
+    /// Into [`Parsed::labels`]: sorted, checked, empty values dropped,
+    /// `__name__` included.
+    labels: Range<usize>,
+    name: &'a str,
+    samples: Range<usize>,
+    exemplars: Range<usize>,
+    histograms: Range<usize>,
+    /// 2.0's own metadata (1.0's is looked up by family).
+    kind: Kind,
+    help: &'a str,
+    unit: &'a str,
+    created_ms: i64,
+}
+
+#[derive(Debug)]
+struct Exemplar {
+    /// Into [`Parsed::exemplar_labels`].
+    labels: Range<usize>,
+    value: f64,
+    ts_ms: i64,
+}
+
+/// What a request lost to the rules, and why (the first reason).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub samples: u64,
+    pub histograms: u64,
+    pub exemplars: u64,
+    pub first: Option<String>,
+}
+
+impl Refused {
+    fn add(&mut self, samples: u64, histograms: u64, exemplars: u64, reason: impl FnOnce() -> String) {
+        self.samples += samples;
+        self.histograms += histograms;
+        self.exemplars += exemplars;
+        if self.first.is_none() {
+            self.first = Some(reason());
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.first.is_some()
+    }
+
+    /// The 400 message: the first reason, and how much was refused.
+    pub fn message(&self) -> Option<String> {
+        let first = self.first.as_ref()?;
+        Some(format!(
+            "{first} ({} samples, {} histograms and {} exemplars of the request were refused; the rest was written)",
+            self.samples, self.histograms, self.exemplars
+        ))
+    }
+}
+
+/// What was written (the `X-Prometheus-Remote-Write-*-Written` headers).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub samples: u64,
+    pub histograms: u64,
+    pub exemplars: u64,
+}
+
+/// A request read: borrowed views of its series, checked.
+#[derive(Debug)]
+pub struct Parsed<'a> {
+    labels: Vec<(&'a str, &'a str)>,
+    exemplar_labels: Vec<(&'a str, &'a str)>,
+    samples: Vec<(i64, f64)>,
+    exemplars: Vec<Exemplar>,
+    histograms: Vec<&'a [u8]>,
+    series: Vec<Series<'a>>,
+    /// 1.0: metadata by metric family name: (type, help, unit).
+    metadata: HashMap<&'a str, (Kind, &'a str, &'a str)>,
+    /// Series, samples and exemplars refused while reading.
+    pub refused: Refused,
+    /// An upper estimate of the OTLP request's size, bytes.
+    out_bytes: usize,
+    /// Attributes the OTLP request will hold.
+    out_attrs: u64,
+}
+
+fn malformed(what: &str, at: usize) -> String {
+    format!("malformed remote write request: {what} at byte {at}")
+}
+
+/// `{__name__="x", a="b"}` of a label set, cut to 200 characters.
+fn describe(labels: &[(&str, &str)]) -> String {
+    let mut s = String::from("{");
+    for (i, (k, v)) in labels.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(k);
+        s.push_str("=\"");
+        s.push_str(v);
+        s.push('"');
+        if s.len() > 200 {
+            break;
+        }
+    }
+    let mut s: String = s.chars().take(200).collect();
+    s.push('}');
+    s
+}
+
+/// Why a label set is refused, or its metric name.
+fn check_labels<'a>(labels: &[(&'a str, &'a str)]) -> Result<&'a str, String> {
+    for (i, (name, _)) in labels.iter().enumerate() {
+        if name.is_empty() {
+            return Err(format!(
+                "received a series with an empty label name: {}",
+                describe(labels)
+            ));
+        }
+        if i > 0 {
+            let prev = labels[i - 1].0;
+            match prev.cmp(name) {
+                std::cmp::Ordering::Equal => {
+                    return Err(format!(
+                        "received a series with duplicate label name {name:?}: {}",
+                        describe(labels)
+                    ));
+                }
+                std::cmp::Ordering::Greater => {
+                    return Err(format!(
+                        "received a series whose label names are not sorted ({prev:?} before {name:?}): {}",
+                        describe(labels)
+                    ));
+                }
+                std::cmp::Ordering::Less => {}
+            }
+        }
+    }
+    match labels.iter().find(|(k, _)| *k == "__name__") {
+        Some((_, v)) if !v.is_empty() => Ok(v),
+        _ => Err(format!("received a series without a metric name: {}", describe(labels))),
+    }
+}
+
+/// The label names that are not point attributes (the resource's, and
+/// the name).
+fn is_point_label(name: &str) -> bool {
+    !matches!(name, "__name__" | "job" | "instance")
+}
+
+/// Reads packed or unpacked repeated varints of one field occurrence.
+fn varints(r: &mut Reader<'_>, wire: u8, mut f: impl FnMut(u64) -> Result<(), String>) -> Option<Result<(), String>> {
+    match wire {
+        0 => Some(f(r.varint()?)),
+        2 => {
+            let mut inner = Reader::new(r.bytes()?);
+            while !inner.done() {
+                if let Err(e) = f(inner.varint()?) {
+                    return Some(Err(e));
+                }
+            }
+            Some(Ok(()))
+        }
+        _ => None,
+    }
+}
+
+/// A 1.0 `Label` or 2.0 label pair.
+fn label<'a>(buf: &'a [u8]) -> Option<(&'a str, &'a str)> {
+    let mut r = Reader::new(buf);
+    let (mut name, mut value) = ("", "");
+    while !r.done() {
+        match r.key()? {
+            (1, 2) => name = r.str()?,
+            (2, 2) => value = r.str()?,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Some((name, value))
+}
+
+/// A `Sample { double value = 1; int64 timestamp = 2; }`.
+fn sample(buf: &[u8]) -> Option<(i64, f64)> {
+    let mut r = Reader::new(buf);
+    let (mut ts, mut v) = (0i64, 0f64);
+    while !r.done() {
+        match r.key()? {
+            (1, 1) => v = f64::from_bits(r.fixed64()?),
+            (2, 0) => ts = r.varint()? as i64,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Some((ts, v))
+}
+
+impl<'a> Parsed<'a> {
+    fn new() -> Parsed<'a> {
+        Parsed {
+            labels: Vec::new(),
+            exemplar_labels: Vec::new(),
+            samples: Vec::new(),
+            exemplars: Vec::new(),
+            histograms: Vec::new(),
+            series: Vec::new(),
+            metadata: HashMap::new(),
+            refused: Refused::default(),
+            out_bytes: 16,
+            out_attrs: 0,
+        }
+    }
+
+    /// Reads a decompressed request of `version`.
+    pub fn read(version: Version, buf: &'a [u8]) -> Result<Parsed<'a>, String> {
+        let mut p = Parsed::new();
+        match version {
+            Version::V1 => p.read_v1(buf)?,
+            Version::V2 => p.read_v2(buf)?,
+        }
+        Ok(p)
+    }
+
+    fn read_v1(&mut self, buf: &'a [u8]) -> Result<(), String> {
+        let mut r = Reader::new(buf);
+        while !r.done() {
+            let at = r.pos();
+            let bad = || malformed("a truncated or invalid field", at);
+            match r.key().ok_or_else(bad)? {
+                (1, 2) => {
+                    let ts = r.bytes().ok_or_else(bad)?;
+                    self.series_v1(ts, at)?;
+                }
+                (3, 2) => {
+                    let m = r.bytes().ok_or_else(bad)?;
+                    let mut mr = Reader::new(m);
+                    let (mut kind, mut family, mut help, mut unit) = (Kind::Unknown, "", "", "");
+                    while !mr.done() {
+                        let bad = || malformed("a truncated or invalid metadata field", at);
+                        match mr.key().ok_or_else(bad)? {
+                            (1, 0) => kind = kind_of(mr.varint().ok_or_else(bad)?),
+                            (2, 2) => family = mr.str().ok_or_else(bad)?,
+                            (4, 2) => help = mr.str().ok_or_else(bad)?,
+                            (5, 2) => unit = mr.str().ok_or_else(bad)?,
+                            (_, w) => mr.skip(w).ok_or_else(bad)?,
+                        }
+                    }
+                    self.metadata.insert(family, (kind, help, unit));
+                }
+                (_, w) => r.skip(w).ok_or_else(bad)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn series_v1(&mut self, buf: &'a [u8], at: usize) -> Result<(), String> {
+        let (l0, s0, e0, h0) = (self.labels.len(), self.samples.len(), self.exemplars.len(), self.histograms.len());
+        let mut r = Reader::new(buf);
+        let bad = || malformed("a truncated or invalid series", at);
+        while !r.done() {
+            match r.key().ok_or_else(bad)? {
+                (1, 2) => {
+                    let l = label(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                    self.labels.push(l);
+                }
+                (2, 2) => {
+                    let s = sample(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                    self.samples.push(s);
+                }
+                (3, 2) => {
+                    let mut er = Reader::new(r.bytes().ok_or_else(bad)?);
+                    let x0 = self.exemplar_labels.len();
+                    let (mut value, mut ts_ms) = (0f64, 0i64);
+                    while !er.done() {
+                        match er.key().ok_or_else(bad)? {
+                            (1, 2) => {
+                                let l = label(er.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                                self.exemplar_labels.push(l);
+                            }
+                            (2, 1) => value = f64::from_bits(er.fixed64().ok_or_else(bad)?),
+                            (3, 0) => ts_ms = er.varint().ok_or_else(bad)? as i64,
+                            (_, w) => er.skip(w).ok_or_else(bad)?,
+                        }
+                    }
+                    self.exemplars.push(Exemplar {
+                        labels: x0..self.exemplar_labels.len(),
+                        value,
+                        ts_ms,
+                    });
+                }
+                (4, 2) => {
+                    let h = r.bytes().ok_or_else(bad)?;
+                    self.histograms.push(h);
+                }
+                (_, w) => r.skip(w).ok_or_else(bad)?,
+            }
+        }
+        self.finish_series(l0, s0, e0, h0, Kind::Unknown, "", "", 0);
+        Ok(())
+    }
+
+    fn read_v2(&mut self, buf: &'a [u8]) -> Result<(), String> {
+        // Symbols first: the table may come after the series.
+        let mut symbols: Vec<&'a str> = Vec::new();
+        let mut r = Reader::new(buf);
+        while !r.done() {
+            let at = r.pos();
+            let bad = || malformed("a truncated or invalid field", at);
+            match r.key().ok_or_else(bad)? {
+                (4, 2) => symbols.push(r.str().ok_or_else(|| malformed("a symbol that is not UTF-8", at))?),
+                (_, w) => r.skip(w).ok_or_else(bad)?,
+            }
+        }
+        if symbols.first().is_some_and(|s| !s.is_empty()) {
+            return Err("invalid remote write 2.0 request: the first symbol must be the empty string".to_owned());
+        }
+        let sym = |i: u64| -> Result<&'a str, String> {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| symbols.get(i).copied())
+                .ok_or_else(|| {
+                    format!(
+                        "invalid remote write 2.0 request: symbol reference {i} is out of range (the request has {} symbols)",
+                        symbols.len()
+                    )
+                })
+        };
+        let mut r = Reader::new(buf);
+        while !r.done() {
+            let at = r.pos();
+            let bad = || malformed("a truncated or invalid field", at);
+            match r.key().ok_or_else(bad)? {
+                (5, 2) => {
+                    let ts = r.bytes().ok_or_else(bad)?;
+                    self.series_v2(ts, at, &sym)?;
+                }
+                (_, w) => r.skip(w).ok_or_else(bad)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn series_v2(&mut self, buf: &'a [u8], at: usize, sym: &dyn Fn(u64) -> Result<&'a str, String>) -> Result<(), String> {
+        let (l0, s0, e0, h0) = (self.labels.len(), self.samples.len(), self.exemplars.len(), self.histograms.len());
+        let bad = || malformed("a truncated or invalid series", at);
+        let mut refs: Vec<&'a str> = Vec::new();
+        let (mut kind, mut help, mut unit, mut created) = (Kind::Unknown, "", "", 0i64);
+        let mut r = Reader::new(buf);
+        while !r.done() {
+            match r.key().ok_or_else(bad)? {
+                (1, w) => varints(&mut r, w, |i| sym(i).map(|s| refs.push(s))).ok_or_else(bad)??,
+                (2, 2) => {
+                    let s = sample(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                    self.samples.push(s);
+                }
+                (3, 2) => {
+                    let h = r.bytes().ok_or_else(bad)?;
+                    self.histograms.push(h);
+                }
+                (4, 2) => {
+                    let mut er = Reader::new(r.bytes().ok_or_else(bad)?);
+                    let mut erefs: Vec<&'a str> = Vec::new();
+                    let (mut value, mut ts_ms) = (0f64, 0i64);
+                    while !er.done() {
+                        match er.key().ok_or_else(bad)? {
+                            (1, w) => varints(&mut er, w, |i| sym(i).map(|s| erefs.push(s))).ok_or_else(bad)??,
+                            (2, 1) => value = f64::from_bits(er.fixed64().ok_or_else(bad)?),
+                            (3, 0) => ts_ms = er.varint().ok_or_else(bad)? as i64,
+                            (_, w) => er.skip(w).ok_or_else(bad)?,
+                        }
+                    }
+                    if erefs.len() % 2 != 0 {
+                        return Err(format!(
+                            "invalid remote write 2.0 request: an exemplar has an odd number ({}) of label references",
+                            erefs.len()
+                        ));
+                    }
+                    let x0 = self.exemplar_labels.len();
+                    self.exemplar_labels.extend(erefs.chunks(2).map(|c| (c[0], c[1])));
+                    self.exemplars.push(Exemplar {
+                        labels: x0..self.exemplar_labels.len(),
+                        value,
+                        ts_ms,
+                    });
+                }
+                (5, 2) => {
+                    let mut mr = Reader::new(r.bytes().ok_or_else(bad)?);
+                    while !mr.done() {
+                        match mr.key().ok_or_else(bad)? {
+                            (1, 0) => kind = kind_of(mr.varint().ok_or_else(bad)?),
+                            (3, 0) => help = sym(mr.varint().ok_or_else(bad)?)?,
+                            (4, 0) => unit = sym(mr.varint().ok_or_else(bad)?)?,
+                            (_, w) => mr.skip(w).ok_or_else(bad)?,
+                        }
+                    }
+                }
+                (6, 0) => created = r.varint().ok_or_else(bad)? as i64,
+                (_, w) => r.skip(w).ok_or_else(bad)?,
+            }
+        }
+        if refs.len() % 2 != 0 {
+            return Err(format!(
+                "invalid remote write 2.0 request: a series has an odd number ({}) of label references",
+                refs.len()
+            ));
+        }
+        self.labels.extend(refs.chunks(2).map(|c| (c[0], c[1])));
+        self.finish_series(l0, s0, e0, h0, kind, help, unit, created);
+        Ok(())
+    }
+
+    /// Checks the series just read (its parts from `l0`, `s0`, `e0`,
+    /// `h0` on) and keeps it, or refuses it whole.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_series(
+        &mut self,
+        l0: usize,
+        s0: usize,
+        e0: usize,
+        h0: usize,
+        kind: Kind,
+        help: &'a str,
+        unit: &'a str,
+        created_ms: i64,
+    ) {
+        let name = match check_labels(&self.labels[l0..]) {
+            Ok(name) => name,
+            Err(reason) => {
+                self.refused.add(
+                    (self.samples.len() - s0) as u64,
+                    (self.histograms.len() - h0) as u64,
+                    (self.exemplars.len() - e0) as u64,
+                    || reason,
+                );
+                self.labels.truncate(l0);
+                self.samples.truncate(s0);
+                self.exemplars.truncate(e0);
+                self.histograms.truncate(h0);
+                return;
+            }
+        };
+        // An empty value is no label (Prometheus).
+        let mut keep = l0;
+        for i in l0..self.labels.len() {
+            if !self.labels[i].1.is_empty() {
+                self.labels[keep] = self.labels[i];
+                keep += 1;
+            }
+        }
+        self.labels.truncate(keep);
+        // A repeated time: the same value is one sample, another value is
+        // refused (Mimir's duplicate-timestamp rule).
+        let mut keep = s0;
+        let mut prev: Option<(i64, f64)> = None;
+        for i in s0..self.samples.len() {
+            let (t, v) = self.samples[i];
+            if let Some((pt, pv)) = prev
+                && pt == t
+            {
+                if pv.to_bits() != v.to_bits() {
+                    let labels = &self.labels[l0..];
+                    self.refused.add(1, 0, 0, || {
+                        format!(
+                            "received a sample with a duplicate timestamp {t} ms and another value for series {}",
+                            describe(labels)
+                        )
+                    });
+                }
+                continue;
+            }
+            self.samples[keep] = (t, v);
+            keep += 1;
+            prev = Some((t, v));
+        }
+        self.samples.truncate(keep);
+        let attrs: usize = self.labels[l0..]
+            .iter()
+            .filter(|(k, _)| is_point_label(k))
+            .map(|(k, v)| kv_str_len(k, v))
+            .sum();
+        let n_attrs = self.labels[l0..].iter().filter(|(k, _)| is_point_label(k)).count() as u64;
+        let points = (self.samples.len() - s0 + self.histograms.len() - h0 + self.exemplars.len() - e0) as u64;
+        let hist_bytes: usize = self.histograms[h0..].iter().map(|h| h.len() * 2 + MAX_HISTOGRAM_SPAN.min(h.len() * 8)).sum();
+        let ex_bytes: usize = self.exemplars[e0..]
+            .iter()
+            .map(|e| 48 + self.exemplar_labels[e.labels.clone()].iter().map(|(k, v)| kv_str_len(k, v)).sum::<usize>())
+            .sum();
+        self.out_bytes += 64
+            + name.len()
+            + help.len()
+            + unit.len()
+            + points as usize * (attrs + 48)
+            + hist_bytes
+            + ex_bytes
+            + self.labels[l0..].iter().map(|(k, v)| k.len() + v.len() + 24).sum::<usize>();
+        self.out_attrs += points * n_attrs;
+        self.series.push(Series {
+            labels: l0..self.labels.len(),
+            name,
+            samples: s0..self.samples.len(),
+            exemplars: e0..self.exemplars.len(),
+            histograms: h0..self.histograms.len(),
+            kind,
+            help,
+            unit,
+            created_ms,
+        });
+    }
+
+    /// What the OTLP request will hold, for the receivers' memory bound
+    /// before it is written.
+    pub fn census(&self) -> Census {
+        let records = (self.samples.len() + self.histograms.len() + self.exemplars.len()) as u64;
+        Census {
+            records,
+            attributes: self.out_attrs,
+            others: self.exemplars.len() as u64 + self.series.len() as u64,
+            buckets: self.histograms.iter().map(|h| h.len() as u64).sum(),
+            bytes: self.out_bytes as u64,
+        }
+    }
+
+    /// The (type, help, unit) of a series: its own (2.0), or its family's
+    /// (1.0: the name, or the name without a suffix Prometheus adds).
+    fn metadata_of(&self, s: &Series<'a>) -> (Kind, &'a str, &'a str) {
+        if s.kind != Kind::Unknown || !s.help.is_empty() || !s.unit.is_empty() {
+            return (s.kind, s.help, s.unit);
+        }
+        if let Some(m) = self.metadata.get(s.name) {
+            return *m;
+        }
+        for suffix in ["_total", "_bucket", "_sum", "_count", "_created", "_info"] {
+            if let Some(family) = s.name.strip_suffix(suffix)
+                && let Some(m) = self.metadata.get(family)
+            {
+                return *m;
+            }
+        }
+        (Kind::Unknown, "", "")
+    }
+
+    /// The OTLP metrics export request of the series kept, without the
+    /// samples, histograms and exemplars outside `window` (refused), and
+    /// what it holds.
+    pub fn write(&mut self, window: TimeWindow) -> (Vec<u8>, Written) {
+        let mut written = Written::default();
+        // Series by resource (job, instance), in the order met.
+        let mut resources: Vec<(Option<&'a str>, Option<&'a str>, Vec<usize>)> = Vec::new();
+        let mut index: HashMap<(Option<&'a str>, Option<&'a str>), usize> = HashMap::new();
+        for (i, s) in self.series.iter().enumerate() {
+            let labels = &self.labels[s.labels.clone()];
+            let find = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+            let key = (find("job"), find("instance"));
+            let at = *index.entry(key).or_insert_with(|| {
+                resources.push((key.0, key.1, Vec::new()));
+                resources.len() - 1
+            });
+            resources[at].2.push(i);
+        }
+        let mut refused = std::mem::take(&mut self.refused);
+        let mut w = Writer::with_capacity(self.out_bytes.min(64 << 20));
+        for (job, instance, members) in &resources {
+            w.begin(1); // ResourceMetrics
+            w.begin(1); // Resource
+            if let Some(job) = job {
+                match job.split_once('/') {
+                    Some((ns, name)) => {
+                        w.kv_str(1, "service.namespace", ns);
+                        w.kv_str(1, "service.name", name);
+                    }
+                    None => w.kv_str(1, "service.name", job),
+                }
+            }
+            if let Some(instance) = instance {
+                w.kv_str(1, "service.instance.id", instance);
+            }
+            w.kv_str(1, SOURCE_ATTR, SOURCE_REMOTE_WRITE);
+            w.end();
+            w.begin(2); // ScopeMetrics
+            for &i in members {
+                self.write_series(&mut w, i, window, &mut refused, &mut written);
+            }
+            w.end();
+            w.end();
+        }
+        self.refused = refused;
+        (w.finish(), written)
+    }
+
+    fn write_series(&self, w: &mut Writer, i: usize, window: TimeWindow, refused: &mut Refused, written: &mut Written) {
+        let s = &self.series[i];
+        let labels = &self.labels[s.labels.clone()];
+        let (kind, help, unit) = self.metadata_of(s);
+        let in_window = |ts_ms: i64, refused: &mut Refused, what: (u64, u64, u64)| -> Option<u64> {
+            let ns = u64::try_from(ts_ms).ok().and_then(|t| t.checked_mul(1_000_000));
+            match ns {
+                Some(ns) if ns >= window.min_ns && ns <= window.max_ns => Some(ns),
+                Some(ns) if ns < window.min_ns => {
+                    refused.add(what.0, what.1, what.2, || {
+                        format!(
+                            "received a sample whose timestamp is too old: {ts_ms} ms, the oldest accepted is {} ms (--max-past), for series {}",
+                            window.min_ns / 1_000_000,
+                            describe(labels)
+                        )
+                    });
+                    None
+                }
+                None if ts_ms < 0 => {
+                    refused.add(what.0, what.1, what.2, || {
+                        format!(
+                            "received a sample whose timestamp is too old: {ts_ms} ms, the oldest accepted is {} ms (--max-past), for series {}",
+                            window.min_ns / 1_000_000,
+                            describe(labels)
+                        )
+                    });
+                    None
+                }
+                _ => {
+                    refused.add(what.0, what.1, what.2, || {
+                        format!(
+                            "received a sample whose timestamp is too far in the future: {ts_ms} ms, the newest accepted is {} ms (--max-future), for series {}",
+                            window.max_ns / 1_000_000,
+                            describe(labels)
+                        )
+                    });
+                    None
+                }
+            }
+        };
+        let created_ns = u64::try_from(s.created_ms).ok().and_then(|t| t.checked_mul(1_000_000)).unwrap_or(0);
+        // Exemplars: with the sample of their time, else on a point of
+        // their own that holds no value.
+        let mut exemplars_at: Vec<(u64, usize)> = Vec::new();
+        for e in s.exemplars.clone() {
+            if let Some(ns) = in_window(self.exemplars[e].ts_ms, refused, (0, 0, 1)) {
+                exemplars_at.push((ns, e));
+            }
+        }
+        let kept: Vec<(u64, f64)> = self.samples[s.samples.clone()]
+            .iter()
+            .filter_map(|(t, v)| in_window(*t, refused, (1, 0, 0)).map(|ns| (ns, *v)))
+            .collect();
+        let mut by_time: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (ns, e) in &exemplars_at {
+            by_time.entry(*ns).or_default().push(*e);
+        }
+        let mut lone: Vec<(u64, usize)> = Vec::new();
+        if !by_time.is_empty() {
+            let times: std::collections::HashSet<u64> = kept.iter().map(|(ns, _)| *ns).collect();
+            lone = exemplars_at.iter().copied().filter(|(ns, _)| !times.contains(ns)).collect();
+        }
+        let attrs = |w: &mut Writer, field: u32| {
+            for (k, v) in labels.iter().filter(|(k, _)| is_point_label(k)) {
+                w.kv_str(field, k, v);
+            }
+        };
+        let (monotonic, field) = match kind {
+            Kind::Counter => (true, 7),
+            Kind::Histogram | Kind::GaugeHistogram | Kind::Summary
+                if ["_bucket", "_sum", "_count"].iter().any(|x| s.name.ends_with(x)) =>
+            {
+                (true, 7)
+            }
+            _ => (false, 5),
+        };
+        if !kept.is_empty() || !lone.is_empty() {
+            w.begin(2); // Metric
+            w.string(1, s.name);
+            if !help.is_empty() {
+                w.string(2, help);
+            }
+            if !unit.is_empty() {
+                w.string(3, unit);
+            }
+            w.begin(field);
+            for &(ns, v) in &kept {
+                w.begin(1); // NumberDataPoint
+                if created_ns > 0 {
+                    w.fixed64(2, created_ns);
+                }
+                w.fixed64(3, ns);
+                w.double(4, v);
+                for &e in by_time.get(&ns).map_or(&[][..], Vec::as_slice) {
+                    self.write_exemplar(w, 5, e, ns, written);
+                }
+                attrs(w, 7);
+                w.end();
+                written.samples += 1;
+            }
+            for &(ns, e) in &lone {
+                w.begin(1);
+                w.fixed64(3, ns);
+                self.write_exemplar(w, 5, e, ns, written);
+                attrs(w, 7);
+                w.varint(8, NO_RECORDED_VALUE);
+                w.end();
+            }
+            if field == 7 {
+                w.varint(2, 2); // cumulative
+                w.varint(3, u64::from(monotonic));
+            }
+            w.end();
+            w.end();
+        }
+        let mut hists: Vec<(u64, Hist)> = Vec::new();
+        for h in s.histograms.clone() {
+            let parsed = match Hist::read(self.histograms[h]) {
+                Ok(x) => x,
+                Err(reason) => {
+                    refused.add(0, 1, 0, || format!("{reason} in series {}", describe(labels)));
+                    continue;
+                }
+            };
+            if let Some(ns) = in_window(parsed.ts_ms, refused, (0, 1, 0)) {
+                hists.push((ns, parsed));
+            }
+        }
+        for custom in [false, true] {
+            let of_kind: Vec<&(u64, Hist)> = hists.iter().filter(|(_, h)| (h.schema == CUSTOM_BUCKETS) == custom).collect();
+            if of_kind.is_empty() {
+                continue;
+            }
+            w.begin(2);
+            w.string(1, s.name);
+            if !help.is_empty() {
+                w.string(2, help);
+            }
+            if !unit.is_empty() {
+                w.string(3, unit);
+            }
+            w.begin(if custom { 9 } else { 10 });
+            for (ns, h) in of_kind {
+                w.begin(1);
+                if custom {
+                    h.write_explicit(w, *ns, created_ns, &attrs);
+                } else {
+                    h.write_exponential(w, *ns, created_ns, &attrs);
+                }
+                w.end();
+                written.histograms += 1;
+            }
+            w.varint(2, 2); // cumulative
+            w.end();
+            w.end();
+        }
+    }
+
+    fn write_exemplar(&self, w: &mut Writer, field: u32, e: usize, ns: u64, written: &mut Written) {
+        let x = &self.exemplars[e];
+        w.begin(field);
+        w.fixed64(2, ns);
+        w.double(3, x.value);
+        for (k, v) in &self.exemplar_labels[x.labels.clone()] {
+            match (*k, hex_id(v)) {
+                ("trace_id", Some(id)) if id.len() == 16 => w.bytes(5, &id),
+                ("span_id", Some(id)) if id.len() == 8 => w.bytes(4, &id),
+                _ => w.kv_str(7, k, v),
+            }
+        }
+        w.end();
+        written.exemplars += 1;
+    }
+}
+
+/// Lowercase or uppercase hex as bytes.
+fn hex_id(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || s.len() > 64 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The schema of a native histogram with custom bucket bounds.
+const CUSTOM_BUCKETS: i32 = -53;
+
+/// A native histogram, its buckets expanded to dense counts.
+#[derive(Debug, Default)]
+struct Hist {
+    count: f64,
+    sum: f64,
+    schema: i32,
+    zero_threshold: f64,
+    zero_count: f64,
+    /// (index of the first bucket, counts) for each side.
+    positive: (i64, Vec<f64>),
+    negative: (i64, Vec<f64>),
+    custom_values: Vec<f64>,
+    ts_ms: i64,
+}
+
+fn zigzag64(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Reads packed or unpacked doubles of one field occurrence.
+fn doubles(r: &mut Reader<'_>, wire: u8, out: &mut Vec<f64>) -> Option<()> {
+    match wire {
+        1 => out.push(f64::from_bits(r.fixed64()?)),
+        2 => {
+            let b = r.bytes()?;
+            if b.len() % 8 != 0 {
+                return None;
+            }
+            out.extend(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))));
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+impl Hist {
+    fn read(buf: &[u8]) -> Result<Hist, String> {
+        let bad = || "a malformed native histogram".to_owned();
+        let mut h = Hist::default();
+        let (mut pos_spans, mut neg_spans) = (Vec::new(), Vec::new());
+        let (mut pos_deltas, mut neg_deltas) = (Vec::new(), Vec::new());
+        let (mut pos_counts, mut neg_counts) = (Vec::new(), Vec::new());
+        let mut r = Reader::new(buf);
+        while !r.done() {
+            match r.key().ok_or_else(bad)? {
+                (1, 0) => h.count = r.varint().ok_or_else(bad)? as f64,
+                (2, 1) => h.count = f64::from_bits(r.fixed64().ok_or_else(bad)?),
+                (3, 1) => h.sum = f64::from_bits(r.fixed64().ok_or_else(bad)?),
+                (4, 0) => h.schema = zigzag64(r.varint().ok_or_else(bad)?) as i32,
+                (5, 1) => h.zero_threshold = f64::from_bits(r.fixed64().ok_or_else(bad)?),
+                (6, 0) => h.zero_count = r.varint().ok_or_else(bad)? as f64,
+                (7, 1) => h.zero_count = f64::from_bits(r.fixed64().ok_or_else(bad)?),
+                (f @ (8 | 11), 2) => {
+                    let mut sr = Reader::new(r.bytes().ok_or_else(bad)?);
+                    let (mut offset, mut length) = (0i64, 0u64);
+                    while !sr.done() {
+                        match sr.key().ok_or_else(bad)? {
+                            (1, 0) => offset = zigzag64(sr.varint().ok_or_else(bad)?),
+                            (2, 0) => length = sr.varint().ok_or_else(bad)?,
+                            (_, w) => sr.skip(w).ok_or_else(bad)?,
+                        }
+                    }
+                    if f == 8 { &mut neg_spans } else { &mut pos_spans }.push((offset, length));
+                }
+                (f @ (9 | 12), w) => {
+                    let out = if f == 9 { &mut neg_deltas } else { &mut pos_deltas };
+                    varints(&mut r, w, |v| {
+                        out.push(zigzag64(v));
+                        Ok(())
+                    })
+                    .ok_or_else(bad)?
+                    .map_err(|_| bad())?;
+                }
+                (f @ (10 | 13), w) => {
+                    doubles(&mut r, w, if f == 10 { &mut neg_counts } else { &mut pos_counts }).ok_or_else(bad)?
+                }
+                (15, 0) => h.ts_ms = r.varint().ok_or_else(bad)? as i64,
+                (16, w) => doubles(&mut r, w, &mut h.custom_values).ok_or_else(bad)?,
+                (_, w) => r.skip(w).ok_or_else(bad)?,
+            }
+        }
+        if !(-4..=8).contains(&h.schema) && h.schema != CUSTOM_BUCKETS {
+            return Err(format!("a native histogram of unsupported schema {}", h.schema));
+        }
+        h.positive = expand(&pos_spans, &pos_deltas, pos_counts)?;
+        h.negative = expand(&neg_spans, &neg_deltas, neg_counts)?;
+        if h.schema == CUSTOM_BUCKETS {
+            if !h.negative.1.is_empty() {
+                return Err("a custom-bucket native histogram with negative buckets".to_owned());
+            }
+            let (first, counts) = &h.positive;
+            if *first < 0 || (*first as usize + counts.len()) > h.custom_values.len() + 1 {
+                return Err(format!(
+                    "a custom-bucket native histogram with buckets past its {} bounds",
+                    h.custom_values.len()
+                ));
+            }
+        }
+        Ok(h)
+    }
+
+    fn write_exponential(&self, w: &mut Writer, ns: u64, created_ns: u64, attrs: &dyn Fn(&mut Writer, u32)) {
+        attrs(w, 1);
+        if created_ns > 0 {
+            w.fixed64(2, created_ns);
+        }
+        w.fixed64(3, ns);
+        w.fixed64(4, round_count(self.count));
+        w.double(5, self.sum);
+        w.sint32(6, self.schema);
+        w.fixed64(7, round_count(self.zero_count));
+        // Prometheus' bucket i is (base^(i-1), base^i]; OTLP's k is
+        // (base^k, base^(k+1)].
+        for (field, (first, counts)) in [(8, &self.positive), (9, &self.negative)] {
+            if counts.is_empty() {
+                continue;
+            }
+            w.begin(field);
+            w.sint32(1, (*first - 1) as i32);
+            w.begin(2);
+            for c in counts {
+                prost::encoding::encode_varint(round_count(*c), &mut w.buf);
+            }
+            w.end();
+            w.end();
+        }
+        if self.zero_threshold != 0.0 {
+            w.double(14, self.zero_threshold);
+        }
+    }
+
+    fn write_explicit(&self, w: &mut Writer, ns: u64, created_ns: u64, attrs: &dyn Fn(&mut Writer, u32)) {
+        if created_ns > 0 {
+            w.fixed64(2, created_ns);
+        }
+        w.fixed64(3, ns);
+        w.fixed64(4, round_count(self.count));
+        w.double(5, self.sum);
+        let mut counts = vec![0u64; self.custom_values.len() + 1];
+        let (first, dense) = &self.positive;
+        for (i, c) in dense.iter().enumerate() {
+            if let Some(slot) = counts.get_mut(*first as usize + i) {
+                *slot = round_count(*c);
+            }
+        }
+        w.begin(6);
+        for c in counts {
+            w.buf.extend_from_slice(&c.to_le_bytes());
+        }
+        w.end();
+        w.begin(7);
+        for b in &self.custom_values {
+            w.buf.extend_from_slice(&b.to_le_bytes());
+        }
+        w.end();
+        attrs(w, 9);
+    }
+}
+
+fn round_count(c: f64) -> u64 {
+    if c.is_finite() && c > 0.0 { c.round() as u64 } else { 0 }
+}
+
+/// Dense counts from spans and deltas (integer histograms) or counts
+/// (float ones): (index of the first bucket, counts).
+fn expand(spans: &[(i64, u64)], deltas: &[i64], counts: Vec<f64>) -> Result<(i64, Vec<f64>), String> {
+    let listed: u64 = spans.iter().map(|(_, l)| *l).sum();
+    let given = if deltas.is_empty() { counts.len() } else { deltas.len() } as u64;
+    if listed != given {
+        return Err(format!(
+            "a native histogram whose spans list {listed} buckets but which has {given} counts"
+        ));
+    }
+    if listed == 0 {
+        return Ok((0, Vec::new()));
+    }
+    let mut values = counts;
+    if !deltas.is_empty() {
+        let mut c = 0i64;
+        values = deltas
+            .iter()
+            .map(|d| {
+                c = c.saturating_add(*d);
+                c as f64
+            })
+            .collect();
+    }
+    if values.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Err("a native histogram with a negative or non-finite bucket count".to_owned());
+    }
+    let mut index = 0i64;
+    let mut first = None;
+    let mut out: Vec<f64> = Vec::new();
+    let mut at = 0usize;
+    for (i, (offset, length)) in spans.iter().enumerate() {
+        index = if i == 0 { *offset } else { index.saturating_add(*offset) };
+        let start = *first.get_or_insert(index);
+        for _ in 0..*length {
+            let slot = usize::try_from(index - start).ok().filter(|s| *s < MAX_HISTOGRAM_SPAN).ok_or_else(|| {
+                format!("a native histogram whose buckets span more than {MAX_HISTOGRAM_SPAN} (or go backwards)")
+            })?;
+            if out.len() <= slot {
+                out.resize(slot + 1, 0.0);
+            }
+            out[slot] = values[at];
+            at += 1;
+            index += 1;
+        }
+    }
+    Ok((first.unwrap_or(0), out))
+}
+
+#[cfg(test)]
+mod tests;
