@@ -453,8 +453,14 @@ impl<'a> Parsed<'a> {
                 w.begin(5);
                 w.string(1, &entry.line);
                 w.end();
-                for (k, v) in &self.meta[entry.meta.clone()] {
+                let meta = &self.meta[entry.meta.clone()];
+                for (k, v) in meta {
                     w.kv_str(6, k, v);
+                }
+                if !meta.iter().any(|(k, _)| k == "detected_level")
+                    && let Some(level) = detected_level(&s.labels, meta, &entry.line)
+                {
+                    w.kv_str(6, "detected_level", level);
                 }
                 w.end();
                 written += 1;
@@ -467,6 +473,57 @@ impl<'a> Parsed<'a> {
         self.streams = streams;
         (w.finish(), written)
     }
+}
+
+/// The level fields Loki reads a level from (stream labels first, then
+/// structured metadata).
+const LEVEL_FIELDS: [&str; 9] = ["level", "LEVEL", "Level", "severity", "SEVERITY", "Severity", "lvl", "LVL", "Lvl"];
+
+/// A level's name as `detected_level` writes it.
+fn normal_level(v: &str) -> Option<&'static str> {
+    Some(match v.trim().to_ascii_lowercase().as_str() {
+        "trace" | "trc" => "trace",
+        "debug" | "dbg" | "dbug" => "debug",
+        "info" | "inf" | "information" | "informational" | "notice" => "info",
+        "warn" | "wrn" | "warning" => "warn",
+        "error" | "err" | "eror" => "error",
+        "critical" | "crit" => "critical",
+        "fatal" | "emerg" | "emergency" | "alert" | "panic" => "fatal",
+        _ => return None,
+    })
+}
+
+/// `detected_level` as Loki 3 stores it with a pushed entry: from a level
+/// label or metadata field, else the first level word standing alone in
+/// the line (`trace`, `debug`, `fatal`, `critical`, `error`, `err`,
+/// `warning`, `warn`, `info`, in that order, any case). None when there is
+/// none (the label model then says `unknown`, as Loki does).
+fn detected_level(labels: &[(Text<'_>, Text<'_>)], meta: &[(Text<'_>, Text<'_>)], line: &str) -> Option<&'static str> {
+    for f in LEVEL_FIELDS {
+        if let Some((_, v)) = labels.iter().chain(meta).find(|(k, _)| k == f) {
+            return normal_level(v);
+        }
+    }
+    let lower = line.to_ascii_lowercase();
+    let bounded = |word: &str| {
+        let Some(pos) = lower.find(word) else { return false };
+        let boundary = |i: Option<u8>| i.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80));
+        boundary(pos.checked_sub(1).map(|i| lower.as_bytes()[i])) && boundary(lower.as_bytes().get(pos + word.len()).copied())
+    };
+    [
+        ("trace", "trace"),
+        ("debug", "debug"),
+        ("fatal", "fatal"),
+        ("critical", "critical"),
+        ("error", "error"),
+        ("err", "error"),
+        ("warning", "warn"),
+        ("warn", "warn"),
+        ("info", "info"),
+    ]
+    .into_iter()
+    .find(|(word, _)| bounded(word))
+    .map(|(_, level)| level)
 }
 
 /// A stream's labels as resource attributes.
