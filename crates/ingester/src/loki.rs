@@ -85,13 +85,19 @@ pub struct Parsed<'a> {
 
 fn is_label_name(s: &str) -> bool {
     let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 /// Parses a Prometheus label set, `{a="b", c="d"}`, its values in Go's
 /// string escapes; sorted by name. Refuses duplicate names.
 pub fn parse_labels(s: &str) -> Result<Vec<(Text<'_>, Text<'_>)>, String> {
-    let bad = |why: &str| format!("error parsing labels '{}': {why}", s.chars().take(200).collect::<String>());
+    let bad = |why: &str| {
+        format!(
+            "error parsing labels '{}': {why}",
+            s.chars().take(200).collect::<String>()
+        )
+    };
     let t = s.trim();
     let inner = t
         .strip_prefix('{')
@@ -105,10 +111,16 @@ pub fn parse_labels(s: &str) -> Result<Vec<(Text<'_>, Text<'_>)>, String> {
             .unwrap_or(rest.len());
         let name = &rest[..end];
         if !is_label_name(name) {
-            return Err(bad(&format!("invalid label name {:?}", name.chars().take(100).collect::<String>())));
+            return Err(bad(&format!(
+                "invalid label name {:?}",
+                name.chars().take(100).collect::<String>()
+            )));
         }
         rest = rest[end..].trim_start();
-        rest = rest.strip_prefix('=').ok_or_else(|| bad("expected = after a label name"))?.trim_start();
+        rest = rest
+            .strip_prefix('=')
+            .ok_or_else(|| bad("expected = after a label name"))?
+            .trim_start();
         let (value, after) = quoted(rest).ok_or_else(|| bad("a label value is a double-quoted string"))?;
         out.push((Cow::Borrowed(name), value));
         rest = after.trim_start();
@@ -330,7 +342,9 @@ impl<'a> Parsed<'a> {
             }
             for JEntry(ts, line, meta) in s.values {
                 let Ok(ts) = ts.trim().parse::<i128>() else {
-                    p.refuse(1, || format!("invalid Loki push JSON: timestamp {ts:?} is not Unix nanoseconds"));
+                    p.refuse(1, || {
+                        format!("invalid Loki push JSON: timestamp {ts:?} is not Unix nanoseconds")
+                    });
                     continue;
                 };
                 let m0 = p.meta.len();
@@ -477,7 +491,9 @@ impl<'a> Parsed<'a> {
 
 /// The level fields Loki reads a level from (stream labels first, then
 /// structured metadata).
-const LEVEL_FIELDS: [&str; 9] = ["level", "LEVEL", "Level", "severity", "SEVERITY", "Severity", "lvl", "LVL", "Lvl"];
+const LEVEL_FIELDS: [&str; 9] = [
+    "level", "LEVEL", "Level", "severity", "SEVERITY", "Severity", "lvl", "LVL", "Lvl",
+];
 
 /// A level's name as `detected_level` writes it.
 fn normal_level(v: &str) -> Option<&'static str> {
@@ -508,7 +524,8 @@ fn detected_level(labels: &[(Text<'_>, Text<'_>)], meta: &[(Text<'_>, Text<'_>)]
     let bounded = |word: &str| {
         let Some(pos) = lower.find(word) else { return false };
         let boundary = |i: Option<u8>| i.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80));
-        boundary(pos.checked_sub(1).map(|i| lower.as_bytes()[i])) && boundary(lower.as_bytes().get(pos + word.len()).copied())
+        boundary(pos.checked_sub(1).map(|i| lower.as_bytes()[i]))
+            && boundary(lower.as_bytes().get(pos + word.len()).copied())
     };
     [
         ("trace", "trace"),
@@ -530,7 +547,10 @@ fn detected_level(labels: &[(Text<'_>, Text<'_>)], meta: &[(Text<'_>, Text<'_>)]
 fn write_resource(w: &mut Writer, labels: &[(Text<'_>, Text<'_>)]) {
     let mut has_service = false;
     for (k, v) in labels {
-        let key = LOKI_INDEX.iter().find(|(l, _)| *l == k.as_ref()).map_or(k.as_ref(), |(_, key)| *key);
+        let key = LOKI_INDEX
+            .iter()
+            .find(|(l, _)| *l == k.as_ref())
+            .map_or(k.as_ref(), |(_, key)| *key);
         has_service |= key == "service.name";
         w.kv_str(1, key, v);
     }

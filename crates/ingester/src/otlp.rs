@@ -514,8 +514,8 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
         }
     };
     let result = receive(receivers, &parts, body, arrived, async |tenant, body, arrival| {
-        let encoding = parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))
-            .map_err(body_error)?;
+        let encoding =
+            parse_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok())).map_err(body_error)?;
         let body = decode_body(
             body,
             encoding,

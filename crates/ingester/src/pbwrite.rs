@@ -122,10 +122,10 @@ pub fn kv_str_len(key: &str, value: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
     use opentelemetry_proto::tonic::resource::v1::Resource;
-    use super::*;
 
     /// Nested messages of every length class, and string attributes,
     /// decode with prost as what they were written from.

@@ -288,7 +288,7 @@ fn varints(r: &mut Reader<'_>, wire: u8, mut f: impl FnMut(u64) -> Result<(), St
 }
 
 /// A 1.0 `Label` or 2.0 label pair.
-fn label<'a>(buf: &'a [u8]) -> Option<(&'a str, &'a str)> {
+fn label(buf: &[u8]) -> Option<(&str, &str)> {
     let mut r = Reader::new(buf);
     let (mut name, mut value) = ("", "");
     while !r.done() {
@@ -374,7 +374,12 @@ impl<'a> Parsed<'a> {
     }
 
     fn series_v1(&mut self, buf: &'a [u8], at: usize) -> Result<(), String> {
-        let (l0, s0, e0, h0) = (self.labels.len(), self.samples.len(), self.exemplars.len(), self.histograms.len());
+        let (l0, s0, e0, h0) = (
+            self.labels.len(),
+            self.samples.len(),
+            self.exemplars.len(),
+            self.histograms.len(),
+        );
         let mut r = Reader::new(buf);
         let bad = || malformed("a truncated or invalid series", at);
         while !r.done() {
@@ -460,8 +465,18 @@ impl<'a> Parsed<'a> {
         Ok(())
     }
 
-    fn series_v2(&mut self, buf: &'a [u8], at: usize, sym: &dyn Fn(u64) -> Result<&'a str, String>) -> Result<(), String> {
-        let (l0, s0, e0, h0) = (self.labels.len(), self.samples.len(), self.exemplars.len(), self.histograms.len());
+    fn series_v2(
+        &mut self,
+        buf: &'a [u8],
+        at: usize,
+        sym: &dyn Fn(u64) -> Result<&'a str, String>,
+    ) -> Result<(), String> {
+        let (l0, s0, e0, h0) = (
+            self.labels.len(),
+            self.samples.len(),
+            self.exemplars.len(),
+            self.histograms.len(),
+        );
         let bad = || malformed("a truncated or invalid series", at);
         let mut refs: Vec<&'a str> = Vec::new();
         let (mut kind, mut help, mut unit, mut created) = (Kind::Unknown, "", "", 0i64);
@@ -489,7 +504,7 @@ impl<'a> Parsed<'a> {
                             (_, w) => er.skip(w).ok_or_else(bad)?,
                         }
                     }
-                    if erefs.len() % 2 != 0 {
+                    if !erefs.len().is_multiple_of(2) {
                         return Err(format!(
                             "invalid remote write 2.0 request: an exemplar has an odd number ({}) of label references",
                             erefs.len()
@@ -518,7 +533,7 @@ impl<'a> Parsed<'a> {
                 (_, w) => r.skip(w).ok_or_else(bad)?,
             }
         }
-        if refs.len() % 2 != 0 {
+        if !refs.len().is_multiple_of(2) {
             return Err(format!(
                 "invalid remote write 2.0 request: a series has an odd number ({}) of label references",
                 refs.len()
@@ -600,10 +615,18 @@ impl<'a> Parsed<'a> {
             .sum();
         let n_attrs = self.labels[l0..].iter().filter(|(k, _)| is_point_label(k)).count() as u64;
         let points = (self.samples.len() - s0 + self.histograms.len() - h0 + self.exemplars.len() - e0) as u64;
-        let hist_bytes: usize = self.histograms[h0..].iter().map(|h| h.len() * 2 + MAX_HISTOGRAM_SPAN.min(h.len() * 8)).sum();
+        let hist_bytes: usize = self.histograms[h0..]
+            .iter()
+            .map(|h| h.len() * 2 + MAX_HISTOGRAM_SPAN.min(h.len() * 8))
+            .sum();
         let ex_bytes: usize = self.exemplars[e0..]
             .iter()
-            .map(|e| 48 + self.exemplar_labels[e.labels.clone()].iter().map(|(k, v)| kv_str_len(k, v)).sum::<usize>())
+            .map(|e| {
+                48 + self.exemplar_labels[e.labels.clone()]
+                    .iter()
+                    .map(|(k, v)| kv_str_len(k, v))
+                    .sum::<usize>()
+            })
             .sum();
         self.out_bytes += 64
             + name.len()
@@ -612,7 +635,10 @@ impl<'a> Parsed<'a> {
             + points as usize * (attrs + 48)
             + hist_bytes
             + ex_bytes
-            + self.labels[l0..].iter().map(|(k, v)| k.len() + v.len() + 24).sum::<usize>();
+            + self.labels[l0..]
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 24)
+                .sum::<usize>();
         self.out_attrs += points * n_attrs;
         self.series.push(Series {
             labels: l0..self.labels.len(),
@@ -747,7 +773,10 @@ impl<'a> Parsed<'a> {
                 }
             }
         };
-        let created_ns = u64::try_from(s.created_ms).ok().and_then(|t| t.checked_mul(1_000_000)).unwrap_or(0);
+        let created_ns = u64::try_from(s.created_ms)
+            .ok()
+            .and_then(|t| t.checked_mul(1_000_000))
+            .unwrap_or(0);
         // Exemplars: with the sample of their time, else on a point of
         // their own that holds no value.
         let mut exemplars_at: Vec<(u64, usize)> = Vec::new();
@@ -767,7 +796,11 @@ impl<'a> Parsed<'a> {
         let mut lone: Vec<(u64, usize)> = Vec::new();
         if !by_time.is_empty() {
             let times: std::collections::HashSet<u64> = kept.iter().map(|(ns, _)| *ns).collect();
-            lone = exemplars_at.iter().copied().filter(|(ns, _)| !times.contains(ns)).collect();
+            lone = exemplars_at
+                .iter()
+                .copied()
+                .filter(|(ns, _)| !times.contains(ns))
+                .collect();
         }
         let attrs = |w: &mut Writer, field: u32| {
             for (k, v) in labels.iter().filter(|(k, _)| is_point_label(k)) {
@@ -836,7 +869,10 @@ impl<'a> Parsed<'a> {
             }
         }
         for custom in [false, true] {
-            let of_kind: Vec<&(u64, Hist)> = hists.iter().filter(|(_, h)| (h.schema == CUSTOM_BUCKETS) == custom).collect();
+            let of_kind: Vec<&(u64, Hist)> = hists
+                .iter()
+                .filter(|(_, h)| (h.schema == CUSTOM_BUCKETS) == custom)
+                .collect();
             if of_kind.is_empty() {
                 continue;
             }
@@ -884,7 +920,7 @@ impl<'a> Parsed<'a> {
 
 /// Lowercase or uppercase hex as bytes.
 fn hex_id(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 64 {
+    if !s.len().is_multiple_of(2) || s.len() > 64 {
         return None;
     }
     (0..s.len())
@@ -924,7 +960,10 @@ fn doubles(r: &mut Reader<'_>, wire: u8, out: &mut Vec<f64>) -> Option<()> {
             if b.len() % 8 != 0 {
                 return None;
             }
-            out.extend(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))));
+            out.extend(
+                b.chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+            );
         }
         _ => return None,
     }
@@ -1094,9 +1133,12 @@ fn expand(spans: &[(i64, u64)], deltas: &[i64], counts: Vec<f64>) -> Result<(i64
         index = if i == 0 { *offset } else { index.saturating_add(*offset) };
         let start = *first.get_or_insert(index);
         for _ in 0..*length {
-            let slot = usize::try_from(index - start).ok().filter(|s| *s < MAX_HISTOGRAM_SPAN).ok_or_else(|| {
-                format!("a native histogram whose buckets span more than {MAX_HISTOGRAM_SPAN} (or go backwards)")
-            })?;
+            let slot = usize::try_from(index - start)
+                .ok()
+                .filter(|s| *s < MAX_HISTOGRAM_SPAN)
+                .ok_or_else(|| {
+                    format!("a native histogram whose buckets span more than {MAX_HISTOGRAM_SPAN} (or go backwards)")
+                })?;
             if out.len() <= slot {
                 out.resize(slot + 1, 0.0);
             }

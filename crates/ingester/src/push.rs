@@ -26,7 +26,12 @@ fn text_error(e: &IngestError) -> Response {
     if status.is_server_error() {
         tracing::warn!(target: "mira::ingester", error = %e, "push failed");
     }
-    let mut r = (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{e}\n")).into_response();
+    let mut r = (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{e}\n"),
+    )
+        .into_response();
     if let Some(after) = e.retry_after() {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
@@ -43,20 +48,17 @@ fn unsupported(message: String) -> Response {
         .into_response()
 }
 
-fn header_str<'h>(headers: &'h HeaderMap, name: header::HeaderName) -> Option<&'h str> {
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Undoes snappy's block format, refusing a body whose declared length is
 /// over `max` before anything is allocated.
 pub fn unsnappy(body: &[u8], max: usize) -> Result<Vec<u8>, IngestError> {
-    let len = snap::raw::decompress_len(body)
-        .map_err(|e| IngestError::Invalid(format!("malformed snappy body: {e}")))?;
+    let len =
+        snap::raw::decompress_len(body).map_err(|e| IngestError::Invalid(format!("malformed snappy body: {e}")))?;
     if len > max {
-        return Err(IngestError::TooLarge {
-            bytes: len,
-            limit: max,
-        });
+        return Err(IngestError::TooLarge { bytes: len, limit: max });
     }
     snap::raw::Decoder::new()
         .decompress_vec(body)
@@ -91,7 +93,9 @@ async fn remote_write(receivers: &Receivers, request: axum::extract::Request) ->
         let mut held = Budget::default();
         let census = parsed.census();
         receivers
-            .reserve(&mut held, census.decoded_bytes(Signal::Metrics), || census.describe(Signal::Metrics))
+            .reserve(&mut held, census.decoded_bytes(Signal::Metrics), || {
+                census.describe(Signal::Metrics)
+            })
             .await?;
         let (payload, written) = parsed.write(receivers.pipeline.window());
         let read = Instant::now();
@@ -189,12 +193,16 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
         .map_err(IngestError::Invalid)?;
         let census = parsed.census();
         receivers
-            .reserve(&mut held, census.decoded_bytes(Signal::Logs), || census.describe(Signal::Logs))
+            .reserve(&mut held, census.decoded_bytes(Signal::Logs), || {
+                census.describe(Signal::Logs)
+            })
             .await?;
         let (payload, written) = parsed.write(receivers.pipeline.window());
         let read = Instant::now();
         let appended = if written > 0 {
-            let a = receivers.submit(Signal::Logs, tenant, Bytes::from(payload), &mut held).await?;
+            let a = receivers
+                .submit(Signal::Logs, tenant, Bytes::from(payload), &mut held)
+                .await?;
             arrival.accepted(receivers.pipeline.metrics(), Signal::Logs, read);
             Some(a)
         } else {

@@ -114,13 +114,20 @@ fn pushed_streams_become_resources_and_entries_records() {
     let by_line = resources_of(&otlp);
     assert_eq!(
         by_line["line one"],
-        owned(&[("k8s.namespace.name", "shop"), ("service.name", "checkout"), ("team", "a")])
+        owned(&[
+            ("k8s.namespace.name", "shop"),
+            ("service.name", "checkout"),
+            ("team", "a")
+        ])
     );
     assert_eq!(
         by_line["line two"],
         owned(&[("app", "web"), ("job", "ns/web"), ("service.name", "web")])
     );
-    assert_eq!(by_line["line three"], owned(&[("job", "batch"), ("service.name", "batch")]));
+    assert_eq!(
+        by_line["line three"],
+        owned(&[("job", "batch"), ("service.name", "batch")])
+    );
     // No label to take it from: the model's unknown_service.
     assert_eq!(by_line["line four"], owned(&[("env", "x")]));
 
@@ -157,7 +164,9 @@ fn json_and_protobuf_pushes_write_the_same_request() {
 fn label_sets_parse_as_prometheus_writes_them() {
     let l = parse_labels(r#"{b="2", a="x\"y\\z\n", c="\u00e9"}"#).expect("parses");
     assert_eq!(
-        l.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>(),
+        l.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>(),
         owned(&[("a", "x\"y\\z\n"), ("b", "2"), ("c", "é")])
     );
     assert!(parse_labels("{}").expect("empty").is_empty());
@@ -171,7 +180,7 @@ fn label_sets_parse_as_prometheus_writes_them() {
         "{a=\"\\q\"}",
         "{a=\"b\",,}",
     ] {
-        let e = parse_labels(bad).unwrap_err();
+        let e = parse_labels(bad).expect_err("refused");
         assert!(e.starts_with("error parsing labels"), "{bad}: {e}");
     }
 }
@@ -187,16 +196,31 @@ fn entries_breaking_lokis_rules_are_refused_and_the_rest_written() {
     );
     let long = "x".repeat(MAX_LINE_BYTES + 1);
     let cases: Vec<((&str, Vec<EntryAdapter>), &str)> = vec![
-        (("{}", vec![entry(NOW_NS, "a", &[])]), "at least one label pair is required per stream"),
-        ((r#"{a="1", a="2"}"#, vec![entry(NOW_NS, "a", &[])]), "has duplicate label name: 'a'"),
+        (
+            ("{}", vec![entry(NOW_NS, "a", &[])]),
+            "at least one label pair is required per stream",
+        ),
+        (
+            (r#"{a="1", a="2"}"#, vec![entry(NOW_NS, "a", &[])]),
+            "has duplicate label name: 'a'",
+        ),
         ((r#"{a.b="1"}"#, vec![entry(NOW_NS, "a", &[])]), "error parsing labels"),
-        ((many.as_str(), vec![entry(NOW_NS, "a", &[])]), "has 16 label names; limit 15"),
-        ((r#"{app="x"}"#, vec![entry(NOW_NS, &long, &[])]), "Max entry size '262144' bytes exceeded for stream"),
+        (
+            (many.as_str(), vec![entry(NOW_NS, "a", &[])]),
+            "has 16 label names; limit 15",
+        ),
+        (
+            (r#"{app="x"}"#, vec![entry(NOW_NS, &long, &[])]),
+            "Max entry size '262144' bytes exceeded for stream",
+        ),
         (
             (r#"{app="x"}"#, vec![entry(NOW_NS - 7_200_000_000_000, "a", &[])]),
             "has timestamp too old: 2027-01-15T06:00:00Z, oldest acceptable timestamp is: 2027-01-15T07:00:00Z",
         ),
-        ((r#"{app="x"}"#, vec![entry(NOW_NS + 7_200_000_000_000, "a", &[])]), "has timestamp too new"),
+        (
+            (r#"{app="x"}"#, vec![entry(NOW_NS + 7_200_000_000_000, "a", &[])]),
+            "has timestamp too new",
+        ),
     ];
     for (bad, want) in cases {
         let body = push(vec![bad.clone(), good.clone()]);
@@ -223,7 +247,7 @@ fn malformed_pushes_are_refused_whole() {
         r#"{"streams":[{"stream":{"a":"b"},"values":[["1"]]}]}"#,
         r#"{"streams":"#,
     ] {
-        let e = Parsed::json(bad.as_bytes()).unwrap_err();
+        let e = Parsed::json(bad.as_bytes()).expect_err("refused");
         assert!(e.starts_with("invalid Loki push JSON"), "{bad}: {e}");
     }
     let mut p = Parsed::json(br#"{"streams":[{"stream":{"a":"b"},"values":[["soon","x"]]}]}"#).expect("reads");
@@ -244,9 +268,15 @@ fn times_in_messages_are_rfc3339() {
 #[test]
 fn the_level_is_detected_as_loki_detects_it() {
     let l = |pairs: &[(&'static str, &'static str)]| -> Vec<(Text<'static>, Text<'static>)> {
-        pairs.iter().map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v))).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (Cow::Borrowed(*k), Cow::Borrowed(*v)))
+            .collect()
     };
-    assert_eq!(detected_level(&l(&[("severity", "WARNING")]), &[], "error here"), Some("warn"));
+    assert_eq!(
+        detected_level(&l(&[("severity", "WARNING")]), &[], "error here"),
+        Some("warn")
+    );
     assert_eq!(detected_level(&[], &l(&[("level", "dbg")]), ""), Some("debug"));
     assert_eq!(detected_level(&[], &[], "level=error msg=x"), Some("error"));
     assert_eq!(detected_level(&[], &[], "GET /cart 500"), None);

@@ -198,7 +198,14 @@ fn text(kvs: &[KeyValue]) -> Vec<(String, String)> {
 
 /// Every (resource attributes, metric name, kind, point attributes,
 /// time ms, value) the request holds.
-type Row = (Vec<(String, String)>, String, &'static str, Vec<(String, String)>, i64, f64);
+type Row = (
+    Vec<(String, String)>,
+    String,
+    &'static str,
+    Vec<(String, String)>,
+    i64,
+    f64,
+);
 
 fn rows(req: &ExportMetricsServiceRequest) -> Vec<Row> {
     let mut out = Vec::new();
@@ -208,7 +215,9 @@ fn rows(req: &ExportMetricsServiceRequest) -> Vec<Row> {
             for m in &sm.metrics {
                 let (kind, points) = match m.data.as_ref() {
                     Some(Data::Gauge(g)) => ("gauge", &g.data_points),
-                    Some(Data::Sum(s)) if s.is_monotonic && s.aggregation_temporality == 2 => ("counter", &s.data_points),
+                    Some(Data::Sum(s)) if s.is_monotonic && s.aggregation_temporality == 2 => {
+                        ("counter", &s.data_points)
+                    }
                     Some(Data::Sum(s)) => ("sum", &s.data_points),
                     _ => continue,
                 };
@@ -290,10 +299,31 @@ fn remote_write_1_maps_series_onto_otlp() {
     assert_eq!(
         got,
         vec![
-            (api.clone(), "http_requests_total".into(), "counter", owned(&[("code", "200")]), NOW_MS, 5.0),
-            (api, "http_requests_total".into(), "counter", owned(&[("code", "200")]), NOW_MS + 15_000, 7.0),
+            (
+                api.clone(),
+                "http_requests_total".into(),
+                "counter",
+                owned(&[("code", "200")]),
+                NOW_MS,
+                5.0
+            ),
+            (
+                api,
+                "http_requests_total".into(),
+                "counter",
+                owned(&[("code", "200")]),
+                NOW_MS + 15_000,
+                7.0
+            ),
             (node.clone(), "temperature".into(), "gauge", vec![], NOW_MS, -1.5),
-            (node, "rpc_seconds_bucket".into(), "counter", owned(&[("le", "0.5")]), NOW_MS, 3.0),
+            (
+                node,
+                "rpc_seconds_bucket".into(),
+                "counter",
+                owned(&[("le", "0.5")]),
+                NOW_MS,
+                3.0
+            ),
             (bare, "no_job".into(), "gauge", vec![], NOW_MS, 1.0),
         ]
     );
@@ -316,7 +346,10 @@ fn remote_write_1_maps_series_onto_otlp() {
 fn series_breaking_the_rules_are_refused_and_the_rest_written() {
     let good = series(&[("__name__", "up"), ("job", "a")], &[(NOW_MS, 1.0)]);
     let cases: Vec<(TimeSeries, &str)> = vec![
-        (series(&[("__name__", "up"), ("", "x")], &[(NOW_MS, 1.0)]), "empty label name"),
+        (
+            series(&[("__name__", "up"), ("", "x")], &[(NOW_MS, 1.0)]),
+            "empty label name",
+        ),
         (
             series(&[("__name__", "up"), ("b", "1"), ("a", "2")], &[(NOW_MS, 1.0)]),
             "not sorted",
@@ -326,11 +359,20 @@ fn series_breaking_the_rules_are_refused_and_the_rest_written() {
             "duplicate label name \"a\"",
         ),
         (series(&[("job", "a")], &[(NOW_MS, 1.0)]), "without a metric name"),
-        (series(&[("__name__", ""), ("job", "a")], &[(NOW_MS, 1.0)]), "without a metric name"),
+        (
+            series(&[("__name__", ""), ("job", "a")], &[(NOW_MS, 1.0)]),
+            "without a metric name",
+        ),
         (series(&[("__name__", "old")], &[(NOW_MS - 7_200_000, 1.0)]), "too old"),
-        (series(&[("__name__", "new")], &[(NOW_MS + 7_200_000, 1.0)]), "too far in the future"),
+        (
+            series(&[("__name__", "new")], &[(NOW_MS + 7_200_000, 1.0)]),
+            "too far in the future",
+        ),
         (series(&[("__name__", "neg")], &[(-5, 1.0)]), "too old"),
-        (series(&[("__name__", "huge")], &[(i64::MAX, 1.0)]), "too far in the future"),
+        (
+            series(&[("__name__", "huge")], &[(i64::MAX, 1.0)]),
+            "too far in the future",
+        ),
         (
             series(&[("__name__", "dup")], &[(NOW_MS, 1.0), (NOW_MS, 2.0)]),
             "duplicate timestamp",
@@ -373,7 +415,7 @@ fn malformed_requests_are_refused_whole() {
     }
     let mut bad_length = good.clone();
     bad_length[1] = 0x7f;
-    let e = Parsed::read(Version::V1, &bad_length).unwrap_err();
+    let e = Parsed::read(Version::V1, &bad_length).expect_err("refused");
     assert!(e.contains("at byte 0"), "{e}");
     // A label that is not UTF-8.
     let mut w = Writer::default();
@@ -391,10 +433,19 @@ fn malformed_requests_are_refused_whole() {
 /// refused whole.
 #[test]
 fn remote_write_2_reads_symbols_metadata_and_created_timestamps() {
-    let symbols: Vec<String> = ["", "__name__", "jobs_total", "job", "batch", "Jobs run.", "trace_id", "0af7651916cd43dd8448eb211c80319c"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let symbols: Vec<String> = [
+        "",
+        "__name__",
+        "jobs_total",
+        "job",
+        "batch",
+        "Jobs run.",
+        "trace_id",
+        "0af7651916cd43dd8448eb211c80319c",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let req = RequestV2 {
         symbols: symbols.clone(),
         timeseries: vec![TimeSeriesV2 {
@@ -430,29 +481,50 @@ fn remote_write_2_reads_symbols_metadata_and_created_timestamps() {
     assert_eq!(p.exemplars.len(), 1);
     assert_eq!(
         p.exemplars[0].trace_id,
-        vec![0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c]
+        vec![
+            0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c
+        ]
     );
 
     let mut out_of_range = req.clone();
     out_of_range.timeseries[0].labels_refs = vec![1, 99];
-    let e = Parsed::read(Version::V2, &out_of_range.encode_to_vec()).unwrap_err();
-    assert!(e.contains("symbol reference 99 is out of range") && e.contains("8 symbols"), "{e}");
+    let e = Parsed::read(Version::V2, &out_of_range.encode_to_vec()).expect_err("refused");
+    assert!(
+        e.contains("symbol reference 99 is out of range") && e.contains("8 symbols"),
+        "{e}"
+    );
     let mut ex_out = req.clone();
     ex_out.timeseries[0].exemplars[0].labels_refs = vec![6, 1000];
-    assert!(Parsed::read(Version::V2, &ex_out.encode_to_vec()).unwrap_err().contains("1000"));
+    assert!(
+        Parsed::read(Version::V2, &ex_out.encode_to_vec())
+            .expect_err("refused")
+            .contains("1000")
+    );
     let mut help_out = req.clone();
     help_out.timeseries[0].metadata = Some(MetadataV2 {
         r#type: 1,
         help_ref: 4000,
         unit_ref: 0,
     });
-    assert!(Parsed::read(Version::V2, &help_out.encode_to_vec()).unwrap_err().contains("4000"));
+    assert!(
+        Parsed::read(Version::V2, &help_out.encode_to_vec())
+            .expect_err("refused")
+            .contains("4000")
+    );
     let mut odd = req.clone();
     odd.timeseries[0].labels_refs = vec![1, 2, 3];
-    assert!(Parsed::read(Version::V2, &odd.encode_to_vec()).unwrap_err().contains("odd number"));
+    assert!(
+        Parsed::read(Version::V2, &odd.encode_to_vec())
+            .expect_err("refused")
+            .contains("odd number")
+    );
     let mut first = req;
     first.symbols[0] = "x".into();
-    assert!(Parsed::read(Version::V2, &first.encode_to_vec()).unwrap_err().contains("first symbol"));
+    assert!(
+        Parsed::read(Version::V2, &first.encode_to_vec())
+            .expect_err("refused")
+            .contains("first symbol")
+    );
 }
 
 /// An exemplar sent apart from its sample (as Prometheus sends them) is
@@ -477,7 +549,10 @@ fn a_lone_exemplar_is_kept_on_a_point_without_a_value() {
     let Some(Data::Gauge(g)) = &m.data else { panic!("{m:?}") };
     let p = &g.data_points[0];
     assert_eq!((p.value, p.flags), (None, 1));
-    assert_eq!(p.exemplars[0].span_id, vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+    assert_eq!(
+        p.exemplars[0].span_id,
+        vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+    );
     assert_eq!(text(&p.exemplars[0].filtered_attributes), owned(&[("user", "u1")]));
 }
 
@@ -534,7 +609,13 @@ fn native_histograms_become_otlp_histograms() {
     assert_eq!(h.data_points[0].explicit_bounds, vec![0.1, 1.0]);
 
     let mut wide = hist.clone();
-    wide.positive_spans = vec![Span { offset: 0, length: 1 }, Span { offset: 1_000_000, length: 1 }];
+    wide.positive_spans = vec![
+        Span { offset: 0, length: 1 },
+        Span {
+            offset: 1_000_000,
+            length: 1,
+        },
+    ];
     wide.positive_deltas = vec![1, 0];
     let mut mismatched = hist;
     mismatched.positive_deltas = vec![1];
@@ -565,7 +646,11 @@ fn the_content_type_chooses_the_version() {
         version_of(Some("application/x-protobuf; proto=prometheus.WriteRequest")),
         Ok(Version::V1)
     );
-    assert!(version_of(Some("application/x-protobuf;proto=x.Y")).unwrap_err().contains("x.Y"));
+    assert!(
+        version_of(Some("application/x-protobuf;proto=x.Y"))
+            .expect_err("refused")
+            .contains("x.Y")
+    );
     assert!(version_of(Some("application/json")).is_err());
 }
 
@@ -585,7 +670,12 @@ fn the_census_bounds_the_request_written() {
     let census = p.census();
     let (otlp, _) = p.write(window());
     assert!(census.bytes >= otlp.len() as u64, "{} < {}", census.bytes, otlp.len());
-    assert!(census.bytes < otlp.len() as u64 * 2, "{} vs {}", census.bytes, otlp.len());
+    assert!(
+        census.bytes < otlp.len() as u64 * 2,
+        "{} vs {}",
+        census.bytes,
+        otlp.len()
+    );
     assert_eq!(census.records, 500);
     assert_eq!(census.attributes, 500 * 40);
 }

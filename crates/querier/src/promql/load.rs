@@ -537,7 +537,8 @@ pub fn read_block(
     let mut infos: Vec<Option<Info>> = Vec::with_capacity(n_series);
     // Built once per resource and once per metric, not per series.
     // (labels, whether its series keep their names: remote written)
-    let mut by_resource: Vec<Option<(Vec<(String, String)>, bool)>> = vec![None; resource_attrs.len()];
+    type ResourceInfo = (Vec<(String, String)>, bool);
+    let mut by_resource: Vec<Option<ResourceInfo>> = vec![None; resource_attrs.len()];
     type MetricKey<'k> = (Option<&'k str>, Option<&'k str>, u8, bool, bool);
     let mut by_metric: HashMap<MetricKey<'_>, (String, Vec<String>), foldhash::fast::RandomState> = HashMap::default();
     for i in 0..n_series {
