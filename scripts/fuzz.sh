@@ -37,7 +37,7 @@ if ! [[ "$secs" =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 
-all_targets=(otlp query text block wal catalog)
+all_targets=(otlp query text block wal catalog push)
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all_targets[@]}")
 
@@ -51,6 +51,7 @@ max_len() {
     block) echo 131072 ;;
     wal) echo 65536 ;;
     catalog) echo 16384 ;;
+    push) echo 65536 ;;
     *) echo 65536 ;;
   esac
 }

@@ -408,7 +408,7 @@ impl<'a> Parsed<'a> {
             attributes: labels + self.meta.len() as u64,
             others: self.streams.len() as u64,
             buckets: 0,
-            bytes: (self.wire_bytes + label_bytes + self.entries.len() * 32 + self.meta.len() * 16) as u64,
+            bytes: (self.wire_bytes + label_bytes + self.entries.len() * 64 + self.meta.len() * 16) as u64,
         }
     }
 

@@ -615,9 +615,12 @@ impl<'a> Parsed<'a> {
             .sum();
         let n_attrs = self.labels[l0..].iter().filter(|(k, _)| is_point_label(k)).count() as u64;
         let points = (self.samples.len() - s0 + self.histograms.len() - h0 + self.exemplars.len() - e0) as u64;
+        // A histogram's dense buckets: at most MAX_HISTOGRAM_SPAN zero
+        // counts a side, a byte each, and a count or bound for each on the
+        // wire.
         let hist_bytes: usize = self.histograms[h0..]
             .iter()
-            .map(|h| h.len() * 2 + MAX_HISTOGRAM_SPAN.min(h.len() * 8))
+            .map(|h| h.len() * 10 + 2 * MAX_HISTOGRAM_SPAN + 128)
             .sum();
         let ex_bytes: usize = self.exemplars[e0..]
             .iter()
@@ -628,7 +631,8 @@ impl<'a> Parsed<'a> {
                     .sum::<usize>()
             })
             .sum();
-        self.out_bytes += 64
+        // A series' metric and, at worst, a resource of its own.
+        self.out_bytes += 160
             + name.len()
             + help.len()
             + unit.len()
