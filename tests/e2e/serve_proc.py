@@ -68,6 +68,24 @@ def post(url, body, content_type="application/x-protobuf"):
         return r.status, r.read()
 
 
+def varint(n):
+    """A protobuf varint."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(num, payload):
+    """A length-delimited protobuf field."""
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
 def tls_context(ca_path):
     """A client TLS context trusting only `ca_path`."""
     return ssl.create_default_context(cafile=ca_path)

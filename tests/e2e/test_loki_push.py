@@ -17,7 +17,7 @@ import cramjam
 import logging_loki
 import pytest
 
-from serve_proc import Serve, get_json, wait_until
+from serve_proc import Serve, field, get_json, varint, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -46,22 +46,6 @@ def query(serve, q, start_ns, end_ns):
     status, body = get_json(f"http://{serve.query}/loki/api/v1/query_range?{params}")
     assert status == 200, body
     return {(tuple(sorted(s["stream"].items())), v[1]) for s in body["data"]["result"] for v in s["values"]}
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
 
 
 def protobuf_push(streams):

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import cramjam
 import pytest
 
-from serve_proc import Serve, free_port, get_json, wait_until
+from serve_proc import Serve, field, free_port, get_json, varint, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -250,22 +250,6 @@ def post_rw(serve, body, content_type="application/x-protobuf", encoding="snappy
             return r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(), {k.lower(): v for k, v in e.headers.items()}
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
 
 
 def series(labels, samples):

@@ -487,11 +487,10 @@ pub(crate) async fn receive<T>(
     result
 }
 
-async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
-    let arrived = Instant::now();
-    let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
-    let content_type = headers
+/// A request's media type: `Content-Type` without parameters, lowercase
+/// ("" when absent).
+pub(crate) fn media_type(headers: &axum::http::HeaderMap) -> String {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
@@ -499,7 +498,14 @@ async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extra
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+async fn http_export(receivers: &Receivers, signal: Signal, request: axum::extract::Request) -> Response {
+    let arrived = Instant::now();
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let content_type = media_type(headers);
     let format = match content_type.as_str() {
         "application/x-protobuf" | "application/protobuf" => Format::Protobuf,
         "application/json" => Format::Json,

@@ -287,6 +287,18 @@ fn varints(r: &mut Reader<'_>, wire: u8, mut f: impl FnMut(u64) -> Result<(), St
     }
 }
 
+/// 2.0 label references resolved, as (name, value) pairs; `what` holds
+/// them, for the message when their number is odd.
+fn ref_pairs<'a, 'r>(refs: &'r [&'a str], what: &str) -> Result<impl Iterator<Item = (&'a str, &'a str)> + 'r, String> {
+    if !refs.len().is_multiple_of(2) {
+        return Err(format!(
+            "invalid remote write 2.0 request: {what} has an odd number ({}) of label references",
+            refs.len()
+        ));
+    }
+    Ok(refs.chunks(2).map(|c| (c[0], c[1])))
+}
+
 /// A 1.0 `Label` or 2.0 label pair.
 fn label(buf: &[u8]) -> Option<(&str, &str)> {
     let mut r = Reader::new(buf);
@@ -504,14 +516,8 @@ impl<'a> Parsed<'a> {
                             (_, w) => er.skip(w).ok_or_else(bad)?,
                         }
                     }
-                    if !erefs.len().is_multiple_of(2) {
-                        return Err(format!(
-                            "invalid remote write 2.0 request: an exemplar has an odd number ({}) of label references",
-                            erefs.len()
-                        ));
-                    }
                     let x0 = self.exemplar_labels.len();
-                    self.exemplar_labels.extend(erefs.chunks(2).map(|c| (c[0], c[1])));
+                    self.exemplar_labels.extend(ref_pairs(&erefs, "an exemplar")?);
                     self.exemplars.push(Exemplar {
                         labels: x0..self.exemplar_labels.len(),
                         value,
@@ -533,13 +539,7 @@ impl<'a> Parsed<'a> {
                 (_, w) => r.skip(w).ok_or_else(bad)?,
             }
         }
-        if !refs.len().is_multiple_of(2) {
-            return Err(format!(
-                "invalid remote write 2.0 request: a series has an odd number ({}) of label references",
-                refs.len()
-            ));
-        }
-        self.labels.extend(refs.chunks(2).map(|c| (c[0], c[1])));
+        self.labels.extend(ref_pairs(&refs, "a series")?);
         self.finish_series(l0, s0, e0, h0, kind, help, unit, created);
         Ok(())
     }

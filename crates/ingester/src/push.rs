@@ -17,7 +17,10 @@ use bytes::Bytes;
 use mira_core::ids::Signal;
 
 use crate::error::{IngestError, ServiceError};
-use crate::otlp::{Budget, Receivers, body_error, receive};
+use mira_core::ids::TenantId;
+
+use crate::otlp::{Arrival, Budget, Receivers, body_error, media_type, receive};
+use crate::records::Census;
 
 /// A plain-text error answer with its status and, for refusals retrying
 /// can cure, `Retry-After`.
@@ -79,6 +82,49 @@ fn protobuf_body(receivers: &Receivers, headers: &HeaderMap, body: Bytes) -> Res
     }
 }
 
+/// 204, or 400 with what was refused (the rest was written).
+fn answer(refused: Option<String>) -> Response {
+    match refused {
+        Some(m) => (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("{m}\n"),
+        )
+            .into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+/// Takes what the OTLP request will cost to decode (`census`, counted on
+/// the other protocol's request) from the in-flight budget, has `write`
+/// write it (payload, whether it holds anything, what it holds) and
+/// submits it when it holds anything; returns what it holds and the
+/// shards' account of rows they refused, if any.
+async fn submit_written<W>(
+    receivers: &Receivers,
+    signal: Signal,
+    tenant: TenantId,
+    census: Census,
+    held: &mut Budget,
+    arrival: Arrival,
+    write: impl FnOnce() -> (Vec<u8>, bool, W),
+) -> Result<(W, Option<String>), IngestError> {
+    receivers
+        .reserve(held, census.decoded_bytes(signal), || census.describe(signal))
+        .await?;
+    let (payload, any, written) = write();
+    if !any {
+        return Ok((written, None));
+    }
+    let read = Instant::now();
+    let appended = receivers.submit(signal, tenant, Bytes::from(payload), held).await?;
+    arrival.accepted(receivers.pipeline.metrics(), signal, read);
+    let refused = (appended.rejected_total() > 0)
+        .then(|| appended.message(&receivers.pipeline.limits()))
+        .flatten();
+    Ok((written, refused))
+}
+
 async fn remote_write(receivers: &Receivers, request: axum::extract::Request) -> Response {
     let arrived = Instant::now();
     let (parts, body) = request.into_parts();
@@ -92,42 +138,19 @@ async fn remote_write(receivers: &Receivers, request: axum::extract::Request) ->
         let mut parsed = crate::prom::Parsed::read(version, &raw).map_err(IngestError::Invalid)?;
         let mut held = Budget::default();
         let census = parsed.census();
-        receivers
-            .reserve(&mut held, census.decoded_bytes(Signal::Metrics), || {
-                census.describe(Signal::Metrics)
-            })
-            .await?;
-        let (payload, written) = parsed.write(receivers.pipeline.window());
-        let read = Instant::now();
-        let appended = if written.samples + written.histograms + written.exemplars > 0 {
-            let a = receivers
-                .submit(Signal::Metrics, tenant, Bytes::from(payload), &mut held)
-                .await?;
-            arrival.accepted(receivers.pipeline.metrics(), Signal::Metrics, read);
-            Some(a)
-        } else {
-            None
-        };
-        Ok((parsed.refused, written, appended))
+        let window = receivers.pipeline.window();
+        let (written, shards) = submit_written(receivers, Signal::Metrics, tenant, census, &mut held, arrival, || {
+            let (payload, written) = parsed.write(window);
+            let any = written.samples + written.histograms + written.exemplars > 0;
+            (payload, any, written)
+        })
+        .await?;
+        Ok((parsed.refused.message().or(shards), written))
     })
     .await;
     match result {
-        Ok((refused, written, appended)) => {
-            let mut message = refused.message();
-            if message.is_none()
-                && let Some(a) = appended.as_ref().filter(|a| a.rejected_total() > 0)
-            {
-                message = a.message(&receivers.pipeline.limits());
-            }
-            let mut r = match message {
-                Some(m) => (
-                    StatusCode::BAD_REQUEST,
-                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                    format!("{m}\n"),
-                )
-                    .into_response(),
-                None => StatusCode::NO_CONTENT.into_response(),
-            };
+        Ok((message, written)) => {
+            let mut r = answer(message);
             for (name, n) in [
                 ("x-prometheus-remote-write-samples-written", written.samples),
                 ("x-prometheus-remote-write-histograms-written", written.histograms),
@@ -145,13 +168,7 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
     let arrived = Instant::now();
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    let media = header_str(headers, header::CONTENT_TYPE)
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let media = media_type(headers);
     let json = match media.as_str() {
         "application/json" => true,
         "application/x-protobuf" | "" => false,
@@ -192,43 +209,17 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
         }
         .map_err(IngestError::Invalid)?;
         let census = parsed.census();
-        receivers
-            .reserve(&mut held, census.decoded_bytes(Signal::Logs), || {
-                census.describe(Signal::Logs)
-            })
-            .await?;
-        let (payload, written) = parsed.write(receivers.pipeline.window());
-        let read = Instant::now();
-        let appended = if written > 0 {
-            let a = receivers
-                .submit(Signal::Logs, tenant, Bytes::from(payload), &mut held)
-                .await?;
-            arrival.accepted(receivers.pipeline.metrics(), Signal::Logs, read);
-            Some(a)
-        } else {
-            None
-        };
-        Ok((parsed.message(), appended))
+        let window = receivers.pipeline.window();
+        let (_, shards) = submit_written(receivers, Signal::Logs, tenant, census, &mut held, arrival, || {
+            let (payload, written) = parsed.write(window);
+            (payload, written > 0, written)
+        })
+        .await?;
+        Ok(parsed.message().or(shards))
     })
     .await;
     match result {
-        Ok((message, appended)) => {
-            let message = message.or_else(|| {
-                appended
-                    .as_ref()
-                    .filter(|a| a.rejected_total() > 0)
-                    .and_then(|a| a.message(&receivers.pipeline.limits()))
-            });
-            match message {
-                Some(m) => (
-                    StatusCode::BAD_REQUEST,
-                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                    format!("{m}\n"),
-                )
-                    .into_response(),
-                None => StatusCode::NO_CONTENT.into_response(),
-            }
-        }
+        Ok(message) => answer(message),
         Err(e) => text_error(&e),
     }
 }

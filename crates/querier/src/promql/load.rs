@@ -68,6 +68,23 @@ fn remote_written(resource: &[KeyValue]) -> bool {
         .any(|kv| kv.key == SOURCE_ATTR && text(kv).as_deref() == Some(SOURCE_REMOTE_WRITE))
 }
 
+/// Every resource's attributes, by resource row.
+fn resource_attrs(tables: &TableSet) -> Result<Vec<Vec<KeyValue>>, ConvertError> {
+    let resources = tables.get(schema::RESOURCES)?;
+    AttrReader::new(tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?.grouped(resources.num_rows())
+}
+
+/// A series' Prometheus name: its own when remote written (`verbatim`),
+/// else the OTLP translation of its name and unit.
+fn prometheus_name(name: Option<&str>, unit: Option<&str>, is_gauge: bool, counter: bool, verbatim: bool) -> String {
+    let name = name.unwrap_or("");
+    if verbatim {
+        name.to_owned()
+    } else {
+        metric_name(name, unit.unwrap_or(""), is_gauge, counter)
+    }
+}
+
 /// A resource's labels before a series' own: its attributes (none for a
 /// remote-written one), then `job` and `instance`; sorted by name, empty
 /// values kept (a series' attribute may still override them).
@@ -218,25 +235,14 @@ pub fn read_metadata(tables: &TableSet) -> Result<Vec<(String, &'static str, Str
     let types: &UInt8Array = col(series, t, "metric_type")?;
     let monotonic: &BooleanArray = col(series, t, "is_monotonic")?;
     let resource_id: &UInt32Array = col(series, t, "resource_id")?;
-    let resources = tables.get(schema::RESOURCES)?;
-    let resource_attrs =
-        AttrReader::new(tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?.grouped(resources.num_rows())?;
-    let verbatim: Vec<bool> = resource_attrs.iter().map(|a| remote_written(a)).collect();
+    let verbatim: Vec<bool> = resource_attrs(tables)?.iter().map(|a| remote_written(a)).collect();
     let mut out = Vec::new();
     for i in 0..series.num_rows() {
         let kind = types.value(i);
         let counter = kind == metric_type::SUM && monotonic.value(i);
         let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !counter);
-        let name = if verbatim.get(resource_id.value(i) as usize).copied().unwrap_or(false) {
-            names.get(i).unwrap_or("").to_owned()
-        } else {
-            metric_name(
-                names.get(i).unwrap_or(""),
-                units.get(i).unwrap_or(""),
-                is_gauge,
-                counter,
-            )
-        };
+        let verbatim = verbatim.get(resource_id.value(i) as usize).copied().unwrap_or(false);
+        let name = prometheus_name(names.get(i), units.get(i), is_gauge, counter, verbatim);
         let kind = match kind {
             metric_type::HISTOGRAM | metric_type::EXP_HISTOGRAM => "histogram",
             metric_type::SUMMARY => "summary",
@@ -523,9 +529,7 @@ pub fn read_block(
     let n_series = series.num_rows();
     let series_attrs = AttrReader::new(tables.get(schema::SERIES_ATTRS)?, schema::SERIES_ATTRS)?;
     let point_labels = PointLabels::new(&series_attrs, n_series)?;
-    let resources = tables.get(schema::RESOURCES)?;
-    let resource_attrs =
-        AttrReader::new(tables.get(schema::RESOURCE_ATTRS)?, schema::RESOURCE_ATTRS)?.grouped(resources.num_rows())?;
+    let resource_attrs = resource_attrs(tables)?;
 
     // Per OTLP series: its base labels, Prometheus name, type; None when no
     // Prometheus series of it can be wanted.
@@ -558,16 +562,8 @@ pub fn read_block(
             .entry((names.get(i), units.get(i), kind, monotonic.value(i), verbatim))
             .or_insert_with(|| {
                 let is_gauge = kind == metric_type::GAUGE || (kind == metric_type::SUM && !monotonic.value(i));
-                let name = if verbatim {
-                    names.get(i).unwrap_or("").to_owned()
-                } else {
-                    metric_name(
-                        names.get(i).unwrap_or(""),
-                        units.get(i).unwrap_or(""),
-                        is_gauge,
-                        kind == metric_type::SUM && monotonic.value(i),
-                    )
-                };
+                let counter = kind == metric_type::SUM && monotonic.value(i);
+                let name = prometheus_name(names.get(i), units.get(i), is_gauge, counter, verbatim);
                 let candidates = match kind {
                     metric_type::HISTOGRAM => {
                         vec![format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count")]
