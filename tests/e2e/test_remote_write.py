@@ -302,3 +302,31 @@ def test_hostile_bodies_are_refused_with_the_problem_named_and_nothing_lost(setu
     got = prom_query(mira, "/api/v1/query", query="hostile_probe", time=f"{now / 1000:.3f}")["result"]
     assert sorted(float(s["value"][1]) for s in got) == [42.0, 43.0]
     assert serve.proc.poll() is None
+
+
+def test_acknowledged_remote_write_survives_kill_9_and_a_wal_mode_change():
+    """Every sample acknowledged (204) before a kill -9 reads back after a
+    restart with another WAL mode, and nothing that was not sent does."""
+    serve = Serve("--wal", "fsync")
+    try:
+        now = int(time.time() * 1000)
+        acked = set()
+        for i in range(40):
+            body = series([("__name__", "rw_kill_probe"), ("i", str(i))], [(now, float(i))])
+            status, text, _ = post_rw(serve, body)
+            assert status == 204, text
+            acked.add(str(i))
+        serve.proc.kill()
+        serve.proc.wait()
+        serve.extra = ["--wal", "page-cache"]
+        serve.start()
+        base = f"http://{serve.query}"
+
+        def read():
+            result = prom_query(base, "/api/v1/query", query="rw_kill_probe", time=f"{now / 1000:.3f}")["result"]
+            return {s["metric"]["i"]: float(s["value"][1]) for s in result}
+
+        wait_until("the acknowledged samples read back", lambda: set(read()) == acked)
+        assert read() == {i: float(i) for i in acked}
+    finally:
+        serve.kill()
