@@ -198,9 +198,14 @@ remote_write:
     base = f"http://{prom_addr}"
     try:
         wait_until("prometheus ready", lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=1).status == 200)
-        # Twenty seconds of scrapes, then an unaligned time a few seconds
-        # back that both stores hold everything up to.
-        wait_until("20 s of scrapes", lambda: time.time() - STARTED > 22, timeout=90)
+        # Twenty scrapes of the exporter in Prometheus' own TSDB, then an
+        # unaligned time a few seconds back that both stores hold
+        # everything up to.
+        def scrapes():
+            data = prom_query(base, "/api/v1/query", query='count_over_time(up{job="exporter"}[1m])')
+            return data["result"] and float(data["result"][0]["value"][1]) >= 20
+
+        wait_until("20 scrapes of the exporter", scrapes, timeout=90)
         at = time.time() - 3.371
 
         def sent_past(t):
@@ -236,6 +241,7 @@ def test_series_read_back_with_the_labels_prometheus_shows(setup):
     params = {"match[]": '{job="exporter"}', "start": f"{at - 10:.3f}", "end": f"{at:.3f}"}
     want = sorted(tuple(sorted(s.items())) for s in prom_query(base, "/api/v1/series", **params))
     got = sorted(tuple(sorted(s.items())) for s in prom_query(f"http://{serve.query}", "/api/v1/series", **params))
+    assert want, "Prometheus has no exporter series: the test's data is wrong"
     assert got == want
 
 
