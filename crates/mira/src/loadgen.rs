@@ -1,6 +1,9 @@
-//! `mira loadgen`: an OTLP load generator. Requests are built from the
-//! testkit corpus and encoded once up front, so the generator spends its
-//! CPU on sending. With `--acked-file`, each request also carries one
+//! `mira loadgen`: a load generator over OTLP (gRPC or HTTP), Prometheus
+//! remote write 1.0 (the corpus' gauge and sum points, one sample each)
+//! and Loki push (the corpus' logs), all snappy-compressed as Prometheus
+//! and the Loki agents send them. Requests are built from the testkit
+//! corpus and encoded once up front, so the generator spends its CPU on
+//! sending. With `--acked-file`, each request also carries one
 //! marker record (`loadgen-<n>`, appended as an extra ResourceLogs /
 //! ResourceSpans / ResourceMetrics entry, which protobuf merges) and the
 //! numbers of acknowledged requests are written to the file, so a test can
@@ -15,6 +18,7 @@ use anyhow::Context;
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::{Args, ValueEnum};
 use mira_testkit::corpus::{Cardinality, Corpus};
+use mira_testkit::push;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -28,6 +32,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 pub enum Protocol {
     Grpc,
     Http,
+    /// `POST /api/v1/write`, remote write 1.0; metrics only.
+    RemoteWrite,
+    /// `POST /loki/api/v1/push`, protobuf; logs only.
+    LokiPush,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -40,7 +48,8 @@ pub enum SignalArg {
 /// Flags of `mira loadgen`.
 #[derive(Debug, Args)]
 pub struct LoadgenArgs {
-    /// host:port of the ingester's OTLP port for --protocol.
+    /// host:port of the ingester's port for --protocol: OTLP gRPC for
+    /// grpc, its HTTP port (4318) for the others.
     #[arg(long, env = "MIRA_LOADGEN_TARGET", default_value = "127.0.0.1:4317")]
     pub target: String,
     #[arg(long, value_enum, default_value = "grpc")]
@@ -50,9 +59,15 @@ pub struct LoadgenArgs {
     /// Concurrent connections.
     #[arg(long, default_value_t = 4)]
     pub conns: usize,
-    /// Records per request.
+    /// Records per request (points drawn, for metrics: with
+    /// --numbers-only or remote write, the histograms among them are left
+    /// out).
     #[arg(long, default_value_t = 8192)]
     pub batch: usize,
+    /// Metrics: send only the gauge and sum points, the ones remote write
+    /// carries as one sample each (an OTLP baseline of the same data).
+    #[arg(long)]
+    pub numbers_only: bool,
     /// How long to run, seconds.
     #[arg(long = "for", default_value_t = 10)]
     pub duration_s: u64,
@@ -83,8 +98,14 @@ pub struct LoadgenArgs {
     pub past: mira_common::config::Duration,
 }
 
+/// A pre-encoded request and the records it carries.
+struct Pooled {
+    body: Bytes,
+    records: u64,
+}
+
 /// Pre-encoded requests (distinct corpus slices, reused round robin).
-fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
+fn encode_pool(args: &LoadgenArgs) -> Vec<Pooled> {
     let card = if args.high_cardinality {
         Cardinality::High
     } else {
@@ -94,13 +115,36 @@ fn encode_pool(args: &LoadgenArgs) -> Vec<Bytes> {
     // far from its clock.
     let past = u64::try_from(args.past.get().as_nanos()).unwrap_or(u64::MAX);
     let mut corpus = Corpus::starting_at(42, card, now_ns().saturating_sub(past));
+    // Metrics advance a scrape interval each time the series come round,
+    // so the pool starts early enough to end `past` before now (an
+    // ingester refuses points past its --max-future).
+    if args.signal == SignalArg::Metrics || args.protocol == Protocol::RemoteWrite {
+        let rounds = (args.pool.max(1) * args.batch).div_ceil(corpus.series_count().max(1)) as u64 + 1;
+        let span = rounds.saturating_mul(mira_testkit::corpus::SCRAPE_INTERVAL_NANOS);
+        corpus = Corpus::starting_at(42, card, now_ns().saturating_sub(past).saturating_sub(span));
+    }
+    let snappy = |b: Vec<u8>| snap::raw::Encoder::new().compress_vec(&b).unwrap_or_default();
+    let whole = args.batch as u64;
     (0..args.pool.max(1))
         .map(|_| {
-            Bytes::from(match args.signal {
-                SignalArg::Logs => corpus.logs(args.batch).encode_to_vec(),
-                SignalArg::Traces => corpus.traces(args.batch).encode_to_vec(),
-                SignalArg::Metrics => corpus.metrics(args.batch).encode_to_vec(),
-            })
+            let (body, records) = match (args.protocol, args.signal) {
+                (Protocol::RemoteWrite, _) => {
+                    let (req, n) = push::numbers_only(&corpus.metrics(args.batch));
+                    (snappy(push::remote_write(&req).encode_to_vec()), n as u64)
+                }
+                (Protocol::LokiPush, _) => (snappy(push::loki_push(&corpus.logs(args.batch)).encode_to_vec()), whole),
+                (_, SignalArg::Logs) => (corpus.logs(args.batch).encode_to_vec(), whole),
+                (_, SignalArg::Traces) => (corpus.traces(args.batch).encode_to_vec(), whole),
+                (_, SignalArg::Metrics) if args.numbers_only => {
+                    let (req, n) = push::numbers_only(&corpus.metrics(args.batch));
+                    (req.encode_to_vec(), n as u64)
+                }
+                (_, SignalArg::Metrics) => (corpus.metrics(args.batch).encode_to_vec(), whole),
+            };
+            Pooled {
+                body: Bytes::from(body),
+                records,
+            }
         })
         .collect()
 }
@@ -183,6 +227,8 @@ fn marker(signal: SignalArg, n: u64) -> Vec<u8> {
 
 fn path(signal: SignalArg, protocol: Protocol) -> &'static str {
     match (protocol, signal) {
+        (Protocol::RemoteWrite, _) => "/api/v1/write",
+        (Protocol::LokiPush, _) => "/loki/api/v1/push",
         (Protocol::Http, SignalArg::Logs) => "/v1/logs",
         (Protocol::Http, SignalArg::Traces) => "/v1/traces",
         (Protocol::Http, SignalArg::Metrics) => "/v1/metrics",
@@ -206,10 +252,11 @@ impl HttpConn {
         })
     }
 
-    async fn post(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<u16> {
+    /// The status and the answer's body.
+    async fn post(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
         let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: mira\r\nContent-Type: application/x-protobuf\r\n{extra}Content-Length: {}\r\n\r\n",
+            "POST {path} HTTP/1.1\r\nHost: mira\r\n{extra}Content-Length: {}\r\n\r\n",
             body.len()
         );
         let s = self.stream.get_mut();
@@ -230,9 +277,9 @@ impl HttpConn {
                 len = v.trim().parse().unwrap_or(0);
             }
         }
-        let mut sink = vec![0u8; len];
-        self.stream.read_exact(&mut sink).await?;
-        Ok(status)
+        let mut answer = vec![0u8; len];
+        self.stream.read_exact(&mut answer).await?;
+        Ok((status, answer))
     }
 }
 
@@ -247,6 +294,10 @@ struct Totals {
 
 pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.conns > 0 && args.batch > 0, "conns and batch must be positive");
+    anyhow::ensure!(
+        args.acked_file.is_none() || matches!(args.protocol, Protocol::Grpc | Protocol::Http),
+        "--acked-file marks OTLP requests only"
+    );
     let pool = Arc::new(encode_pool(&args));
     let totals = Arc::new(Totals {
         acked_requests: AtomicU64::new(0),
@@ -268,10 +319,21 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         let (pool, totals, next, stop) = (pool.clone(), totals.clone(), next.clone(), stop.clone());
         let offset = interval.map(|iv| iv.mul_f64(conn as f64 / args.conns as f64));
         let mut headers = vec![(mira_ingester::otlp::TENANT_HEADER, args.tenant.clone())];
+        if args.protocol != Protocol::Grpc {
+            headers.push(("content-type", "application/x-protobuf".to_owned()));
+        }
+        match args.protocol {
+            Protocol::RemoteWrite => {
+                headers.push(("content-encoding", "snappy".to_owned()));
+                headers.push(("x-prometheus-remote-write-version", "0.1.0".to_owned()));
+            }
+            Protocol::LokiPush => headers.push(("content-encoding", "snappy".to_owned())),
+            Protocol::Grpc | Protocol::Http => {}
+        }
         if let Some(t) = &args.token {
             headers.push(("authorization", format!("Bearer {t}")));
         }
-        let (target, protocol, signal, batch) = (args.target.clone(), args.protocol, args.signal, args.batch);
+        let (target, protocol, signal) = (args.target.clone(), args.protocol, args.signal);
         tasks.push(tokio::spawn(async move {
             let mut grpc: Option<tonic::client::Grpc<tonic::transport::Channel>> = None;
             let mut http: Option<HttpConn> = None;
@@ -282,7 +344,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             }
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let n = next.fetch_add(1, Ordering::Relaxed);
-                let base = &pool[(n as usize) % pool.len()];
+                let Pooled { body: base, records } = &pool[(n as usize) % pool.len()];
                 let body = if marked {
                     let m = marker(signal, n);
                     let mut b = BytesMut::with_capacity(base.len() + m.len());
@@ -294,13 +356,24 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
                 };
                 let t = Instant::now();
                 let ok = match protocol {
-                    Protocol::Http => {
+                    Protocol::Http | Protocol::RemoteWrite | Protocol::LokiPush => {
                         if http.is_none() {
                             http = HttpConn::connect(&target).await.ok();
                         }
                         match http.as_mut() {
                             Some(c) => match c.post(path, &headers, &body).await {
-                                Ok(s) => s == 200,
+                                Ok((s, _)) if s == 200 || s == 204 => true,
+                                Ok((s, answer)) => {
+                                    // The first refusal is named, so a
+                                    // run with failures says why.
+                                    if totals.failed.load(Ordering::Relaxed) == 0 {
+                                        eprintln!(
+                                            "loadgen: {s} {}",
+                                            String::from_utf8_lossy(&answer[..answer.len().min(300)])
+                                        );
+                                    }
+                                    false
+                                }
                                 Err(_) => {
                                     http = None;
                                     false
@@ -323,7 +396,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
                 };
                 if ok {
                     totals.acked_requests.fetch_add(1, Ordering::Relaxed);
-                    totals.acked_records.fetch_add(batch as u64, Ordering::Relaxed);
+                    totals.acked_records.fetch_add(*records, Ordering::Relaxed);
                     totals.acked_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
                     if let Ok(mut l) = totals.latencies.lock() {
                         l.push(t.elapsed());

@@ -16,6 +16,8 @@
 //! - [`http`]: an HTTP client for the servers under test (`reqwest`), waiting for `/ready`, and a
 //!   raw socket writer for the hostile requests no real client sends.
 //! - [`otlp`]: small hand-written exports whose records the tests name.
+//! - [`push`]: the corpus as Prometheus remote write and Loki push requests, so the load generator
+//!   and the tests send the same data over those protocols as over OTLP.
 //! - [`certs`]: certificate authorities and the certificates they sign (`rcgen`), written to files
 //!   the way cert-manager rotates them, for the TLS tests (behind the `certs` feature).
 //!
@@ -36,6 +38,7 @@ pub mod flatten;
 pub mod http;
 pub mod net;
 pub mod otlp;
+pub mod push;
 pub mod store;
 
 /// 2026-12-02T00:00:00Z in Unix seconds: the fixed instant of tests whose
