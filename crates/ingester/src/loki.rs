@@ -27,7 +27,7 @@ use mira_core::convert::logs::LOKI_INDEX;
 use mira_core::convert::{TimeWindow, WireReader as Reader};
 
 use crate::pbwrite::{Writer, kv_str_len};
-use crate::records::Census;
+use crate::records::{Census, Meter, ReadError};
 
 /// Loki's `validation.discover-service-name` default: the labels a stream
 /// without `service_name` takes it from, first found first.
@@ -72,7 +72,7 @@ struct Entry<'a> {
 }
 
 /// A push request read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Parsed<'a> {
     streams: Vec<Stream<'a>>,
     entries: Vec<Entry<'a>>,
@@ -81,6 +81,8 @@ pub struct Parsed<'a> {
     pub refused: u64,
     pub first: Option<String>,
     wire_bytes: usize,
+    /// The views' memory, against what the receiver reserved for them.
+    meter: Meter,
 }
 
 fn is_label_name(s: &str) -> bool {
@@ -194,6 +196,18 @@ fn timestamp(buf: &[u8]) -> Option<i128> {
 }
 
 impl<'a> Parsed<'a> {
+    fn new(wire_bytes: usize, meter: Meter) -> Parsed<'a> {
+        Parsed {
+            streams: Vec::new(),
+            entries: Vec::new(),
+            meta: Vec::new(),
+            refused: 0,
+            first: None,
+            wire_bytes,
+            meter,
+        }
+    }
+
     fn refuse(&mut self, n: u64, reason: impl FnOnce() -> String) {
         self.refused += n;
         if self.first.is_none() {
@@ -215,12 +229,10 @@ impl<'a> Parsed<'a> {
         self.streams.iter().map(|s| s.entries.len()).sum()
     }
 
-    /// Reads a decompressed `logproto.PushRequest`.
-    pub fn protobuf(buf: &'a [u8]) -> Result<Parsed<'a>, String> {
-        let mut p = Parsed {
-            wire_bytes: buf.len(),
-            ..Parsed::default()
-        };
+    /// Reads a decompressed `logproto.PushRequest`, its views within
+    /// `meter`.
+    pub fn protobuf_within(buf: &'a [u8], meter: Meter) -> Result<Parsed<'a>, ReadError> {
+        let mut p = Parsed::new(buf.len(), meter);
         let mut r = Reader::new(buf);
         while !r.done() {
             let at = r.pos();
@@ -235,7 +247,12 @@ impl<'a> Parsed<'a> {
         Ok(p)
     }
 
-    fn stream_protobuf(&mut self, buf: &'a [u8], at: usize) -> Result<(), String> {
+    /// [`Parsed::protobuf_within`] without a memory bound (tests, fuzzing).
+    pub fn protobuf(buf: &'a [u8]) -> Result<Parsed<'a>, String> {
+        Parsed::protobuf_within(buf, Meter::unlimited()).map_err(|e| e.to_string())
+    }
+
+    fn stream_protobuf(&mut self, buf: &'a [u8], at: usize) -> Result<(), ReadError> {
         let e0 = self.entries.len();
         let m0 = self.meta.len();
         let mut labels_text: &'a str = "";
@@ -262,11 +279,13 @@ impl<'a> Parsed<'a> {
                                         (_, w) => lr.skip(w).ok_or_else(bad)?,
                                     }
                                 }
+                                self.meter.take::<(Text<'a>, Text<'a>)>(1)?;
                                 self.meta.push((Cow::Borrowed(name), Cow::Borrowed(value)));
                             }
                             (_, w) => er.skip(w).ok_or_else(bad)?,
                         }
                     }
+                    self.meter.take::<Entry<'a>>(1)?;
                     self.entries.push(Entry {
                         ts,
                         line: Cow::Borrowed(line),
@@ -276,6 +295,10 @@ impl<'a> Parsed<'a> {
                 (_, w) => r.skip(w).ok_or_else(bad)?,
             }
         }
+        // At most one label per `=` in the text, and the stream itself.
+        let most = labels_text.bytes().filter(|b| *b == b'=').count();
+        self.meter.take::<(Text<'a>, Text<'a>)>(most)?;
+        self.meter.take::<Stream<'a>>(1)?;
         let labels = match parse_labels(labels_text) {
             Ok(l) => l,
             Err(reason) => {
@@ -311,10 +334,8 @@ impl<'a> Parsed<'a> {
             #[serde(borrow, default)] Option<Pairs<'a>>,
         );
         let push: Push<'a> = serde_json::from_slice(buf).map_err(|e| format!("invalid Loki push JSON: {e}"))?;
-        let mut p = Parsed {
-            wire_bytes: buf.len(),
-            ..Parsed::default()
-        };
+        // Bounded before serde built it (the receiver's JSON estimate).
+        let mut p = Parsed::new(buf.len(), Meter::unlimited());
         for s in push.streams {
             let e0 = p.entries.len();
             let mut labels = s.stream.0;

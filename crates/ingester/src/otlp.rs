@@ -148,6 +148,8 @@ pub struct Receivers {
     inflight: Arc<Semaphore>,
     /// The in-flight decoded budget, in [`BUDGET_UNIT`]s.
     decoded: Arc<Semaphore>,
+    /// Remote write 1.0 metric family types, by tenant.
+    pub(crate) kinds: Arc<crate::prom::KindCache>,
 }
 
 impl std::fmt::Debug for Receivers {
@@ -164,6 +166,7 @@ impl Receivers {
         limits: Arc<Limiter>,
     ) -> Receivers {
         Receivers {
+            kinds: Arc::default(),
             inflight: Arc::new(Semaphore::new(config.max_inflight.max(1))),
             decoded: Arc::new(Semaphore::new(
                 (budget_units(config.max_inflight_decoded_bytes) as usize).min(Semaphore::MAX_PERMITS),
@@ -216,6 +219,17 @@ impl Receivers {
         result
     }
 
+    /// The most decoded memory one request may take, and the flag that
+    /// sets it: the per-request limit, or the whole budget when smaller.
+    pub(crate) fn decoded_limit(&self) -> (u64, &'static str) {
+        let (per_request, budget) = (self.config.max_decoded_bytes, self.config.max_inflight_decoded_bytes);
+        if per_request <= budget {
+            (per_request, "--max-decoded-size")
+        } else {
+            (budget, "--max-inflight-decoded-size")
+        }
+    }
+
     /// Grows `held` to `estimate` bytes of the in-flight decoded budget,
     /// waiting up to the admission wait; refuses an estimate over the
     /// per-request limit (or the whole budget) at once, naming `what` the
@@ -226,12 +240,8 @@ impl Receivers {
         estimate: u64,
         what: impl FnOnce() -> String,
     ) -> Result<(), IngestError> {
-        let (per_request, budget) = (self.config.max_decoded_bytes, self.config.max_inflight_decoded_bytes);
-        let (limit, flag) = if per_request <= budget {
-            (per_request, "--max-decoded-size")
-        } else {
-            (budget, "--max-inflight-decoded-size")
-        };
+        let (limit, flag) = self.decoded_limit();
+        let budget = self.config.max_inflight_decoded_bytes;
         if estimate > limit {
             return Err(IngestError::DecodedTooLarge {
                 what: what(),

@@ -36,9 +36,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use mira_core::convert::{TimeWindow, WireReader as Reader};
+use mira_core::ids::TenantId;
 
 use crate::pbwrite::{Writer, kv_str_len};
-use crate::records::Census;
+use crate::records::{Census, Meter, ReadError};
 
 /// The resource attribute that marks a remote-written resource.
 pub use mira_core::convert::metrics::{SOURCE_ATTR, SOURCE_REMOTE_WRITE};
@@ -96,7 +97,7 @@ pub fn version_of(content_type: Option<&str>) -> Result<Version, String> {
 
 /// A metric family's type, as both versions number it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-enum Kind {
+pub enum Kind {
     #[default]
     Unknown,
     Counter,
@@ -119,6 +120,40 @@ fn kind_of(v: u64) -> Kind {
         7 => Kind::StateSet,
         _ => Kind::Unknown,
     }
+}
+
+/// The suffixes Prometheus adds to a family's name for its series.
+const FAMILY_SUFFIXES: [&str; 6] = ["_total", "_bucket", "_sum", "_count", "_created", "_info"];
+
+/// What `get` holds for a series name: under the name itself, or under
+/// the name without a suffix Prometheus adds.
+fn family_lookup<T>(name: &str, get: impl Fn(&str) -> Option<T>) -> Option<T> {
+    get(name).or_else(|| {
+        FAMILY_SUFFIXES
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).and_then(&get))
+    })
+}
+
+/// Most families [`KindCache`] remembers for one tenant, and for all.
+pub const MAX_CACHED_FAMILIES_PER_TENANT: usize = 10_000;
+pub const MAX_CACHED_FAMILIES: usize = 100_000;
+/// Longest family name it remembers, bytes.
+const MAX_CACHED_NAME: usize = 256;
+
+/// Each tenant's metric family types, as remote write 1.0 requests'
+/// metadata said them. Prometheus sends 1.0 metadata in requests of its
+/// own (every `metadata_config.send_interval`, a minute by default), so a
+/// sample's request rarely says its family is a counter: the ingester
+/// remembers what earlier requests said, as Mimir keeps metadata apart
+/// from samples. Bounded: [`MAX_CACHED_FAMILIES_PER_TENANT`] families of
+/// a tenant and [`MAX_CACHED_FAMILIES`] in all, names up to 256 bytes
+/// (at most about 30 MB); a family past a bound is not remembered, and its
+/// series stay gauges unless their own request types them. Lost on
+/// restart, until Prometheus next sends its metadata.
+#[derive(Debug, Default)]
+pub struct KindCache {
+    families: std::sync::Mutex<HashMap<TenantId, HashMap<Box<str>, Kind>>>,
 }
 
 /// One series of the request, its parts in the [`Parsed`] arenas.
@@ -204,6 +239,8 @@ pub struct Parsed<'a> {
     out_bytes: usize,
     /// Attributes the OTLP request will hold.
     out_attrs: u64,
+    /// The views' memory, against what the receiver reserved for them.
+    meter: Meter,
 }
 
 fn malformed(what: &str, at: usize) -> String {
@@ -271,7 +308,11 @@ fn is_point_label(name: &str) -> bool {
 }
 
 /// Reads packed or unpacked repeated varints of one field occurrence.
-fn varints(r: &mut Reader<'_>, wire: u8, mut f: impl FnMut(u64) -> Result<(), String>) -> Option<Result<(), String>> {
+fn varints(
+    r: &mut Reader<'_>,
+    wire: u8,
+    mut f: impl FnMut(u64) -> Result<(), ReadError>,
+) -> Option<Result<(), ReadError>> {
     match wire {
         0 => Some(f(r.varint()?)),
         2 => {
@@ -328,8 +369,9 @@ fn sample(buf: &[u8]) -> Option<(i64, f64)> {
 }
 
 impl<'a> Parsed<'a> {
-    fn new() -> Parsed<'a> {
+    fn new(meter: Meter) -> Parsed<'a> {
         Parsed {
+            meter,
             labels: Vec::new(),
             exemplar_labels: Vec::new(),
             samples: Vec::new(),
@@ -343,9 +385,10 @@ impl<'a> Parsed<'a> {
         }
     }
 
-    /// Reads a decompressed request of `version`.
-    pub fn read(version: Version, buf: &'a [u8]) -> Result<Parsed<'a>, String> {
-        let mut p = Parsed::new();
+    /// Reads a decompressed request of `version`, its views within
+    /// `meter`.
+    pub fn read_within(version: Version, buf: &'a [u8], meter: Meter) -> Result<Parsed<'a>, ReadError> {
+        let mut p = Parsed::new(meter);
         match version {
             Version::V1 => p.read_v1(buf)?,
             Version::V2 => p.read_v2(buf)?,
@@ -353,7 +396,12 @@ impl<'a> Parsed<'a> {
         Ok(p)
     }
 
-    fn read_v1(&mut self, buf: &'a [u8]) -> Result<(), String> {
+    /// [`Parsed::read_within`] without a memory bound (tests, fuzzing).
+    pub fn read(version: Version, buf: &'a [u8]) -> Result<Parsed<'a>, String> {
+        Parsed::read_within(version, buf, Meter::unlimited()).map_err(|e| e.to_string())
+    }
+
+    fn read_v1(&mut self, buf: &'a [u8]) -> Result<(), ReadError> {
         let mut r = Reader::new(buf);
         while !r.done() {
             let at = r.pos();
@@ -377,6 +425,8 @@ impl<'a> Parsed<'a> {
                             (_, w) => mr.skip(w).ok_or_else(bad)?,
                         }
                     }
+                    // A map entry and its share of the table's slack.
+                    self.meter.take::<(&str, (Kind, &str, &str))>(2)?;
                     self.metadata.insert(family, (kind, help, unit));
                 }
                 (_, w) => r.skip(w).ok_or_else(bad)?,
@@ -385,7 +435,7 @@ impl<'a> Parsed<'a> {
         Ok(())
     }
 
-    fn series_v1(&mut self, buf: &'a [u8], at: usize) -> Result<(), String> {
+    fn series_v1(&mut self, buf: &'a [u8], at: usize) -> Result<(), ReadError> {
         let (l0, s0, e0, h0) = (
             self.labels.len(),
             self.samples.len(),
@@ -398,10 +448,12 @@ impl<'a> Parsed<'a> {
             match r.key().ok_or_else(bad)? {
                 (1, 2) => {
                     let l = label(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                    self.meter.take::<(&str, &str)>(1)?;
                     self.labels.push(l);
                 }
                 (2, 2) => {
                     let s = sample(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                    self.meter.take::<(i64, f64)>(1)?;
                     self.samples.push(s);
                 }
                 (3, 2) => {
@@ -412,6 +464,7 @@ impl<'a> Parsed<'a> {
                         match er.key().ok_or_else(bad)? {
                             (1, 2) => {
                                 let l = label(er.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                                self.meter.take::<(&str, &str)>(1)?;
                                 self.exemplar_labels.push(l);
                             }
                             (2, 1) => value = f64::from_bits(er.fixed64().ok_or_else(bad)?),
@@ -419,6 +472,7 @@ impl<'a> Parsed<'a> {
                             (_, w) => er.skip(w).ok_or_else(bad)?,
                         }
                     }
+                    self.meter.take::<Exemplar>(1)?;
                     self.exemplars.push(Exemplar {
                         labels: x0..self.exemplar_labels.len(),
                         value,
@@ -427,16 +481,16 @@ impl<'a> Parsed<'a> {
                 }
                 (4, 2) => {
                     let h = r.bytes().ok_or_else(bad)?;
+                    self.meter.take::<&[u8]>(1)?;
                     self.histograms.push(h);
                 }
                 (_, w) => r.skip(w).ok_or_else(bad)?,
             }
         }
-        self.finish_series(l0, s0, e0, h0, Kind::Unknown, "", "", 0);
-        Ok(())
+        self.finish_series(l0, s0, e0, h0, Kind::Unknown, "", "", 0)
     }
 
-    fn read_v2(&mut self, buf: &'a [u8]) -> Result<(), String> {
+    fn read_v2(&mut self, buf: &'a [u8]) -> Result<(), ReadError> {
         // Symbols first: the table may come after the series.
         let mut symbols: Vec<&'a str> = Vec::new();
         let mut r = Reader::new(buf);
@@ -444,12 +498,17 @@ impl<'a> Parsed<'a> {
             let at = r.pos();
             let bad = || malformed("a truncated or invalid field", at);
             match r.key().ok_or_else(bad)? {
-                (4, 2) => symbols.push(r.str().ok_or_else(|| malformed("a symbol that is not UTF-8", at))?),
+                (4, 2) => {
+                    self.meter.take::<&str>(1)?;
+                    symbols.push(r.str().ok_or_else(|| malformed("a symbol that is not UTF-8", at))?);
+                }
                 (_, w) => r.skip(w).ok_or_else(bad)?,
             }
         }
         if symbols.first().is_some_and(|s| !s.is_empty()) {
-            return Err("invalid remote write 2.0 request: the first symbol must be the empty string".to_owned());
+            return Err(ReadError::Invalid(
+                "invalid remote write 2.0 request: the first symbol must be the empty string".to_owned(),
+            ));
         }
         let sym = |i: u64| -> Result<&'a str, String> {
             usize::try_from(i)
@@ -482,7 +541,7 @@ impl<'a> Parsed<'a> {
         buf: &'a [u8],
         at: usize,
         sym: &dyn Fn(u64) -> Result<&'a str, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ReadError> {
         let (l0, s0, e0, h0) = (
             self.labels.len(),
             self.samples.len(),
@@ -495,13 +554,19 @@ impl<'a> Parsed<'a> {
         let mut r = Reader::new(buf);
         while !r.done() {
             match r.key().ok_or_else(bad)? {
-                (1, w) => varints(&mut r, w, |i| sym(i).map(|s| refs.push(s))).ok_or_else(bad)??,
+                (1, w) => varints(&mut r, w, |i| {
+                    refs.push(sym(i)?);
+                    self.meter.take::<(&str, &str)>(1)
+                })
+                .ok_or_else(bad)??,
                 (2, 2) => {
                     let s = sample(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
+                    self.meter.take::<(i64, f64)>(1)?;
                     self.samples.push(s);
                 }
                 (3, 2) => {
                     let h = r.bytes().ok_or_else(bad)?;
+                    self.meter.take::<&[u8]>(1)?;
                     self.histograms.push(h);
                 }
                 (4, 2) => {
@@ -510,7 +575,11 @@ impl<'a> Parsed<'a> {
                     let (mut value, mut ts_ms) = (0f64, 0i64);
                     while !er.done() {
                         match er.key().ok_or_else(bad)? {
-                            (1, w) => varints(&mut er, w, |i| sym(i).map(|s| erefs.push(s))).ok_or_else(bad)??,
+                            (1, w) => varints(&mut er, w, |i| {
+                                erefs.push(sym(i)?);
+                                self.meter.take::<(&str, &str)>(1)
+                            })
+                            .ok_or_else(bad)??,
                             (2, 1) => value = f64::from_bits(er.fixed64().ok_or_else(bad)?),
                             (3, 0) => ts_ms = er.varint().ok_or_else(bad)? as i64,
                             (_, w) => er.skip(w).ok_or_else(bad)?,
@@ -518,6 +587,7 @@ impl<'a> Parsed<'a> {
                     }
                     let x0 = self.exemplar_labels.len();
                     self.exemplar_labels.extend(ref_pairs(&erefs, "an exemplar")?);
+                    self.meter.take::<Exemplar>(1)?;
                     self.exemplars.push(Exemplar {
                         labels: x0..self.exemplar_labels.len(),
                         value,
@@ -540,8 +610,7 @@ impl<'a> Parsed<'a> {
             }
         }
         self.labels.extend(ref_pairs(&refs, "a series")?);
-        self.finish_series(l0, s0, e0, h0, kind, help, unit, created);
-        Ok(())
+        self.finish_series(l0, s0, e0, h0, kind, help, unit, created)
     }
 
     /// Checks the series just read (its parts from `l0`, `s0`, `e0`,
@@ -557,7 +626,7 @@ impl<'a> Parsed<'a> {
         help: &'a str,
         unit: &'a str,
         created_ms: i64,
-    ) {
+    ) -> Result<(), ReadError> {
         let name = match check_labels(&self.labels[l0..]) {
             Ok(name) => name,
             Err(reason) => {
@@ -571,7 +640,7 @@ impl<'a> Parsed<'a> {
                 self.samples.truncate(s0);
                 self.exemplars.truncate(e0);
                 self.histograms.truncate(h0);
-                return;
+                return Ok(());
             }
         };
         // An empty value is no label (Prometheus).
@@ -644,6 +713,7 @@ impl<'a> Parsed<'a> {
                 .map(|(k, v)| k.len() + v.len() + 24)
                 .sum::<usize>();
         self.out_attrs += points * n_attrs;
+        self.meter.take::<Series>(1)?;
         self.series.push(Series {
             labels: l0..self.labels.len(),
             name,
@@ -655,6 +725,7 @@ impl<'a> Parsed<'a> {
             unit,
             created_ms,
         });
+        Ok(())
     }
 
     /// What the OTLP request will hold, for the receivers' memory bound
@@ -676,17 +747,36 @@ impl<'a> Parsed<'a> {
         if s.kind != Kind::Unknown || !s.help.is_empty() || !s.unit.is_empty() {
             return (s.kind, s.help, s.unit);
         }
-        if let Some(m) = self.metadata.get(s.name) {
-            return *m;
-        }
-        for suffix in ["_total", "_bucket", "_sum", "_count", "_created", "_info"] {
-            if let Some(family) = s.name.strip_suffix(suffix)
-                && let Some(m) = self.metadata.get(family)
-            {
-                return *m;
+        family_lookup(s.name, |f| self.metadata.get(f).copied()).unwrap_or((Kind::Unknown, "", ""))
+    }
+
+    /// Learns the 1.0 metadata this request carries into `tenant`'s
+    /// entries of `kinds`, and gives each series whose request says
+    /// nothing of its family the type `kinds` remembers.
+    pub fn apply_kinds(&mut self, kinds: &KindCache, tenant: &TenantId) {
+        let Ok(mut all) = kinds.families.lock() else { return };
+        let total: usize = all.values().map(HashMap::len).sum();
+        let mut room = MAX_CACHED_FAMILIES.saturating_sub(total);
+        let known = all.entry(tenant.clone()).or_default();
+        for (family, (kind, _, _)) in &self.metadata {
+            if *kind == Kind::Unknown || family.len() > MAX_CACHED_NAME {
+                continue;
+            }
+            if let Some(k) = known.get_mut(*family) {
+                *k = *kind;
+            } else if room > 0 && known.len() < MAX_CACHED_FAMILIES_PER_TENANT {
+                known.insert(Box::from(*family), *kind);
+                room -= 1;
             }
         }
-        (Kind::Unknown, "", "")
+        for i in 0..self.series.len() {
+            if self.metadata_of(&self.series[i]).0 != Kind::Unknown {
+                continue;
+            }
+            if let Some(kind) = family_lookup(self.series[i].name, |f| known.get(f).copied()) {
+                self.series[i].kind = kind;
+            }
+        }
     }
 
     /// The OTLP metrics export request of the series kept, without the

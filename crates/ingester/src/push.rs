@@ -20,7 +20,7 @@ use crate::error::{IngestError, ServiceError};
 use mira_core::ids::TenantId;
 
 use crate::otlp::{Arrival, Budget, Receivers, body_error, media_type, receive};
-use crate::records::Census;
+use crate::records::{Census, Meter, ReadError};
 
 /// A plain-text error answer with its status and, for refusals retrying
 /// can cure, `Retry-After`.
@@ -82,6 +82,49 @@ fn protobuf_body(receivers: &Receivers, headers: &HeaderMap, body: Bytes) -> Res
     }
 }
 
+/// Memory reserved for a protobuf push's views (label pairs, samples,
+/// entries, symbol references) per wire byte on its first reading: real
+/// requests take one to two.
+const VIEWS_PER_BYTE: u64 = 8;
+/// The least reserved for a first reading, so a small request is never
+/// read twice.
+const VIEWS_FLOOR: u64 = 64 << 10;
+
+/// Reads a decompressed protobuf push with `read`, its views metered
+/// against memory taken from the in-flight budget before reading: first
+/// [`VIEWS_PER_BYTE`] per wire byte, and for a request that needs more
+/// (millions of empty labels or entries, many times their wire size) the
+/// whole per-request limit, past which it is refused 413 naming `what`.
+/// Returns the request read and the bytes held for its views.
+async fn read_metered<P>(
+    receivers: &Receivers,
+    held: &mut Budget,
+    wire: usize,
+    what: &str,
+    read: impl Fn(Meter) -> Result<P, ReadError>,
+) -> Result<(P, u64), IngestError> {
+    let (limit, flag) = receivers.decoded_limit();
+    let mut views = (VIEWS_PER_BYTE * wire as u64).max(VIEWS_FLOOR).min(limit);
+    loop {
+        receivers
+            .reserve(held, views, || format!("{wire} bytes of {what}"))
+            .await?;
+        match read(Meter::new(views as usize)) {
+            Ok(p) => return Ok((p, views)),
+            Err(ReadError::Invalid(m)) => return Err(IngestError::Invalid(m)),
+            Err(ReadError::OverBudget { .. }) if views < limit => views = limit,
+            Err(ReadError::OverBudget { used }) => {
+                return Err(IngestError::DecodedTooLarge {
+                    what: format!("{what} of {wire} bytes with more labels, samples or entries than fit"),
+                    estimate: Meter::held(used),
+                    limit,
+                    flag,
+                });
+            }
+        }
+    }
+}
+
 /// 204, or 400 with what was refused (the rest was written).
 fn answer(refused: Option<String>) -> Response {
     match refused {
@@ -96,7 +139,8 @@ fn answer(refused: Option<String>) -> Response {
 }
 
 /// Takes what the OTLP request will cost to decode (`census`, counted on
-/// the other protocol's request) from the in-flight budget, has `write`
+/// the other protocol's request) from the in-flight budget, beside the
+/// `views` bytes already held for the request read, has `write`
 /// write it (payload, whether it holds anything, what it holds) and
 /// submits it when it holds anything; returns what it holds and the
 /// shards' account of rows they refused, if any.
@@ -105,12 +149,13 @@ async fn submit_written<W>(
     signal: Signal,
     tenant: TenantId,
     census: Census,
+    views: u64,
     held: &mut Budget,
     arrival: Arrival,
     write: impl FnOnce() -> (Vec<u8>, bool, W),
 ) -> Result<(W, Option<String>), IngestError> {
     receivers
-        .reserve(held, census.decoded_bytes(signal), || census.describe(signal))
+        .reserve(held, census.decoded_bytes(signal) + views, || census.describe(signal))
         .await?;
     let (payload, any, written) = write();
     if !any {
@@ -135,15 +180,28 @@ async fn remote_write(receivers: &Receivers, request: axum::extract::Request) ->
     };
     let result = receive(receivers, &parts, body, arrived, async |tenant, body, arrival| {
         let raw = protobuf_body(receivers, headers, body)?;
-        let mut parsed = crate::prom::Parsed::read(version, &raw).map_err(IngestError::Invalid)?;
         let mut held = Budget::default();
+        let (mut parsed, views) = read_metered(receivers, &mut held, raw.len(), "remote write request", |meter| {
+            crate::prom::Parsed::read_within(version, &raw, meter)
+        })
+        .await?;
+        parsed.apply_kinds(&receivers.kinds, &tenant);
         let census = parsed.census();
         let window = receivers.pipeline.window();
-        let (written, shards) = submit_written(receivers, Signal::Metrics, tenant, census, &mut held, arrival, || {
-            let (payload, written) = parsed.write(window);
-            let any = written.samples + written.histograms + written.exemplars > 0;
-            (payload, any, written)
-        })
+        let (written, shards) = submit_written(
+            receivers,
+            Signal::Metrics,
+            tenant,
+            census,
+            views,
+            &mut held,
+            arrival,
+            || {
+                let (payload, written) = parsed.write(window);
+                let any = written.samples + written.histograms + written.exemplars > 0;
+                (payload, any, written)
+            },
+        )
         .await?;
         Ok((parsed.refused.message().or(shards), written))
     })
@@ -194,26 +252,35 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
             protobuf_body(receivers, headers, body)?
         };
         let mut held = Budget::default();
-        if json {
+        let (mut parsed, views) = if json {
             // serde builds the streams and entries: bounded before it does.
             let objects = crate::records::json_objects(&raw);
             let estimate = crate::records::json_decoded_bytes(objects, raw.len());
             receivers
                 .reserve(&mut held, estimate, || format!("{objects} JSON objects"))
                 .await?;
-        }
-        let mut parsed = if json {
-            crate::loki::Parsed::json(&raw)
+            (crate::loki::Parsed::json(&raw).map_err(IngestError::Invalid)?, estimate)
         } else {
-            crate::loki::Parsed::protobuf(&raw)
-        }
-        .map_err(IngestError::Invalid)?;
+            read_metered(receivers, &mut held, raw.len(), "Loki push request", |meter| {
+                crate::loki::Parsed::protobuf_within(&raw, meter)
+            })
+            .await?
+        };
         let census = parsed.census();
         let window = receivers.pipeline.window();
-        let (_, shards) = submit_written(receivers, Signal::Logs, tenant, census, &mut held, arrival, || {
-            let (payload, written) = parsed.write(window);
-            (payload, written > 0, written)
-        })
+        let (_, shards) = submit_written(
+            receivers,
+            Signal::Logs,
+            tenant,
+            census,
+            views,
+            &mut held,
+            arrival,
+            || {
+                let (payload, written) = parsed.write(window);
+                (payload, written > 0, written)
+            },
+        )
         .await?;
         Ok(parsed.message().or(shards))
     })

@@ -891,3 +891,79 @@ mod tests {
         assert!(count(Signal::Traces, &[0x0b]).is_err(), "group wire type");
     }
 }
+
+/// Why a push parser (remote write, Loki push) stopped reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// The request is malformed or breaks a rule that refuses it whole:
+    /// 400 with this message.
+    Invalid(String),
+    /// Its views would take more memory than the reading was given: they
+    /// had come to `used` bytes when it stopped.
+    OverBudget { used: usize },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Invalid(m) => f.write_str(m),
+            ReadError::OverBudget { used } => write!(
+                f,
+                "the request's views passed {used} bytes, over the memory reserved for them"
+            ),
+        }
+    }
+}
+
+impl From<String> for ReadError {
+    fn from(m: String) -> Self {
+        ReadError::Invalid(m)
+    }
+}
+
+/// The memory a push parser's borrowed views (label pairs, samples,
+/// entries, symbol references) take, counted as they are pushed, against
+/// what the receiver reserved for them before reading: a request of
+/// millions of empty labels or entries stops at the reservation instead
+/// of allocating many times its wire size. A `Vec` that grows holds up to
+/// three times its length while it moves, so the views may use a third of
+/// the reservation.
+#[derive(Debug)]
+pub struct Meter {
+    used: usize,
+    budget: usize,
+}
+
+impl Meter {
+    /// Memory the views take with their growth, bytes: three times what
+    /// was counted.
+    pub fn held(used: usize) -> u64 {
+        3 * used as u64
+    }
+
+    /// Views within a third of `reserved` bytes.
+    pub fn new(reserved: usize) -> Meter {
+        Meter {
+            used: 0,
+            budget: reserved / 3,
+        }
+    }
+
+    /// No bound (tests, and the fuzz targets' second reading).
+    pub fn unlimited() -> Meter {
+        Meter {
+            used: 0,
+            budget: usize::MAX,
+        }
+    }
+
+    /// Counts `n` more views of type `T`.
+    pub fn take<T>(&mut self, n: usize) -> Result<(), ReadError> {
+        self.used = self.used.saturating_add(n.saturating_mul(size_of::<T>()));
+        if self.used > self.budget {
+            Err(ReadError::OverBudget { used: self.used })
+        } else {
+            Ok(())
+        }
+    }
+}

@@ -4,7 +4,8 @@
 //! catalog's watermarks, a change of `--shards`, a refused publish, a WAL
 //! on a full disk, a second process under the same id, a lapsed lease,
 //! `--wal off` after a crash, many tenants in one publish, replay under
-//! other limits, metrics points reordered by series at seal) and compares
+//! other limits, metrics points reordered by series at seal, remote-written
+//! samples across a crash and a shard change) and compares
 //! the exact acknowledged set with what the published objects hold.
 
 #[path = "support/procs.rs"]
@@ -839,6 +840,43 @@ fn metrics_request(base: u64, i: u64) -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// How many times each published gauge point (its attributes and time)
+/// is in the published metrics blocks; asserts every block's points are
+/// ordered by series.
+async fn published_points(p: &Procs) -> HashMap<(String, u64), usize> {
+    let mut seen: HashMap<(String, u64), usize> = HashMap::new();
+    let tables = published_tables(p, pb::Signal::Metrics).await;
+    assert!(!tables.is_empty(), "nothing published");
+    for t in &tables {
+        let points = t.get(mira_core::schema::POINTS).expect("points");
+        let of = points
+            .column_by_name("series")
+            .expect("series")
+            .as_any()
+            .downcast_ref::<arrow::array::UInt32Array>()
+            .expect("u32");
+        assert!(
+            of.values().windows(2).all(|w| w[0] <= w[1]),
+            "a published block's points are not ordered by series"
+        );
+        let req = mira_core::convert::points_to_otlp(t).expect("otlp");
+        for rm in &req.resource_metrics {
+            for sm in &rm.scope_metrics {
+                for m in &sm.metrics {
+                    let Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Gauge(g)) = &m.data else {
+                        panic!("not a gauge: {m:?}");
+                    };
+                    for dp in &g.data_points {
+                        let s = format!("{:?}", dp.attributes);
+                        *seen.entry((s, dp.time_unix_nano)).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+    }
+    seen
+}
+
 /// Points are ordered by series when a block is sealed, including blocks
 /// sealed from the WAL after a crash: kill -9 with `--shards 4` in
 /// page-cache mode, restart with `--shards 1` and `--wal fsync`, then
@@ -870,36 +908,7 @@ async fn metrics_points_are_published_once_and_ordered_by_series_across_a_crash(
     wait_ready(p.http()).await;
     p.stop_ingester();
 
-    let mut seen: HashMap<(String, u64), usize> = HashMap::new();
-    let tables = published_tables(&p, pb::Signal::Metrics).await;
-    assert!(!tables.is_empty(), "nothing published");
-    for t in &tables {
-        let points = t.get(mira_core::schema::POINTS).expect("points");
-        let of = points
-            .column_by_name("series")
-            .expect("series")
-            .as_any()
-            .downcast_ref::<arrow::array::UInt32Array>()
-            .expect("u32");
-        assert!(
-            of.values().windows(2).all(|w| w[0] <= w[1]),
-            "a published block's points are not ordered by series"
-        );
-        let req = mira_core::convert::points_to_otlp(t).expect("otlp");
-        for rm in &req.resource_metrics {
-            for sm in &rm.scope_metrics {
-                for m in &sm.metrics {
-                    let Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Gauge(g)) = &m.data else {
-                        panic!("not a gauge: {m:?}");
-                    };
-                    for dp in &g.data_points {
-                        let s = format!("{:?}", dp.attributes);
-                        *seen.entry((s, dp.time_unix_nano)).or_insert(0) += 1;
-                    }
-                }
-            }
-        }
-    }
+    let seen = published_points(&p).await;
     let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(10).collect();
     assert!(dup.is_empty(), "published more than once: {dup:?}");
     let per_time: HashMap<u64, usize> = seen.keys().fold(HashMap::new(), |mut m, (_, t)| {
@@ -910,4 +919,96 @@ async fn metrics_points_are_published_once_and_ordered_by_series_across_a_crash(
     let missing: Vec<_> = want.iter().filter(|t| per_time.get(t) != Some(&3)).take(10).collect();
     assert!(missing.is_empty(), "acknowledged points not all published: {missing:?}");
     assert_eq!(seen.len(), 270, "published points that were never acknowledged");
+}
+
+/// Request `i` of the remote-write test: one sample of each of three
+/// series of `rw_once` (`s` = 0, 1, 2) at `base_ms` + `i` seconds with
+/// value `i`, remote write 1.0, snappy-compressed as Prometheus sends it.
+fn remote_write_request(base_ms: u64, i: u64) -> Vec<u8> {
+    use mira_testkit::push::{Label, Sample, TimeSeries, WriteRequest};
+    use prost::Message;
+    let label = |name: &str, value: String| Label {
+        name: name.into(),
+        value,
+    };
+    let timeseries = (0..3)
+        .map(|s| TimeSeries {
+            labels: vec![
+                label("__name__", "rw_once".into()),
+                label("job", "durability".into()),
+                label("s", s.to_string()),
+            ],
+            samples: vec![Sample {
+                value: i as f64,
+                timestamp: i64::try_from(base_ms + i * 1000).expect("ms"),
+            }],
+        })
+        .collect();
+    snap::raw::Encoder::new()
+        .compress_vec(&WriteRequest { timeseries }.encode_to_vec())
+        .expect("snappy")
+}
+
+/// Remote-written samples acknowledged (204) are published exactly once
+/// across a kill -9 with `--shards 4` in page-cache mode, a restart with
+/// `--shards 1` and `--wal fsync`, and another with `--shards 2`: the
+/// exact acknowledged set, each sample once, nothing never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_written_samples_are_published_once_across_a_crash_and_a_shard_change() {
+    let base_ms = recent_base_time() / 1_000_000;
+    let mut p = Procs::with_ingester();
+    let send = |addr: String, i: u64| async move {
+        let r = http::post(
+            &addr,
+            "/api/v1/write",
+            &[PB, ("Content-Encoding", "snappy")],
+            remote_write_request(base_ms, i),
+        )
+        .await
+        .expect("the ingester answers");
+        (
+            r.status,
+            r.header("x-prometheus-remote-write-samples-written").map(str::to_owned),
+        )
+    };
+    p.start_ingester(&["--shards", "4", "--wal", "page-cache", "--seal-age", "3600s"]);
+    wait_ready(p.http()).await;
+    for i in 0..60 {
+        assert_eq!(send(p.http().to_owned(), i).await, (204, Some("3".to_owned())));
+    }
+    p.kill_ingester();
+    p.start_ingester(&["--shards", "1", "--wal", "fsync", "--seal-age", "3600s"]);
+    wait_ready(p.http()).await;
+    for i in 60..90 {
+        assert_eq!(send(p.http().to_owned(), i).await, (204, Some("3".to_owned())));
+    }
+    p.stop_ingester();
+    p.start_ingester(&["--shards", "2", "--seal-age", "3600s"]);
+    wait_ready(p.http()).await;
+    p.stop_ingester();
+
+    let seen = published_points(&p).await;
+    let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(10).collect();
+    assert!(dup.is_empty(), "published more than once: {dup:?}");
+    let mut want = HashMap::new();
+    for i in 0..90 {
+        for s in 0..3 {
+            want.insert((s.to_string(), (base_ms + i * 1000) * 1_000_000), 1usize);
+        }
+    }
+    // The published points keyed by their `s` attribute's value.
+    let got: HashMap<(String, u64), usize> = seen
+        .into_iter()
+        .map(|((attrs, t), n)| {
+            let s = ["0", "1", "2"]
+                .into_iter()
+                .find(|v| attrs.contains(&format!("StringValue(\"{v}\")")))
+                .unwrap_or("?");
+            ((s.to_owned(), t), n)
+        })
+        .collect();
+    let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).take(10).collect();
+    assert!(missing.is_empty(), "acknowledged but not published: {missing:?}");
+    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).take(10).collect();
+    assert!(extra.is_empty(), "published but never acknowledged: {extra:?}");
 }

@@ -3,7 +3,9 @@
 //! `mira serve` with small limits is sent the worst-shaped OTLP requests
 //! we know of — millions of empty spans, log records, data points or
 //! attributes in 16 MiB (a few KiB gzip- or zstd-compressed), the same as
-//! JSON, over HTTP and gRPC, several at once — and the heaviest requests
+//! JSON, over HTTP and gRPC, several at once; remote write and Loki push
+//! bodies of millions of empty labels, samples, symbols, references,
+//! entries or metadata pairs — and the heaviest requests
 //! it must accept, concurrently. The refused ones are answered 413 /
 //! RESOURCE_EXHAUSTED naming the limit and what they hold; the process's
 //! peak resident memory (VmHWM from /proc) stays under the bound the
@@ -70,6 +72,21 @@ fn json_spans(n: usize) -> Vec<u8> {
         vec!["{}"; n].join(",")
     )
     .into_bytes()
+}
+
+fn snappy(body: &[u8]) -> Vec<u8> {
+    snap::raw::Encoder::new().compress_vec(body).expect("snappy")
+}
+
+/// A remote write 1.0 series: `__name__="m"`, then `rest`.
+fn rw_series(rest: &[u8]) -> Vec<u8> {
+    let name = [wrap(1, b"__name__"), wrap(2, b"m")].concat();
+    wrap(1, &[wrap(1, &name), rest.to_vec()].concat())
+}
+
+/// A Loki push stream with labels text `labels`, then `rest`.
+fn loki_stream(labels: &[u8], rest: &[u8]) -> Vec<u8> {
+    wrap(1, &[wrap(1, labels), rest.to_vec()].concat())
 }
 
 fn gzip(body: &[u8]) -> Vec<u8> {
@@ -222,6 +239,80 @@ async fn the_worst_shaped_requests_stay_within_the_configured_memory() {
             }
         }
     }
+    // Remote write and Loki push, snappy-compressed (what their agents
+    // send): views of many times their wire size (millions of empty
+    // labels, samples, symbols, label references, entries, metadata, `=`
+    // in a label text). Each is read within memory reserved for its views
+    // and refused 413 naming the limit once they pass it.
+    let v2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
+    let refs = vec![0u8; n - 16];
+    let push_shots = [
+        (
+            "/api/v1/write",
+            pb,
+            rw_series(&empties(1, n - 16)),
+            "labels, samples or entries",
+        ),
+        (
+            "/api/v1/push",
+            pb,
+            rw_series(&empties(2, n - 16)),
+            "labels, samples or entries",
+        ),
+        (
+            "/api/v1/write",
+            v2,
+            [wrap(4, b""), empties(4, n - 16)].concat(),
+            "labels, samples or entries",
+        ),
+        (
+            "/api/v1/write",
+            v2,
+            [wrap(4, b""), wrap(5, &wrap(1, &refs))].concat(),
+            "labels, samples or entries",
+        ),
+        (
+            "/loki/api/v1/push",
+            pb,
+            loki_stream(b"{a=\"b\"}", &empties(2, n - 16)),
+            "labels, samples or entries",
+        ),
+        (
+            "/loki/api/v1/push",
+            pb,
+            loki_stream(b"{a=\"b\"}", &wrap(2, &empties(3, n - 16))),
+            "labels, samples or entries",
+        ),
+        (
+            "/loki/api/v1/push",
+            pb,
+            loki_stream(&vec![b'='; 2 * n - 32], b""),
+            "labels, samples or entries",
+        ),
+    ];
+    let target = &otlp;
+    for chunk in push_shots.chunks(3) {
+        let answers = futures::future::join_all(chunk.iter().map(|(path, content_type, body, _)| {
+            let shot = Shot {
+                path: *path,
+                content_type: *content_type,
+                encoding: "snappy",
+                body: snappy(body),
+            };
+            async move { (send(target, &shot).await, shot.body.len()) }
+        }))
+        .await;
+        for ((path, _, _, holds), (r, len)) in chunk.iter().zip(answers) {
+            assert!(len < 1 << 20, "{path}: {len} bytes compressed");
+            let text = r.text();
+            assert_eq!(r.status, 413, "{path}: {text}");
+            assert!(
+                text.contains("--max-decoded-size") && text.contains(holds),
+                "{path}: {text}"
+            );
+        }
+    }
+
     // gRPC, gzip-compressed: RESOURCE_EXHAUSTED naming the limit.
     for (path, body) in [
         (mira_ingester::otlp::GRPC_TRACES, empty_spans(n)),

@@ -3,7 +3,8 @@
 //! as a Loki push as they send over OTLP.
 //!
 //! - [`remote_write`]: the gauge and sum points of a metrics request as a
-//!   remote write 1.0 `prometheus.WriteRequest` (one sample per point);
+//!   remote write 1.0 `prometheus.WriteRequest` (one sample per point, and
+//!   a `target_info` per resource, as the Collector's exporter sends them);
 //!   [`numbers_only`] is the OTLP request holding exactly those points.
 //! - [`loki_push`]: a logs request as a `logproto.PushRequest`, one stream
 //!   per resource, one entry per record.
@@ -149,13 +150,31 @@ pub fn numbers_only(req: &ExportMetricsServiceRequest) -> (ExportMetricsServiceR
     (out, n)
 }
 
-/// The gauge and sum points of `req` as a remote write 1.0 request: one
-/// series per point, labelled `__name__`, the resource's attributes and
-/// the point's, sorted by name (later ones win on a clash).
+/// The gauge and sum points of `req` as a remote write 1.0 request, as
+/// the OpenTelemetry Collector's `prometheusremotewrite` exporter sends
+/// them by default: one series per point, labelled `__name__`, `job`
+/// (`service.namespace/service.name`), `instance` (`service.instance.id`)
+/// and the point's attributes, sorted by name; and per resource one
+/// `target_info` series (value 1, at its newest point's time) with the
+/// resource's other attributes.
 pub fn remote_write(req: &ExportMetricsServiceRequest) -> WriteRequest {
     let mut timeseries = Vec::new();
     for rm in &req.resource_metrics {
-        let resource = rm.resource.as_ref().map(|r| labels(&r.attributes)).unwrap_or_default();
+        let attrs = rm
+            .resource
+            .as_ref()
+            .map(|r| r.attributes.as_slice())
+            .unwrap_or_default();
+        let attr = |k: &str| attrs.iter().find(|kv| kv.key == k).and_then(|kv| text(&kv.value));
+        let job = match (attr("service.namespace"), attr("service.name")) {
+            (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
+            (None, name) => name,
+            (Some(ns), None) => Some(format!("{ns}/unknown_service")),
+        };
+        let mut target = Vec::new();
+        target.extend(job.map(|v| label("job", v)));
+        target.extend(attr("service.instance.id").map(|v| label("instance", v)));
+        let mut newest = None;
         for sm in &rm.scope_metrics {
             for m in &sm.metrics {
                 let points = match &m.data {
@@ -164,32 +183,57 @@ pub fn remote_write(req: &ExportMetricsServiceRequest) -> WriteRequest {
                     _ => continue,
                 };
                 for p in points {
-                    let mut ls = vec![Label {
-                        name: "__name__".into(),
-                        value: label_name(&m.name),
-                    }];
-                    ls.extend(resource.iter().cloned());
-                    ls.extend(labels(&p.attributes));
-                    ls.reverse();
-                    ls.sort_by(|a, b| a.name.cmp(&b.name));
-                    ls.dedup_by(|a, b| a.name == b.name);
                     let value = match p.value {
                         Some(number_data_point::Value::AsDouble(d)) => d,
                         Some(number_data_point::Value::AsInt(i)) => i as f64,
                         None => continue,
                     };
-                    timeseries.push(TimeSeries {
-                        labels: ls,
-                        samples: vec![Sample {
-                            value,
-                            timestamp: i64::try_from(p.time_unix_nano / 1_000_000).unwrap_or(i64::MAX),
-                        }],
-                    });
+                    let mut ls = labels(&p.attributes);
+                    ls.push(label("__name__", label_name(&m.name)));
+                    ls.extend(target.iter().cloned());
+                    let timestamp = millis(p.time_unix_nano);
+                    newest = newest.max(Some(timestamp));
+                    timeseries.push(series(ls, value, timestamp));
                 }
             }
         }
+        if let Some(t) = newest {
+            let skip = ["service.name", "service.namespace", "service.instance.id"];
+            let rest: Vec<KeyValue> = attrs
+                .iter()
+                .filter(|kv| !skip.contains(&kv.key.as_str()))
+                .cloned()
+                .collect();
+            let mut ls = labels(&rest);
+            ls.push(label("__name__", "target_info".into()));
+            ls.extend(target);
+            timeseries.push(series(ls, 1.0, t));
+        }
     }
     WriteRequest { timeseries }
+}
+
+fn label(name: &str, value: String) -> Label {
+    Label {
+        name: name.into(),
+        value,
+    }
+}
+
+fn millis(ns: u64) -> i64 {
+    i64::try_from(ns / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// One series of one sample, its labels sorted by name (the last of a
+/// repeated name wins).
+fn series(mut labels: Vec<Label>, value: f64, timestamp: i64) -> TimeSeries {
+    labels.reverse();
+    labels.sort_by(|a, b| a.name.cmp(&b.name));
+    labels.dedup_by(|a, b| a.name == b.name);
+    TimeSeries {
+        labels,
+        samples: vec![Sample { value, timestamp }],
+    }
 }
 
 /// A logs request as a Loki push: one stream per resource, labelled with
@@ -260,9 +304,17 @@ mod tests {
         let (numbers, n) = numbers_only(&req);
         let rw = remote_write(&req);
         assert!(n > 0 && n < 2000, "the corpus mixes number points with histograms: {n}");
-        assert_eq!(rw.timeseries.len(), n);
+        let name = |ts: &TimeSeries| ts.labels.iter().find(|l| l.name == "__name__").map(|l| l.value.clone());
+        let targets = rw
+            .timeseries
+            .iter()
+            .filter(|ts| name(ts).as_deref() == Some("target_info"))
+            .count();
+        assert_eq!(targets, numbers.resource_metrics.len());
+        assert_eq!(rw.timeseries.len(), n + targets);
         assert_eq!(remote_write(&numbers), rw);
         for ts in &rw.timeseries {
+            assert!(ts.labels.iter().any(|l| l.name == "job"), "{:?}", ts.labels);
             assert_eq!(ts.labels.iter().filter(|l| l.name == "__name__").count(), 1);
             assert!(ts.labels.windows(2).all(|w| w[0].name < w[1].name), "{:?}", ts.labels);
         }

@@ -284,3 +284,28 @@ fn the_level_is_detected_as_loki_detects_it() {
     assert_eq!(detected_level(&[], &[], "[WARN] disk"), Some("warn"));
     assert_eq!(detected_level(&[], &[], "info then Error"), Some("error"));
 }
+
+/// Views are metered: a stream of a million empty entries, or a label
+/// text of a million `=`, stops at the memory it was given; with enough
+/// it reads whole.
+#[test]
+fn views_stop_at_the_memory_reserved_for_them() {
+    let stream = |labels: &[u8], rest: &[u8]| {
+        let mut inner = vec![0x0a];
+        prost::encoding::encode_varint(labels.len() as u64, &mut inner);
+        inner.extend_from_slice(labels);
+        inner.extend_from_slice(rest);
+        let mut out = vec![0x0a];
+        prost::encoding::encode_varint(inner.len() as u64, &mut out);
+        out.extend_from_slice(&inner);
+        out
+    };
+    let entries = stream(br#"{a="b"}"#, &[0x12, 0x00].repeat(1_000_000));
+    let equals = stream(&[b'='; 1_000_000], b"");
+    for body in [&entries, &equals] {
+        let e = Parsed::protobuf_within(body, Meter::new(8 * body.len())).expect_err("over");
+        assert!(matches!(e, ReadError::OverBudget { .. }), "{e:?}");
+    }
+    let p = Parsed::protobuf_within(&entries, Meter::new(200 * entries.len())).expect("reads");
+    assert_eq!(p.entries(), 1_000_000);
+}

@@ -679,3 +679,112 @@ fn the_census_bounds_the_request_written() {
     assert_eq!(census.records, 500);
     assert_eq!(census.attributes, 500 * 40);
 }
+
+/// Prometheus sends 1.0 metadata in requests of its own: a later
+/// request's samples take the type an earlier one said, for their tenant
+/// only, and a request's own metadata still comes first.
+#[test]
+fn metadata_sent_apart_types_later_samples_of_its_tenant() {
+    let kinds = KindCache::default();
+    let (a, b) = (TenantId::new("a").expect("tenant"), TenantId::new("b").expect("tenant"));
+    let metadata_only = WriteRequest {
+        timeseries: Vec::new(),
+        metadata: vec![MetricMetadata {
+            r#type: 1,
+            family: "jobs".into(),
+            help: "Jobs.".into(),
+            unit: String::new(),
+        }],
+    }
+    .encode_to_vec();
+    let mut p = Parsed::read(Version::V1, &metadata_only).expect("reads");
+    p.apply_kinds(&kinds, &a);
+    let samples = WriteRequest {
+        timeseries: vec![
+            series(&[("__name__", "jobs_total"), ("job", "j")], &[(NOW_MS, 3.0)]),
+            series(&[("__name__", "other"), ("job", "j")], &[(NOW_MS, 1.0)]),
+        ],
+        metadata: Vec::new(),
+    }
+    .encode_to_vec();
+    let kind_of = |tenant: &TenantId, body: &[u8]| {
+        let mut p = Parsed::read(Version::V1, body).expect("reads");
+        p.apply_kinds(&kinds, tenant);
+        let (otlp, _) = p.write(window());
+        let req = ExportMetricsServiceRequest::decode(otlp.as_slice()).expect("decodes");
+        rows(&req).into_iter().map(|r| (r.1, r.2)).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        kind_of(&a, &samples),
+        [("jobs_total".to_owned(), "counter"), ("other".to_owned(), "gauge")]
+    );
+    assert_eq!(
+        kind_of(&b, &samples),
+        [("jobs_total".to_owned(), "gauge"), ("other".to_owned(), "gauge")]
+    );
+    // The request's own metadata wins over what was remembered.
+    let typed = WriteRequest {
+        timeseries: vec![series(&[("__name__", "jobs_total"), ("job", "j")], &[(NOW_MS, 3.0)])],
+        metadata: vec![MetricMetadata {
+            r#type: 2,
+            family: "jobs".into(),
+            help: String::new(),
+            unit: String::new(),
+        }],
+    }
+    .encode_to_vec();
+    assert_eq!(kind_of(&a, &typed), [("jobs_total".to_owned(), "gauge")]);
+    // And it is remembered in turn.
+    assert_eq!(kind_of(&a, &samples)[0], ("jobs_total".to_owned(), "gauge"));
+}
+
+/// A tenant remembers at most its share of families.
+#[test]
+fn the_kind_cache_is_bounded_per_tenant() {
+    let kinds = KindCache::default();
+    let tenant = TenantId::new("many").expect("tenant");
+    let metadata = (0..MAX_CACHED_FAMILIES_PER_TENANT + 50)
+        .map(|i| MetricMetadata {
+            r#type: 1,
+            family: format!("f{i}"),
+            help: String::new(),
+            unit: String::new(),
+        })
+        .collect();
+    let body = WriteRequest {
+        timeseries: Vec::new(),
+        metadata,
+    }
+    .encode_to_vec();
+    Parsed::read(Version::V1, &body)
+        .expect("reads")
+        .apply_kinds(&kinds, &tenant);
+    let held = kinds.families.lock().expect("lock")[&tenant].len();
+    assert_eq!(held, MAX_CACHED_FAMILIES_PER_TENANT);
+}
+
+/// Views are metered: a request of a million empty labels stops at the
+/// memory it was given, and reads whole with enough.
+#[test]
+fn views_stop_at_the_memory_reserved_for_them() {
+    let big = TimeSeries {
+        labels: vec![Label::default(); 1_000_000],
+        ..Default::default()
+    };
+    let body = WriteRequest {
+        timeseries: vec![big],
+        metadata: Vec::new(),
+    }
+    .encode_to_vec();
+    let e = Parsed::read_within(Version::V1, &body, Meter::new(8 * body.len())).expect_err("over");
+    assert!(matches!(e, ReadError::OverBudget { .. }), "{e:?}");
+    // 32 bytes a label, three times over for growth.
+    let p = Parsed::read_within(Version::V1, &body, Meter::new(100 * body.len())).expect("reads");
+    assert_eq!(p.refused.samples, 0);
+    assert!(
+        p.refused
+            .first
+            .as_deref()
+            .is_some_and(|m| m.contains("empty label name"))
+    );
+}
