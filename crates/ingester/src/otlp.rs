@@ -108,6 +108,13 @@ pub(crate) struct Budget {
     units: u32,
 }
 
+impl Budget {
+    /// The bytes held.
+    pub(crate) fn bytes(&self) -> u64 {
+        u64::from(self.units) * BUDGET_UNIT
+    }
+}
+
 /// An in-flight slot; counted on `/metrics` while held.
 struct Slot {
     _permit: OwnedSemaphorePermit,

@@ -95,14 +95,13 @@ const VIEWS_FLOOR: u64 = 64 << 10;
 /// [`VIEWS_PER_BYTE`] per wire byte, and for a request that needs more
 /// (millions of empty labels or entries, many times their wire size) the
 /// whole per-request limit, past which it is refused 413 naming `what`.
-/// Returns the request read and the bytes held for its views.
 async fn read_metered<P>(
     receivers: &Receivers,
     held: &mut Budget,
     wire: usize,
     what: &str,
     read: impl Fn(Meter) -> Result<P, ReadError>,
-) -> Result<(P, u64), IngestError> {
+) -> Result<P, IngestError> {
     let (limit, flag) = receivers.decoded_limit();
     let mut views = (VIEWS_PER_BYTE * wire as u64).max(VIEWS_FLOOR).min(limit);
     loop {
@@ -110,7 +109,7 @@ async fn read_metered<P>(
             .reserve(held, views, || format!("{wire} bytes of {what}"))
             .await?;
         match read(Meter::new(views as usize)) {
-            Ok(p) => return Ok((p, views)),
+            Ok(p) => return Ok(p),
             Err(ReadError::Invalid(m)) => return Err(IngestError::Invalid(m)),
             Err(ReadError::OverBudget { .. }) if views < limit => views = limit,
             Err(ReadError::OverBudget { used }) => {
@@ -139,8 +138,8 @@ fn answer(refused: Option<String>) -> Response {
 }
 
 /// Takes what the OTLP request will cost to decode (`census`, counted on
-/// the other protocol's request) from the in-flight budget, beside the
-/// `views` bytes already held for the request read, has `write`
+/// the other protocol's request) from the in-flight budget, beside what
+/// `held` already holds for the request read, has `write`
 /// write it (payload, whether it holds anything, what it holds) and
 /// submits it when it holds anything; returns what it holds and the
 /// shards' account of rows they refused, if any.
@@ -149,13 +148,14 @@ async fn submit_written<W>(
     signal: Signal,
     tenant: TenantId,
     census: Census,
-    views: u64,
     held: &mut Budget,
     arrival: Arrival,
     write: impl FnOnce() -> (Vec<u8>, bool, W),
 ) -> Result<(W, Option<String>), IngestError> {
     receivers
-        .reserve(held, census.decoded_bytes(signal) + views, || census.describe(signal))
+        .reserve(held, census.decoded_bytes(signal) + held.bytes(), || {
+            census.describe(signal)
+        })
         .await?;
     let (payload, any, written) = write();
     if !any {
@@ -181,27 +181,18 @@ async fn remote_write(receivers: &Receivers, request: axum::extract::Request) ->
     let result = receive(receivers, &parts, body, arrived, async |tenant, body, arrival| {
         let raw = protobuf_body(receivers, headers, body)?;
         let mut held = Budget::default();
-        let (mut parsed, views) = read_metered(receivers, &mut held, raw.len(), "remote write request", |meter| {
+        let mut parsed = read_metered(receivers, &mut held, raw.len(), "remote write request", |meter| {
             crate::prom::Parsed::read_within(version, &raw, meter)
         })
         .await?;
         parsed.apply_kinds(&receivers.kinds, &tenant);
         let census = parsed.census();
         let window = receivers.pipeline.window();
-        let (written, shards) = submit_written(
-            receivers,
-            Signal::Metrics,
-            tenant,
-            census,
-            views,
-            &mut held,
-            arrival,
-            || {
-                let (payload, written) = parsed.write(window);
-                let any = written.samples + written.histograms + written.exemplars > 0;
-                (payload, any, written)
-            },
-        )
+        let (written, shards) = submit_written(receivers, Signal::Metrics, tenant, census, &mut held, arrival, || {
+            let (payload, written) = parsed.write(window);
+            let any = written.samples + written.histograms + written.exemplars > 0;
+            (payload, any, written)
+        })
         .await?;
         Ok((parsed.refused.message().or(shards), written))
     })
@@ -252,14 +243,14 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
             protobuf_body(receivers, headers, body)?
         };
         let mut held = Budget::default();
-        let (mut parsed, views) = if json {
+        let mut parsed = if json {
             // serde builds the streams and entries: bounded before it does.
             let objects = crate::records::json_objects(&raw);
             let estimate = crate::records::json_decoded_bytes(objects, raw.len());
             receivers
                 .reserve(&mut held, estimate, || format!("{objects} JSON objects"))
                 .await?;
-            (crate::loki::Parsed::json(&raw).map_err(IngestError::Invalid)?, estimate)
+            crate::loki::Parsed::json(&raw).map_err(IngestError::Invalid)?
         } else {
             read_metered(receivers, &mut held, raw.len(), "Loki push request", |meter| {
                 crate::loki::Parsed::protobuf_within(&raw, meter)
@@ -268,19 +259,10 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
         };
         let census = parsed.census();
         let window = receivers.pipeline.window();
-        let (_, shards) = submit_written(
-            receivers,
-            Signal::Logs,
-            tenant,
-            census,
-            views,
-            &mut held,
-            arrival,
-            || {
-                let (payload, written) = parsed.write(window);
-                (payload, written > 0, written)
-            },
-        )
+        let (_, shards) = submit_written(receivers, Signal::Logs, tenant, census, &mut held, arrival, || {
+            let (payload, written) = parsed.write(window);
+            (payload, written > 0, written)
+        })
         .await?;
         Ok(parsed.message().or(shards))
     })

@@ -294,8 +294,8 @@ async fn the_worst_shaped_requests_stay_within_the_configured_memory() {
     for chunk in push_shots.chunks(3) {
         let answers = futures::future::join_all(chunk.iter().map(|(path, content_type, body, _)| {
             let shot = Shot {
-                path: *path,
-                content_type: *content_type,
+                path,
+                content_type,
                 encoding: "snappy",
                 body: snappy(body),
             };
