@@ -817,9 +817,21 @@ impl<'a> Parsed<'a> {
             w.kv_str(1, SOURCE_ATTR, SOURCE_REMOTE_WRITE);
             w.end();
             w.begin(2); // ScopeMetrics
-            for &i in members {
-                self.write_series(&mut w, i, window, &mut refused, &mut written);
+            // Series of one name and metadata together, one metric each.
+            let mut members = members.clone();
+            members.sort_by_key(|&i| self.series[i].name);
+            let mut group: Vec<Prepared> = Vec::new();
+            for &i in &members {
+                if let Some(last) = group.last()
+                    && (self.series[last.i].name != self.series[i].name
+                        || self.metadata_of(&self.series[last.i]) != self.metadata_of(&self.series[i]))
+                {
+                    self.write_group(&mut w, &group, &mut written);
+                    group.clear();
+                }
+                group.push(self.prepare(i, window, &mut refused));
             }
+            self.write_group(&mut w, &group, &mut written);
             w.end();
             w.end();
         }
@@ -827,10 +839,11 @@ impl<'a> Parsed<'a> {
         (w.finish(), written)
     }
 
-    fn write_series(&self, w: &mut Writer, i: usize, window: TimeWindow, refused: &mut Refused, written: &mut Written) {
+    /// What series `i` puts in the OTLP request: its samples, exemplars
+    /// and histograms inside `window` (the rest refused).
+    fn prepare(&self, i: usize, window: TimeWindow, refused: &mut Refused) -> Prepared {
         let s = &self.series[i];
         let labels = &self.labels[s.labels.clone()];
-        let (kind, help, unit) = self.metadata_of(s);
         let in_window = |ts_ms: i64, refused: &mut Refused, what: (u64, u64, u64)| -> Option<u64> {
             let ns = u64::try_from(ts_ms).ok().and_then(|t| t.checked_mul(1_000_000));
             match ns {
@@ -896,59 +909,6 @@ impl<'a> Parsed<'a> {
                 .filter(|(ns, _)| !times.contains(ns))
                 .collect();
         }
-        let attrs = |w: &mut Writer, field: u32| {
-            for (k, v) in labels.iter().filter(|(k, _)| is_point_label(k)) {
-                w.kv_str(field, k, v);
-            }
-        };
-        let (monotonic, field) = match kind {
-            Kind::Counter => (true, 7),
-            Kind::Histogram | Kind::GaugeHistogram | Kind::Summary
-                if ["_bucket", "_sum", "_count"].iter().any(|x| s.name.ends_with(x)) =>
-            {
-                (true, 7)
-            }
-            _ => (false, 5),
-        };
-        if !kept.is_empty() || !lone.is_empty() {
-            w.begin(2); // Metric
-            w.string(1, s.name);
-            if !help.is_empty() {
-                w.string(2, help);
-            }
-            if !unit.is_empty() {
-                w.string(3, unit);
-            }
-            w.begin(field);
-            for &(ns, v) in &kept {
-                w.begin(1); // NumberDataPoint
-                if created_ns > 0 {
-                    w.fixed64(2, created_ns);
-                }
-                w.fixed64(3, ns);
-                w.double(4, v);
-                for &e in by_time.get(&ns).map_or(&[][..], Vec::as_slice) {
-                    self.write_exemplar(w, 5, e, ns, written);
-                }
-                attrs(w, 7);
-                w.end();
-                written.samples += 1;
-            }
-            for &(ns, e) in &lone {
-                w.begin(1);
-                w.fixed64(3, ns);
-                self.write_exemplar(w, 5, e, ns, written);
-                attrs(w, 7);
-                w.varint(8, NO_RECORDED_VALUE);
-                w.end();
-            }
-            if field == 7 {
-                w.varint(2, 2); // cumulative
-                w.varint(3, u64::from(monotonic));
-            }
-            w.end();
-            w.end();
-        }
         let mut hists: Vec<(u64, Hist)> = Vec::new();
         for h in s.histograms.clone() {
             let parsed = match Hist::read(self.histograms[h]) {
@@ -962,15 +922,25 @@ impl<'a> Parsed<'a> {
                 hists.push((ns, parsed));
             }
         }
-        for custom in [false, true] {
-            let of_kind: Vec<&(u64, Hist)> = hists
-                .iter()
-                .filter(|(_, h)| (h.schema == CUSTOM_BUCKETS) == custom)
-                .collect();
-            if of_kind.is_empty() {
-                continue;
-            }
-            w.begin(2);
+        Prepared {
+            i,
+            created_ns,
+            kept,
+            lone,
+            by_time,
+            hists,
+        }
+    }
+
+    /// Series `group` (consecutive members of one resource with the same
+    /// name and metadata) as one OTLP metric of their samples and one of
+    /// each kind of their histograms, as an OTLP exporter groups points.
+    fn write_group(&self, w: &mut Writer, group: &[Prepared], written: &mut Written) {
+        let Some(first) = group.first() else { return };
+        let s = &self.series[first.i];
+        let (kind, help, unit) = self.metadata_of(s);
+        let header = |w: &mut Writer| {
+            w.begin(2); // Metric
             w.string(1, s.name);
             if !help.is_empty() {
                 w.string(2, help);
@@ -978,16 +948,80 @@ impl<'a> Parsed<'a> {
             if !unit.is_empty() {
                 w.string(3, unit);
             }
-            w.begin(if custom { 9 } else { 10 });
-            for (ns, h) in of_kind {
-                w.begin(1);
-                if custom {
-                    h.write_explicit(w, *ns, created_ns, &attrs);
-                } else {
-                    h.write_exponential(w, *ns, created_ns, &attrs);
+        };
+        let attrs_of = |p: &Prepared| {
+            let labels = &self.labels[self.series[p.i].labels.clone()];
+            move |w: &mut Writer, field: u32| {
+                for (k, v) in labels.iter().filter(|(k, _)| is_point_label(k)) {
+                    w.kv_str(field, k, v);
                 }
-                w.end();
-                written.histograms += 1;
+            }
+        };
+        let (monotonic, field) = match kind {
+            Kind::Counter => (true, 7),
+            Kind::Histogram | Kind::GaugeHistogram | Kind::Summary
+                if ["_bucket", "_sum", "_count"].iter().any(|x| s.name.ends_with(x)) =>
+            {
+                (true, 7)
+            }
+            _ => (false, 5),
+        };
+        if group.iter().any(|p| !p.kept.is_empty() || !p.lone.is_empty()) {
+            header(w);
+            w.begin(field);
+            for p in group {
+                let attrs = attrs_of(p);
+                for &(ns, v) in &p.kept {
+                    w.begin(1); // NumberDataPoint
+                    if p.created_ns > 0 {
+                        w.fixed64(2, p.created_ns);
+                    }
+                    w.fixed64(3, ns);
+                    w.double(4, v);
+                    for &e in p.by_time.get(&ns).map_or(&[][..], Vec::as_slice) {
+                        self.write_exemplar(w, 5, e, ns, written);
+                    }
+                    attrs(w, 7);
+                    w.end();
+                    written.samples += 1;
+                }
+                for &(ns, e) in &p.lone {
+                    w.begin(1);
+                    w.fixed64(3, ns);
+                    self.write_exemplar(w, 5, e, ns, written);
+                    attrs(w, 7);
+                    w.varint(8, NO_RECORDED_VALUE);
+                    w.end();
+                }
+            }
+            if field == 7 {
+                w.varint(2, 2); // cumulative
+                w.varint(3, u64::from(monotonic));
+            }
+            w.end();
+            w.end();
+        }
+        for custom in [false, true] {
+            fn of_kind(p: &Prepared, custom: bool) -> impl Iterator<Item = &(u64, Hist)> {
+                p.hists.iter().filter(move |(_, h)| (h.schema == CUSTOM_BUCKETS) == custom)
+            }
+            if !group.iter().any(|p| of_kind(p, custom).next().is_some()) {
+                continue;
+            }
+            header(w);
+            w.begin(if custom { 9 } else { 10 });
+            for p in group {
+                let attrs = attrs_of(p);
+                for (ns, h) in of_kind(p, custom) {
+                    w.begin(1);
+                    if custom {
+                        h.write_explicit(w, *ns, p.created_ns, &attrs);
+                    } else {
+                        h.write_exponential(w, *ns, p.created_ns, &attrs);
+                    }
+                    w.end();
+                    written.histograms += 1;
+                }
             }
             w.varint(2, 2); // cumulative
             w.end();
@@ -1025,6 +1059,20 @@ fn hex_id(s: &str) -> Option<Vec<u8>> {
 
 /// The schema of a native histogram with custom bucket bounds.
 const CUSTOM_BUCKETS: i32 = -53;
+
+/// One series' part of the OTLP request, ready to write.
+struct Prepared {
+    /// Into [`Parsed::series`].
+    i: usize,
+    created_ns: u64,
+    /// Samples (time ns, value) inside the window.
+    kept: Vec<(u64, f64)>,
+    /// Exemplars (time ns, index) without a sample of their time.
+    lone: Vec<(u64, usize)>,
+    /// Exemplars by the time of their sample.
+    by_time: HashMap<u64, Vec<usize>>,
+    hists: Vec<(u64, Hist)>,
+}
 
 /// A native histogram, its buckets expanded to dense counts.
 #[derive(Debug, Default)]

@@ -315,15 +315,16 @@ fn remote_write_1_maps_series_onto_otlp() {
                 NOW_MS + 15_000,
                 7.0
             ),
-            (node.clone(), "temperature".into(), "gauge", vec![], NOW_MS, -1.5),
+            // A resource's series in name order.
             (
-                node,
+                node.clone(),
                 "rpc_seconds_bucket".into(),
                 "counter",
                 owned(&[("le", "0.5")]),
                 NOW_MS,
                 3.0
             ),
+            (node, "temperature".into(), "gauge", vec![], NOW_MS, -1.5),
             (bare, "no_job".into(), "gauge", vec![], NOW_MS, 1.0),
         ]
     );
@@ -787,4 +788,43 @@ fn views_stop_at_the_memory_reserved_for_them() {
             .as_deref()
             .is_some_and(|m| m.contains("empty label name"))
     );
+}
+
+/// The series of one name and resource are one OTLP metric of all their
+/// points, as an OTLP exporter sends them; another name or resource is
+/// another metric.
+#[test]
+fn series_of_one_name_share_one_metric() {
+    let req = WriteRequest {
+        timeseries: vec![
+            series(&[("__name__", "up"), ("instance", "a"), ("job", "j")], &[(NOW_MS, 1.0)]),
+            series(&[("__name__", "cpu"), ("job", "j"), ("mode", "user")], &[(NOW_MS, 2.0)]),
+            series(&[("__name__", "cpu"), ("job", "j"), ("mode", "idle")], &[(NOW_MS, 3.0)]),
+            series(&[("__name__", "up"), ("instance", "b"), ("job", "j")], &[(NOW_MS, 0.0)]),
+            series(&[("__name__", "cpu"), ("job", "j"), ("mode", "nice")], &[(NOW_MS, 4.0)]),
+        ],
+        metadata: Vec::new(),
+    };
+    let (otlp, written, _) = convert(Version::V1, &req.encode_to_vec());
+    assert_eq!(written.samples, 5);
+    let metrics: Vec<(String, usize)> = otlp
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .map(|m| {
+            let n = match &m.data {
+                Some(Data::Gauge(g)) => g.data_points.len(),
+                other => panic!("not a gauge: {other:?}"),
+            };
+            (m.name.clone(), n)
+        })
+        .collect();
+    // Resources in the order met: (j, a), (j, none), (j, b).
+    assert_eq!(
+        metrics,
+        [("up".to_owned(), 1), ("cpu".to_owned(), 3), ("up".to_owned(), 1)]
+    );
+    let modes: Vec<f64> = rows(&otlp).iter().filter(|r| r.1 == "cpu").map(|r| r.5).collect();
+    assert_eq!(modes, [2.0, 3.0, 4.0], "a name's series keep their request order");
 }
