@@ -747,6 +747,9 @@ impl<'a> Parsed<'a> {
         if s.kind != Kind::Unknown || !s.help.is_empty() || !s.unit.is_empty() {
             return (s.kind, s.help, s.unit);
         }
+        if self.metadata.is_empty() {
+            return (Kind::Unknown, "", "");
+        }
         family_lookup(s.name, |f| self.metadata.get(f).copied()).unwrap_or((Kind::Unknown, "", ""))
     }
 
@@ -755,20 +758,30 @@ impl<'a> Parsed<'a> {
     /// nothing of its family the type `kinds` remembers.
     pub fn apply_kinds(&mut self, kinds: &KindCache, tenant: &TenantId) {
         let Ok(mut all) = kinds.families.lock() else { return };
-        let total: usize = all.values().map(HashMap::len).sum();
-        let mut room = MAX_CACHED_FAMILIES.saturating_sub(total);
-        let known = all.entry(tenant.clone()).or_default();
-        for (family, (kind, _, _)) in &self.metadata {
-            if *kind == Kind::Unknown || family.len() > MAX_CACHED_NAME {
-                continue;
+        let learned: Vec<(&'a str, Kind)> = self
+            .metadata
+            .iter()
+            .filter(|(family, (kind, _, _))| *kind != Kind::Unknown && family.len() <= MAX_CACHED_NAME)
+            .map(|(family, (kind, _, _))| (*family, *kind))
+            .collect();
+        if !learned.is_empty() {
+            let total: usize = all.values().map(HashMap::len).sum();
+            let mut room = MAX_CACHED_FAMILIES.saturating_sub(total);
+            // A tenant has an entry only once it has a family in it.
+            let known = all.entry(tenant.clone()).or_default();
+            for (family, kind) in learned {
+                if let Some(k) = known.get_mut(family) {
+                    *k = kind;
+                } else if room > 0 && known.len() < MAX_CACHED_FAMILIES_PER_TENANT {
+                    known.insert(Box::from(family), kind);
+                    room -= 1;
+                }
             }
-            if let Some(k) = known.get_mut(*family) {
-                *k = *kind;
-            } else if room > 0 && known.len() < MAX_CACHED_FAMILIES_PER_TENANT {
-                known.insert(Box::from(*family), *kind);
-                room -= 1;
+            if known.is_empty() {
+                all.remove(tenant);
             }
         }
+        let Some(known) = all.get(tenant) else { return };
         for i in 0..self.series.len() {
             if self.metadata_of(&self.series[i]).0 != Kind::Unknown {
                 continue;
@@ -1003,7 +1016,9 @@ impl<'a> Parsed<'a> {
         }
         for custom in [false, true] {
             fn of_kind(p: &Prepared, custom: bool) -> impl Iterator<Item = &(u64, Hist)> {
-                p.hists.iter().filter(move |(_, h)| (h.schema == CUSTOM_BUCKETS) == custom)
+                p.hists
+                    .iter()
+                    .filter(move |(_, h)| (h.schema == CUSTOM_BUCKETS) == custom)
             }
             if !group.iter().any(|p| of_kind(p, custom).next().is_some()) {
                 continue;

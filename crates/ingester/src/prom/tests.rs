@@ -723,6 +723,9 @@ fn metadata_sent_apart_types_later_samples_of_its_tenant() {
         kind_of(&b, &samples),
         [("jobs_total".to_owned(), "gauge"), ("other".to_owned(), "gauge")]
     );
+    // A tenant that never sent metadata holds nothing (no entry grows
+    // per tenant seen).
+    assert!(!kinds.families.lock().expect("lock").contains_key(&b));
     // The request's own metadata wins over what was remembered.
     let typed = WriteRequest {
         timeseries: vec![series(&[("__name__", "jobs_total"), ("job", "j")], &[(NOW_MS, 3.0)])],
