@@ -25,10 +25,21 @@ with open(CLUSTER_SECRET_FILE, "w") as _f:
 os.environ["MIRA_CLUSTER_SECRET_FILE"] = CLUSTER_SECRET_FILE
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on, never the same one twice in this
+    run: the kernel may offer a port again once its probe socket closes,
+    and two processes given one port answer each other's requests (a
+    compactor answered a querier's 404)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_until(what, check, timeout=60):
