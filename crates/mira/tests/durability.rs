@@ -877,6 +877,41 @@ async fn published_points(p: &Procs) -> HashMap<(String, u64), usize> {
     seen
 }
 
+/// The crash of the metrics tests: requests 0..60 to an ingester with
+/// `--shards 4` in page-cache mode, kill -9, requests 60..90 after a
+/// restart with `--shards 1 --wal fsync`, then a restart with `--shards 2`
+/// and a stop. `send(addr, i)` sends request `i` and asserts it was
+/// acknowledged.
+async fn crash_and_reshard<F, Fut>(p: &mut Procs, send: F)
+where
+    F: Fn(String, u64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    p.start_ingester(&["--shards", "4", "--wal", "page-cache", "--seal-age", "3600s"]);
+    wait_ready(p.http()).await;
+    for i in 0..60 {
+        send(p.http().to_owned(), i).await;
+    }
+    p.kill_ingester();
+    p.start_ingester(&["--shards", "1", "--wal", "fsync", "--seal-age", "3600s"]);
+    wait_ready(p.http()).await;
+    for i in 60..90 {
+        send(p.http().to_owned(), i).await;
+    }
+    p.stop_ingester();
+    p.start_ingester(&["--shards", "2", "--seal-age", "3600s"]);
+    wait_ready(p.http()).await;
+    p.stop_ingester();
+}
+
+/// [`published_points`], asserting none is published more than once.
+async fn published_once(p: &Procs) -> HashMap<(String, u64), usize> {
+    let seen = published_points(p).await;
+    let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(10).collect();
+    assert!(dup.is_empty(), "published more than once: {dup:?}");
+    seen
+}
+
 /// Points are ordered by series when a block is sealed, including blocks
 /// sealed from the WAL after a crash: kill -9 with `--shards 4` in
 /// page-cache mode, restart with `--shards 1` and `--wal fsync`, then
@@ -892,25 +927,8 @@ async fn metrics_points_are_published_once_and_ordered_by_series_across_a_crash(
             .expect("the ingester answers")
             .status
     };
-    p.start_ingester(&["--shards", "4", "--wal", "page-cache", "--seal-age", "3600s"]);
-    wait_ready(p.http()).await;
-    for i in 0..60 {
-        assert_eq!(send(p.http().to_owned(), i).await, 200);
-    }
-    p.kill_ingester();
-    p.start_ingester(&["--shards", "1", "--wal", "fsync", "--seal-age", "3600s"]);
-    wait_ready(p.http()).await;
-    for i in 60..90 {
-        assert_eq!(send(p.http().to_owned(), i).await, 200);
-    }
-    p.stop_ingester();
-    p.start_ingester(&["--shards", "2", "--seal-age", "3600s"]);
-    wait_ready(p.http()).await;
-    p.stop_ingester();
-
-    let seen = published_points(&p).await;
-    let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(10).collect();
-    assert!(dup.is_empty(), "published more than once: {dup:?}");
+    crash_and_reshard(&mut p, |addr, i| async move { assert_eq!(send(addr, i).await, 200) }).await;
+    let seen = published_once(&p).await;
     let per_time: HashMap<u64, usize> = seen.keys().fold(HashMap::new(), |mut m, (_, t)| {
         *m.entry(*t).or_insert(0) += 1;
         m
@@ -971,25 +989,11 @@ async fn remote_written_samples_are_published_once_across_a_crash_and_a_shard_ch
             r.header("x-prometheus-remote-write-samples-written").map(str::to_owned),
         )
     };
-    p.start_ingester(&["--shards", "4", "--wal", "page-cache", "--seal-age", "3600s"]);
-    wait_ready(p.http()).await;
-    for i in 0..60 {
-        assert_eq!(send(p.http().to_owned(), i).await, (204, Some("3".to_owned())));
-    }
-    p.kill_ingester();
-    p.start_ingester(&["--shards", "1", "--wal", "fsync", "--seal-age", "3600s"]);
-    wait_ready(p.http()).await;
-    for i in 60..90 {
-        assert_eq!(send(p.http().to_owned(), i).await, (204, Some("3".to_owned())));
-    }
-    p.stop_ingester();
-    p.start_ingester(&["--shards", "2", "--seal-age", "3600s"]);
-    wait_ready(p.http()).await;
-    p.stop_ingester();
-
-    let seen = published_points(&p).await;
-    let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(10).collect();
-    assert!(dup.is_empty(), "published more than once: {dup:?}");
+    crash_and_reshard(&mut p, |addr, i| async move {
+        assert_eq!(send(addr, i).await, (204, Some("3".to_owned())));
+    })
+    .await;
+    let seen = published_once(&p).await;
     let mut want = HashMap::new();
     for i in 0..90 {
         for s in 0..3 {
