@@ -198,7 +198,27 @@ impl Receivers {
         payload: Bytes,
         held: &mut Budget,
     ) -> Result<Appended, IngestError> {
-        let result = self.submit_uncounted(signal, tenant, payload, held).await;
+        let result = match crate::records::census(signal, &payload) {
+            Ok(census) => self.submit_uncounted(signal, tenant, payload, held, &census).await,
+            Err(m) => Err(IngestError::Invalid(format!("malformed OTLP protobuf request: {}", m.0))),
+        };
+        self.pipeline.count(signal, &result);
+        result
+    }
+
+    /// [`Receivers::submit`] of an OTLP request Mira wrote itself from
+    /// another protocol's request, with `census` counted on that request
+    /// (its records as the OTLP census counts them, its memory at least
+    /// the OTLP's): our own output is not counted a second time.
+    pub(crate) async fn submit_counted(
+        &self,
+        signal: Signal,
+        tenant: TenantId,
+        payload: Bytes,
+        held: &mut Budget,
+        census: &crate::records::Census,
+    ) -> Result<Appended, IngestError> {
+        let result = self.submit_uncounted(signal, tenant, payload, held, census).await;
         self.pipeline.count(signal, &result);
         result
     }
@@ -209,9 +229,8 @@ impl Receivers {
         tenant: TenantId,
         payload: Bytes,
         held: &mut Budget,
+        census: &crate::records::Census,
     ) -> Result<Appended, IngestError> {
-        let census = crate::records::census(signal, &payload)
-            .map_err(|m| IngestError::Invalid(format!("malformed OTLP protobuf request: {}", m.0)))?;
         self.reserve(held, census.decoded_bytes(signal), || census.describe(signal))
             .await?;
         if !self.limits.enabled() {

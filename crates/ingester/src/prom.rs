@@ -122,6 +122,21 @@ fn kind_of(v: u64) -> Kind {
     }
 }
 
+/// Whether two series, by name and (type, help, unit), are points of one
+/// OTLP metric. The strings of one family's metadata (1.0) or of one
+/// symbol (2.0) are one slice of the request, so equal slices are told
+/// without comparing their bytes.
+fn same_metric(a: (&str, (Kind, &str, &str)), b: (&str, (Kind, &str, &str))) -> bool {
+    fn same(a: &str, b: &str) -> bool {
+        (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+    }
+    let ((na, (ka, ha, ua)), (nb, (kb, hb, ub))) = (a, b);
+    ka == kb && same(na, nb) && same(ha, hb) && same(ua, ub)
+}
+
+/// A map keyed by a request's strings, with a fast seeded hash.
+type Fast<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The suffixes Prometheus adds to a family's name for its series.
 const FAMILY_SUFFIXES: [&str; 6] = ["_total", "_bucket", "_sum", "_count", "_created", "_info"];
 
@@ -220,6 +235,17 @@ pub struct Written {
     pub samples: u64,
     pub histograms: u64,
     pub exemplars: u64,
+    /// Data points of exemplars without a sample at their time (no
+    /// recorded value): with the samples and histograms, the records the
+    /// OTLP request holds.
+    pub lone: u64,
+}
+
+impl Written {
+    /// The data points written: the records as the OTLP census counts them.
+    pub fn points(&self) -> u64 {
+        self.samples + self.histograms + self.lone
+    }
 }
 
 /// A request read: borrowed views of its series, checked.
@@ -232,7 +258,7 @@ pub struct Parsed<'a> {
     histograms: Vec<&'a [u8]>,
     series: Vec<Series<'a>>,
     /// 1.0: metadata by metric family name: (type, help, unit).
-    metadata: HashMap<&'a str, (Kind, &'a str, &'a str)>,
+    metadata: Fast<&'a str, (Kind, &'a str, &'a str)>,
     /// Series, samples and exemplars refused while reading.
     pub refused: Refused,
     /// An upper estimate of the OTLP request's size, bytes.
@@ -378,7 +404,7 @@ impl<'a> Parsed<'a> {
             exemplars: Vec::new(),
             histograms: Vec::new(),
             series: Vec::new(),
-            metadata: HashMap::new(),
+            metadata: Fast::default(),
             refused: Refused::default(),
             out_bytes: 16,
             out_attrs: 0,
@@ -799,7 +825,7 @@ impl<'a> Parsed<'a> {
         let mut written = Written::default();
         // Series by resource (job, instance), in the order met.
         let mut resources: Vec<(Option<&'a str>, Option<&'a str>, Vec<usize>)> = Vec::new();
-        let mut index: HashMap<(Option<&'a str>, Option<&'a str>), usize> = HashMap::new();
+        let mut index: Fast<(Option<&'a str>, Option<&'a str>), usize> = Fast::default();
         for (i, s) in self.series.iter().enumerate() {
             let labels = &self.labels[s.labels.clone()];
             let find = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
@@ -834,14 +860,16 @@ impl<'a> Parsed<'a> {
             let mut members = members.clone();
             members.sort_by_key(|&i| self.series[i].name);
             let mut group: Vec<Prepared> = Vec::new();
+            let mut last = None;
             for &i in &members {
-                if let Some(last) = group.last()
-                    && (self.series[last.i].name != self.series[i].name
-                        || self.metadata_of(&self.series[last.i]) != self.metadata_of(&self.series[i]))
+                let this = (self.series[i].name, self.metadata_of(&self.series[i]));
+                if let Some(last) = last
+                    && !same_metric(last, this)
                 {
                     self.write_group(&mut w, &group, &mut written);
                     group.clear();
                 }
+                last = Some(this);
                 group.push(self.prepare(i, window, &mut refused));
             }
             self.write_group(&mut w, &group, &mut written);
@@ -909,7 +937,7 @@ impl<'a> Parsed<'a> {
             .iter()
             .filter_map(|(t, v)| in_window(*t, refused, (1, 0, 0)).map(|ns| (ns, *v)))
             .collect();
-        let mut by_time: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut by_time: Fast<u64, Vec<usize>> = Fast::default();
         for (ns, e) in &exemplars_at {
             by_time.entry(*ns).or_default().push(*e);
         }
@@ -1005,6 +1033,7 @@ impl<'a> Parsed<'a> {
                     attrs(w, 7);
                     w.varint(8, NO_RECORDED_VALUE);
                     w.end();
+                    written.lone += 1;
                 }
             }
             if field == 7 {
@@ -1085,7 +1114,7 @@ struct Prepared {
     /// Exemplars (time ns, index) without a sample of their time.
     lone: Vec<(u64, usize)>,
     /// Exemplars by the time of their sample.
-    by_time: HashMap<u64, Vec<usize>>,
+    by_time: Fast<u64, Vec<usize>>,
     hists: Vec<(u64, Hist)>,
 }
 

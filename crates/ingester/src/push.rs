@@ -138,11 +138,12 @@ fn answer(refused: Option<String>) -> Response {
 }
 
 /// Takes what the OTLP request will cost to decode (`census`, counted on
-/// the other protocol's request) from the in-flight budget, beside what
-/// `held` already holds for the request read, has `write`
-/// write it (payload, whether it holds anything, what it holds) and
-/// submits it when it holds anything; returns what it holds and the
-/// shards' account of rows they refused, if any.
+/// the other protocol's request, an upper bound of the OTLP's) from the
+/// in-flight budget, beside what `held` already holds for the request
+/// read, has `write` write it (payload, the records it holds, what it
+/// holds) and submits it, counted as `census` with those records, when it
+/// holds any; returns what it holds and the shards' account of rows they
+/// refused, if any.
 async fn submit_written<W>(
     receivers: &Receivers,
     signal: Signal,
@@ -150,19 +151,22 @@ async fn submit_written<W>(
     census: Census,
     held: &mut Budget,
     arrival: Arrival,
-    write: impl FnOnce() -> (Vec<u8>, bool, W),
+    write: impl FnOnce() -> (Vec<u8>, u64, W),
 ) -> Result<(W, Option<String>), IngestError> {
     receivers
         .reserve(held, census.decoded_bytes(signal) + held.bytes(), || {
             census.describe(signal)
         })
         .await?;
-    let (payload, any, written) = write();
-    if !any {
+    let (payload, records, written) = write();
+    if records == 0 {
         return Ok((written, None));
     }
     let read = Instant::now();
-    let appended = receivers.submit(signal, tenant, Bytes::from(payload), held).await?;
+    let census = Census { records, ..census };
+    let appended = receivers
+        .submit_counted(signal, tenant, Bytes::from(payload), held, &census)
+        .await?;
     arrival.accepted(receivers.pipeline.metrics(), signal, read);
     let refused = (appended.rejected_total() > 0)
         .then(|| appended.message(&receivers.pipeline.limits()))
@@ -190,8 +194,7 @@ async fn remote_write(receivers: &Receivers, request: axum::extract::Request) ->
         let window = receivers.pipeline.window();
         let (written, shards) = submit_written(receivers, Signal::Metrics, tenant, census, &mut held, arrival, || {
             let (payload, written) = parsed.write(window);
-            let any = written.samples + written.histograms + written.exemplars > 0;
-            (payload, any, written)
+            (payload, written.points(), written)
         })
         .await?;
         Ok((parsed.refused.message().or(shards), written))
@@ -261,7 +264,7 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
         let window = receivers.pipeline.window();
         let (_, shards) = submit_written(receivers, Signal::Logs, tenant, census, &mut held, arrival, || {
             let (payload, written) = parsed.write(window);
-            (payload, written > 0, written)
+            (payload, written, written)
         })
         .await?;
         Ok(parsed.message().or(shards))
