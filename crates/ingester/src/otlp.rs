@@ -200,7 +200,10 @@ impl Receivers {
     ) -> Result<Appended, IngestError> {
         let result = match crate::records::census(signal, &payload) {
             Ok(census) => self.submit_uncounted(signal, tenant, payload, held, &census).await,
-            Err(m) => Err(IngestError::Invalid(format!("malformed OTLP protobuf request: {}", m.0))),
+            Err(m) => Err(IngestError::Invalid(format!(
+                "malformed OTLP protobuf request: {}",
+                m.0
+            ))),
         };
         self.pipeline.count(signal, &result);
         result
