@@ -198,21 +198,24 @@ impl Receivers {
         payload: Bytes,
         held: &mut Budget,
     ) -> Result<Appended, IngestError> {
-        let result = match crate::records::census(signal, &payload) {
-            Ok(census) => self.submit_uncounted(signal, tenant, payload, held, &census).await,
-            Err(m) => Err(IngestError::Invalid(format!(
-                "malformed OTLP protobuf request: {}",
-                m.0
-            ))),
-        };
-        self.pipeline.count(signal, &result);
-        result
+        match crate::records::census(signal, &payload) {
+            Ok(census) => self.submit_counted(signal, tenant, payload, held, &census).await,
+            Err(m) => {
+                let refused = Err(IngestError::Invalid(format!(
+                    "malformed OTLP protobuf request: {}",
+                    m.0
+                )));
+                self.pipeline.count(signal, &refused);
+                refused
+            }
+        }
     }
 
-    /// [`Receivers::submit`] of an OTLP request Mira wrote itself from
-    /// another protocol's request, with `census` counted on that request
-    /// (its records as the OTLP census counts them, its memory at least
-    /// the OTLP's): our own output is not counted a second time.
+    /// [`Receivers::submit`] with `census` already counted: for an OTLP
+    /// request Mira wrote itself from another protocol's request, counted
+    /// on that request (its records as the OTLP census counts them, its
+    /// memory at least the OTLP's), so our own output is not counted a
+    /// second time.
     pub(crate) async fn submit_counted(
         &self,
         signal: Signal,
@@ -221,30 +224,22 @@ impl Receivers {
         held: &mut Budget,
         census: &crate::records::Census,
     ) -> Result<Appended, IngestError> {
-        let result = self.submit_uncounted(signal, tenant, payload, held, census).await;
+        let result = async {
+            self.reserve(held, census.decoded_bytes(signal), || census.describe(signal))
+                .await?;
+            if !self.limits.enabled() {
+                return self.pipeline.submit(signal, tenant, payload).await;
+            }
+            let records = census.records;
+            self.limits.take_records(&tenant, records)?;
+            let result = self.pipeline.submit(signal, tenant.clone(), payload).await;
+            if result.is_err() {
+                self.limits.give_back_records(&tenant, records);
+            }
+            result
+        }
+        .await;
         self.pipeline.count(signal, &result);
-        result
-    }
-
-    async fn submit_uncounted(
-        &self,
-        signal: Signal,
-        tenant: TenantId,
-        payload: Bytes,
-        held: &mut Budget,
-        census: &crate::records::Census,
-    ) -> Result<Appended, IngestError> {
-        self.reserve(held, census.decoded_bytes(signal), || census.describe(signal))
-            .await?;
-        if !self.limits.enabled() {
-            return self.pipeline.submit(signal, tenant, payload).await;
-        }
-        let records = census.records;
-        self.limits.take_records(&tenant, records)?;
-        let result = self.pipeline.submit(signal, tenant.clone(), payload).await;
-        if result.is_err() {
-            self.limits.give_back_records(&tenant, records);
-        }
         result
     }
 

@@ -2,6 +2,7 @@
 //! (an encoder independent of the reader), read and written as OTLP, and
 //! the OTLP decoded with prost.
 
+use mira_core::ids::Signal;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -830,4 +831,68 @@ fn series_of_one_name_share_one_metric() {
     );
     let modes: Vec<f64> = rows(&otlp).iter().filter(|r| r.1 == "cpu").map(|r| r.5).collect();
     assert_eq!(modes, [2.0, 3.0, 4.0], "a name's series keep their request order");
+}
+
+/// The census the receivers take for a remote-write request (they do not
+/// count the OTLP Mira writes from it) holds at least the memory the OTLP
+/// request's own census would, and its records are the points written:
+/// for series each a resource of its own, for exemplars with labels (each
+/// alone and on a sample) and for wide label sets.
+#[test]
+fn the_census_holds_what_the_otlp_census_would() {
+    let one_resource_each: Vec<TimeSeries> = (0..2000)
+        .map(|i| {
+            let (job, instance) = (format!("ns/job-{i}"), format!("host-{i}:9100"));
+            series(
+                &[("__name__", "up"), ("job", &job), ("instance", &instance)],
+                &[(NOW_MS, 1.0)],
+            )
+        })
+        .collect();
+    let exemplar = |t: i64| ExemplarV1 {
+        labels: labels(&[
+            ("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"),
+            ("user", "u1"),
+            ("region", "eu"),
+        ]),
+        value: 2.0,
+        timestamp: t,
+    };
+    let with_exemplars: Vec<TimeSeries> = (0..500)
+        .map(|i| TimeSeries {
+            labels: labels(&[("__name__", "rpc_total"), ("job", "a"), ("path", &format!("/p{i}"))]),
+            samples: vec![Sample {
+                value: 1.0,
+                timestamp: NOW_MS,
+            }],
+            exemplars: vec![exemplar(NOW_MS), exemplar(NOW_MS + 1)],
+            ..Default::default()
+        })
+        .collect();
+    let many: Vec<(String, String)> = (0..40).map(|i| (format!("label_{i:02}"), "v".repeat(30))).collect();
+    let mut wide: Vec<(&str, &str)> = vec![("__name__", "wide")];
+    wide.extend(many.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let samples: Vec<(i64, f64)> = (0..500).map(|i| (NOW_MS + i, i as f64)).collect();
+    for (what, timeseries) in [
+        ("a resource per series", one_resource_each),
+        ("exemplars", with_exemplars),
+        ("wide labels", vec![series(&wide, &samples)]),
+    ] {
+        let body = WriteRequest {
+            timeseries,
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        let mut p = Parsed::read(Version::V1, &body).expect("reads");
+        let ours = p.census();
+        let (otlp, written) = p.write(window());
+        let theirs = crate::records::census(Signal::Metrics, &otlp).expect("our OTLP reads");
+        assert_eq!(written.points(), theirs.records, "{what}");
+        assert!(
+            ours.decoded_bytes(Signal::Metrics) >= theirs.decoded_bytes(Signal::Metrics),
+            "{what}: {} < {} ({ours:?} against {theirs:?})",
+            ours.decoded_bytes(Signal::Metrics),
+            theirs.decoded_bytes(Signal::Metrics)
+        );
+    }
 }
