@@ -22,7 +22,7 @@ pub use limits::{Appended, Limits, TimeWindow, gate_series};
 pub use logs::{LogRow, LogsBuilder, log_rows, logs_to_otlp, logs_to_otlp_in_row_order};
 pub use metrics::{PointsBuilder, points_by_series, points_to_otlp, points_to_otlp_in_row_order};
 pub use traces::{SpansBuilder, spans_to_otlp, spans_to_otlp_in_row_order, spans_to_otlp_rows};
-pub use wire::Reader as WireReader;
+pub use wire::{Reader as WireReader, utf8};
 
 /// What went wrong converting between OTLP and Arrow. Errors on the OTLP
 /// side are the sender's fault (400 / INVALID_ARGUMENT); errors on the Arrow

@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use mira_core::convert::{TimeWindow, WireReader as Reader};
+use mira_core::convert::{TimeWindow, WireReader as Reader, utf8};
 use mira_core::ids::TenantId;
 
 use crate::pbwrite::{Writer, kv_str_len};
@@ -142,6 +142,33 @@ const FAMILY_SUFFIXES: [&str; 6] = ["_total", "_bucket", "_sum", "_count", "_cre
 
 /// What `get` holds for a series name: under the name itself, or under
 /// the name without a suffix Prometheus adds.
+/// `members` (increasing indices) ordered by `name` and, within a name,
+/// as they came: a stable sort by name that compares each distinct name
+/// once a few times, not each series' name every time.
+fn by_name<'a>(members: &[usize], name: impl Fn(usize) -> &'a str) -> Vec<usize> {
+    let mut first: Fast<&'a str, u32> = Fast::default();
+    let buckets: Vec<u32> = members
+        .iter()
+        .map(|&i| {
+            let n = first.len() as u32;
+            *first.entry(name(i)).or_insert(n)
+        })
+        .collect();
+    let mut names: Vec<(&'a str, u32)> = first.into_iter().collect();
+    names.sort_unstable();
+    let mut rank = vec![0u32; names.len()];
+    for (at, (_, bucket)) in names.iter().enumerate() {
+        rank[*bucket as usize] = at as u32;
+    }
+    let mut keyed: Vec<(u32, usize)> = buckets
+        .iter()
+        .zip(members)
+        .map(|(b, &i)| (rank[*b as usize], i))
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
 fn family_lookup<T>(name: &str, get: impl Fn(&str) -> Option<T>) -> Option<T> {
     get(name).or_else(|| {
         FAMILY_SUFFIXES
@@ -366,8 +393,20 @@ fn ref_pairs<'a, 'r>(refs: &'r [&'a str], what: &str) -> Result<impl Iterator<It
     Ok(refs.chunks(2).map(|c| (c[0], c[1])))
 }
 
-/// A 1.0 `Label` or 2.0 label pair.
+/// A 1.0 `Label`.
+#[inline]
 fn label(buf: &[u8]) -> Option<(&str, &str)> {
+    // The shape every encoder writes, name then value, each shorter
+    // than 128 bytes, read without the general loop.
+    if let [0x0a, nl, ref rest @ ..] = *buf
+        && nl < 0x80
+        && let Some((name, rest)) = rest.split_at_checked(usize::from(nl))
+        && let [0x12, vl, ref value @ ..] = *rest
+        && vl < 0x80
+        && usize::from(vl) == value.len()
+    {
+        return Some((utf8(name)?, utf8(value)?));
+    }
     let mut r = Reader::new(buf);
     let (mut name, mut value) = ("", "");
     while !r.done() {
@@ -415,6 +454,14 @@ impl<'a> Parsed<'a> {
     /// `meter`.
     pub fn read_within(version: Version, buf: &'a [u8], meter: Meter) -> Result<Parsed<'a>, ReadError> {
         let mut p = Parsed::new(meter);
+        // Room for the views a request of this size usually holds (a
+        // series of a few labels takes some 100 bytes in 1.0), so that the
+        // vectors seldom grow by copying: together at most a third of the
+        // budget left, which the meter's three-times margin covers.
+        let room = p.meter.room() / 9;
+        p.labels.reserve((buf.len() / 16).min(room / size_of::<(&str, &str)>()));
+        p.samples.reserve((buf.len() / 64).min(room / size_of::<(i64, f64)>()));
+        p.series.reserve((buf.len() / 64).min(room / size_of::<Series>()));
         match version {
             Version::V1 => p.read_v1(buf)?,
             Version::V2 => p.read_v2(buf)?,
@@ -838,6 +885,8 @@ impl<'a> Parsed<'a> {
         }
         let mut refused = std::mem::take(&mut self.refused);
         let mut w = Writer::with_capacity(self.out_bytes.min(64 << 20));
+        // The samples of the group being written, each series' a range.
+        let mut kept: Vec<(u64, f64)> = Vec::new();
         for (job, instance, members) in &resources {
             w.begin(1); // ResourceMetrics
             w.begin(1); // Resource
@@ -856,23 +905,25 @@ impl<'a> Parsed<'a> {
             w.kv_str(1, SOURCE_ATTR, SOURCE_REMOTE_WRITE);
             w.end();
             w.begin(2); // ScopeMetrics
-            // Series of one name and metadata together, one metric each.
-            let mut members = members.clone();
-            members.sort_by_key(|&i| self.series[i].name);
+            // Series of one name and metadata together, one metric each,
+            // the names in order.
             let mut group: Vec<Prepared> = Vec::new();
             let mut last = None;
-            for &i in &members {
+            for i in by_name(members, |i| self.series[i].name) {
                 let this = (self.series[i].name, self.metadata_of(&self.series[i]));
                 if let Some(last) = last
                     && !same_metric(last, this)
                 {
-                    self.write_group(&mut w, &group, &mut written);
+                    self.write_group(&mut w, &group, &kept, &mut written);
                     group.clear();
+                    kept.clear();
                 }
                 last = Some(this);
-                group.push(self.prepare(i, window, &mut refused));
+                group.push(self.prepare(i, window, &mut refused, &mut kept));
             }
-            self.write_group(&mut w, &group, &mut written);
+            self.write_group(&mut w, &group, &kept, &mut written);
+            group.clear();
+            kept.clear();
             w.end();
             w.end();
         }
@@ -882,7 +933,7 @@ impl<'a> Parsed<'a> {
 
     /// What series `i` puts in the OTLP request: its samples, exemplars
     /// and histograms inside `window` (the rest refused).
-    fn prepare(&self, i: usize, window: TimeWindow, refused: &mut Refused) -> Prepared {
+    fn prepare(&self, i: usize, window: TimeWindow, refused: &mut Refused, kept: &mut Vec<(u64, f64)>) -> Prepared {
         let s = &self.series[i];
         let labels = &self.labels[s.labels.clone()];
         let in_window = |ts_ms: i64, refused: &mut Refused, what: (u64, u64, u64)| -> Option<u64> {
@@ -933,17 +984,19 @@ impl<'a> Parsed<'a> {
                 exemplars_at.push((ns, e));
             }
         }
-        let kept: Vec<(u64, f64)> = self.samples[s.samples.clone()]
-            .iter()
-            .filter_map(|(t, v)| in_window(*t, refused, (1, 0, 0)).map(|ns| (ns, *v)))
-            .collect();
+        let k0 = kept.len();
+        kept.extend(
+            self.samples[s.samples.clone()]
+                .iter()
+                .filter_map(|(t, v)| in_window(*t, refused, (1, 0, 0)).map(|ns| (ns, *v))),
+        );
         let mut by_time: Fast<u64, Vec<usize>> = Fast::default();
         for (ns, e) in &exemplars_at {
             by_time.entry(*ns).or_default().push(*e);
         }
         let mut lone: Vec<(u64, usize)> = Vec::new();
         if !by_time.is_empty() {
-            let times: std::collections::HashSet<u64> = kept.iter().map(|(ns, _)| *ns).collect();
+            let times: std::collections::HashSet<u64> = kept[k0..].iter().map(|(ns, _)| *ns).collect();
             lone = exemplars_at
                 .iter()
                 .copied()
@@ -966,7 +1019,7 @@ impl<'a> Parsed<'a> {
         Prepared {
             i,
             created_ns,
-            kept,
+            kept: k0..kept.len(),
             lone,
             by_time,
             hists,
@@ -976,7 +1029,7 @@ impl<'a> Parsed<'a> {
     /// Series `group` (consecutive members of one resource with the same
     /// name and metadata) as one OTLP metric of their samples and one of
     /// each kind of their histograms, as an OTLP exporter groups points.
-    fn write_group(&self, w: &mut Writer, group: &[Prepared], written: &mut Written) {
+    fn write_group(&self, w: &mut Writer, group: &[Prepared], kept: &[(u64, f64)], written: &mut Written) {
         let Some(first) = group.first() else { return };
         let s = &self.series[first.i];
         let (kind, help, unit) = self.metadata_of(s);
@@ -1012,7 +1065,7 @@ impl<'a> Parsed<'a> {
             w.begin(field);
             for p in group {
                 let attrs = attrs_of(p);
-                for &(ns, v) in &p.kept {
+                for &(ns, v) in &kept[p.kept.clone()] {
                     w.begin(1); // NumberDataPoint
                     if p.created_ns > 0 {
                         w.fixed64(2, p.created_ns);
@@ -1109,8 +1162,9 @@ struct Prepared {
     /// Into [`Parsed::series`].
     i: usize,
     created_ns: u64,
-    /// Samples (time ns, value) inside the window.
-    kept: Vec<(u64, f64)>,
+    /// Samples (time ns, value) inside the window: a range of the
+    /// group's samples.
+    kept: Range<usize>,
     /// Exemplars (time ns, index) without a sample of their time.
     lone: Vec<(u64, usize)>,
     /// Exemplars by the time of their sample.

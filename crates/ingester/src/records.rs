@@ -957,6 +957,11 @@ impl Meter {
         }
     }
 
+    /// Bytes of views still within the budget.
+    pub fn room(&self) -> usize {
+        self.budget.saturating_sub(self.used)
+    }
+
     /// Counts `n` more views of type `T`.
     pub fn take<T>(&mut self, n: usize) -> Result<(), ReadError> {
         self.used = self.used.saturating_add(n.saturating_mul(size_of::<T>()));

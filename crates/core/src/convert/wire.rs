@@ -42,6 +42,33 @@ pub(crate) enum Fast<T> {
     Fallback,
 }
 
+/// `b` as UTF-8, or `None`. Attribute keys, label names and most values
+/// are short ASCII, where `std::str::from_utf8` walks byte by byte: up to
+/// 16 bytes are tested a word at a time here, and only a string with a
+/// byte of 0x80 or more (or a longer one) goes to the full validation.
+#[inline]
+pub fn utf8(b: &[u8]) -> Option<&str> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let word = |s: &[u8]| -> u64 {
+        let mut w = [0u8; 8];
+        w[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(w)
+    };
+    let ascii = match b.len() {
+        0 => true,
+        1..=8 => word(b) & HIGH == 0,
+        n @ 9..=16 => (word(&b[..8]) | word(&b[n - 8..])) & HIGH == 0,
+        _ => false,
+    };
+    if ascii {
+        // SAFETY: every byte of `b` is below 0x80 (tested just above, a
+        // word at a time), and a run of ASCII bytes is valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(b) })
+    } else {
+        std::str::from_utf8(b).ok()
+    }
+}
+
 /// A protobuf wire reader over one message's bytes: every read answers
 /// `None` for input it cannot read (a truncated field, an overlong
 /// varint, a bad wire type), never panics.
@@ -131,7 +158,7 @@ impl<'a> Reader<'a> {
 
     #[inline]
     pub fn str(&mut self) -> W<&'a str> {
-        std::str::from_utf8(self.bytes()?).ok()
+        utf8(self.bytes()?)
     }
 
     #[inline]
@@ -206,7 +233,7 @@ fn text<'a>(b: &'a [u8], dict: Option<&DictBuilder>) -> W<Text<'a>> {
     if let Some(k) = dict.and_then(|d| d.peek(b)) {
         return Some(Text::Known(k, b));
     }
-    std::str::from_utf8(b).ok().map(Text::Str)
+    utf8(b).map(Text::Str)
 }
 
 /// The dictionaries an attribute list's keys and string values go to,
@@ -471,7 +498,7 @@ fn attr_common<'a, R>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>, emit: impl Fn
     if vl >= 0x80 || usize::from(vl) != value.len() {
         return None;
     }
-    let key_bytes = buf.get(key_at.clone())?;
+    let key_bytes = buf.get(key_at)?;
     let known_key = dicts.and_then(|d| d.keys.peek(key_bytes));
     let value = match *value {
         [0x0a, sl, ref s @ ..] if sl < 0x80 && usize::from(sl) == s.len() => {
@@ -482,15 +509,9 @@ fn attr_common<'a, R>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>, emit: impl Fn
             };
             return Some(match (known_key, known_value) {
                 (Some(k), Some(v)) => emit(view(Text::Known(k, key_bytes), Text::Known(v, s))),
-                (Some(k), None) => emit(view(Text::Known(k, key_bytes), Text::Str(std::str::from_utf8(s).ok()?))),
-                (None, Some(v)) => emit(view(Text::Str(std::str::from_utf8(key_bytes).ok()?), Text::Known(v, s))),
-                (None, None) => {
-                    let whole = std::str::from_utf8(buf).ok()?;
-                    emit(view(
-                        Text::Str(whole.get(key_at)?),
-                        Text::Str(whole.get(buf.len() - s.len()..)?),
-                    ))
-                }
+                (Some(k), None) => emit(view(Text::Known(k, key_bytes), Text::Str(utf8(s)?))),
+                (None, Some(v)) => emit(view(Text::Str(utf8(key_bytes)?), Text::Known(v, s))),
+                (None, None) => emit(view(Text::Str(utf8(key_bytes)?), Text::Str(utf8(s)?))),
             });
         }
         [0x10, b] if b < 0x80 => Val::Bool(b != 0),
@@ -508,7 +529,7 @@ fn attr_common<'a, R>(buf: &'a [u8], dicts: Option<AttrDicts<'_>>, emit: impl Fn
     };
     let key = match known_key {
         Some(k) => Text::Known(k, key_bytes),
-        None => Text::Str(std::str::from_utf8(key_bytes).ok()?),
+        None => Text::Str(utf8(key_bytes)?),
     };
     Some(emit(AttrView { key, value }))
 }
@@ -627,8 +648,40 @@ mod tests {
         }
     }
 
+    /// The fast check answers as `std::str::from_utf8` for every byte
+    /// value at every place of strings around its word lengths, and for
+    /// every multi-byte character cut at every place.
+    #[test]
+    fn utf8_answers_as_std() {
+        for n in 0..=18usize {
+            for at in 0..n {
+                for byte in 0..=255u8 {
+                    let mut b = vec![b'a'; n];
+                    b[at] = byte;
+                    assert_eq!(utf8(&b), std::str::from_utf8(&b).ok(), "{b:?}");
+                }
+                for ch in ["é", "€", "😀"] {
+                    let mut b = vec![b'a'; n];
+                    b.splice(at..at, ch.bytes());
+                    for cut in 0..=b.len() {
+                        assert_eq!(
+                            utf8(&b[..cut]),
+                            std::str::from_utf8(&b[..cut]).ok(),
+                            "{b:?} cut at {cut}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        #[test]
+        fn utf8_answers_as_std_for_any_bytes(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)) {
+            proptest::prop_assert_eq!(utf8(&b), std::str::from_utf8(&b).ok());
+        }
 
         /// Every request prost encodes is read by the wire readers (so the
         /// differential tests in tests/wire.rs compare the two paths, not
