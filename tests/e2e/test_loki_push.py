@@ -41,9 +41,10 @@ def push(serve, body, content_type, encoding=None, tenant=None):
         return e.code, e.read().decode()
 
 
-def query(serve, q, start_ns, end_ns):
+def query(serve, q, start_ns, end_ns, tenant=None):
     params = urllib.parse.urlencode({"query": q, "start": start_ns, "end": end_ns, "limit": 1000})
-    status, body = get_json(f"http://{serve.query}/loki/api/v1/query_range?{params}")
+    headers = {"X-Scope-OrgID": tenant} if tenant else None
+    status, body = get_json(f"http://{serve.query}/loki/api/v1/query_range?{params}", headers=headers)
     assert status == 200, body
     return {(tuple(sorted(s["stream"].items())), v[1]) for s in body["data"]["result"] for v in s["values"]}
 
@@ -142,3 +143,31 @@ def test_hostile_pushes_get_lokis_answers_and_lose_nothing(serve):
     assert query(serve, '{app="kept"}', start, end) == {
         ((("app", "kept"), ("detected_level", "unknown"), ("service_name", "kept")), "kept line")}
     assert serve.proc.poll() is None
+
+
+def test_a_tenants_limits_file_moves_lokis_label_and_line_limits(tmp_path):
+    """`loki_max_label_names_per_series` and `loki_max_line_size` in the
+    limits file (docs/security.md): a tenant with its own values is held to
+    them, another to Loki's defaults, each with Loki's words."""
+    limits = tmp_path / "limits.toml"
+    limits.write_text('[tenants.wide]\nloki_max_label_names_per_series = 20\nloki_max_line_size = "1KiB"\n')
+    s = Serve("--limits-file", str(limits))
+    try:
+        now = time.time_ns()
+        many = "{" + ", ".join(f'l{i:02}="v"' for i in range(16)) + "}"
+        body = bytes(cramjam.snappy.compress_raw(protobuf_push([
+            (many, [(now, "sixteen labels", {})]),
+            ('{app="long"}', [(now + 1, "z" * 2000, {}), (now + 2, "short", {})]),
+        ])))
+        answers = {t: push(s, body, "application/x-protobuf", tenant=t) for t in ("wide", "other")}
+        assert answers["wide"][0] == 400 and "Max entry size '1024' bytes exceeded" in answers["wide"][1], answers
+        assert answers["other"][0] == 400 and "has 16 label names; limit 15" in answers["other"][1], answers
+        start, end = now - 10**9, now + 10**10
+        lines = {t: lambda t=t: sorted(v[1] for q in ('{l00="v"}', '{app="long"}')
+                                       for v in query(s, q, start, end, tenant=t))
+                 for t in answers}
+        wait_until("wide's lines answer", lambda: lines["wide"]() == ["short", "sixteen labels"])
+        wait_until("other's lines answer", lambda: lines["other"]() == sorted(["short", "z" * 2000]))
+        assert s.proc.poll() is None
+    finally:
+        s.kill()

@@ -1,9 +1,11 @@
 //! Per-tenant limits (`--limits-file`, docs/security.md "Per-tenant
 //! limits"): ingest records/s and bytes/s with bursts, active metric
-//! series per tenant (per ingester), query concurrency and query range.
+//! series per tenant (per ingester), query concurrency and query range,
+//! and Loki push's stream and line rules.
 //! One file gives `[defaults]` and `[tenants.<id>]` overrides; a key a
 //! tenant does not set falls back to `[defaults]`, and a key nobody sets is
-//! 0 = unlimited. Without a file everything is unlimited.
+//! 0 = unlimited (the Loki rules: Loki's defaults). Without a file
+//! everything is unlimited but the Loki rules, at Loki's defaults.
 //!
 //! The file is read again when it changes ([`crate::watch`], like the
 //! tokens file); a file that no longer parses keeps the limits in use,
@@ -54,7 +56,18 @@ pub struct LimitTable {
     pub max_series: Option<u64>,
     pub max_query_concurrency: Option<u64>,
     pub max_query_range: Option<Duration>,
+    /// Loki push: most labels a stream may have (Loki's
+    /// `max_label_names_per_series`); unset is Loki's 15, 0 is no limit.
+    pub loki_max_label_names_per_series: Option<u64>,
+    /// Loki push: longest line (Loki's `max_line_size`); unset is Loki's
+    /// 256 KiB, 0 is no limit beyond the request's.
+    pub loki_max_line_size: Option<ByteSize>,
 }
+
+/// Loki's `max_label_names_per_series` default.
+pub const LOKI_MAX_LABEL_NAMES: u64 = 15;
+/// Loki's `max_line_size` default (256 KiB).
+pub const LOKI_MAX_LINE_BYTES: u64 = 256 * 1024;
 
 /// The file's shape.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -65,7 +78,7 @@ struct FileShape {
 }
 
 /// One tenant's effective limits; 0 is unlimited.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TenantLimits {
     pub records_per_second: u64,
     /// Bucket size; never 0 when the rate is set.
@@ -75,6 +88,25 @@ pub struct TenantLimits {
     pub max_series: u64,
     pub max_query_concurrency: u64,
     pub max_query_range: std::time::Duration,
+    pub loki_max_label_names: u64,
+    pub loki_max_line_bytes: u64,
+}
+
+/// Unlimited, but for Loki's stream and line rules at Loki's defaults.
+impl Default for TenantLimits {
+    fn default() -> TenantLimits {
+        TenantLimits {
+            records_per_second: 0,
+            records_burst: 0,
+            bytes_per_second: 0,
+            bytes_burst: 0,
+            max_series: 0,
+            max_query_concurrency: 0,
+            max_query_range: std::time::Duration::ZERO,
+            loki_max_label_names: LOKI_MAX_LABEL_NAMES,
+            loki_max_line_bytes: LOKI_MAX_LINE_BYTES,
+        }
+    }
 }
 
 impl TenantLimits {
@@ -116,6 +148,8 @@ impl TenantLimits {
             max_series: pick!(max_series).unwrap_or(0),
             max_query_concurrency: pick!(max_query_concurrency).unwrap_or(0),
             max_query_range: pick!(max_query_range).map_or(std::time::Duration::ZERO, Duration::get),
+            loki_max_label_names: pick!(loki_max_label_names_per_series).unwrap_or(LOKI_MAX_LABEL_NAMES),
+            loki_max_line_bytes: pick!(loki_max_line_size).map_or(LOKI_MAX_LINE_BYTES, ByteSize::bytes),
         })
     }
 }

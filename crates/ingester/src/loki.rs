@@ -15,8 +15,9 @@
 //!
 //! Loki's rules, with Loki's messages: a stream needs a label; label
 //! names are `[a-zA-Z_][a-zA-Z0-9_]*` and not repeated; at most
-//! [`MAX_LABEL_NAMES`] labels; lines up to [`MAX_LINE_BYTES`]; times
-//! inside the accepted window. A stream that breaks a label rule is
+//! [`Rules::max_label_names`] labels; lines up to
+//! [`Rules::max_line_bytes`] (per tenant, from the limits file; Loki's
+//! defaults otherwise); times inside the accepted window. A stream that breaks a label rule is
 //! refused whole, an entry that breaks a line or time rule alone; the rest
 //! is written and the answer is 400 with the first reason, as Loki answers.
 
@@ -47,10 +48,38 @@ pub const DISCOVER_SERVICE_NAME: [&str; 13] = [
     "k8s_job_name",
 ];
 
-/// Loki's `max_label_names_per_series` default.
-pub const MAX_LABEL_NAMES: usize = 15;
-/// Loki's `max_line_size` default (256 KB).
-pub const MAX_LINE_BYTES: usize = 256 * 1024;
+/// A tenant's stream and line rules (`loki_max_label_names_per_series`,
+/// `loki_max_line_size` in the limits file); 0 is no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub max_label_names: u64,
+    pub max_line_bytes: u64,
+}
+
+/// Loki's defaults.
+impl Default for Rules {
+    fn default() -> Rules {
+        Rules::of(&mira_common::limits::TenantLimits::default())
+    }
+}
+
+impl Rules {
+    /// The rules of a tenant's limits.
+    pub fn of(l: &mira_common::limits::TenantLimits) -> Rules {
+        Rules {
+            max_label_names: l.loki_max_label_names,
+            max_line_bytes: l.loki_max_line_bytes,
+        }
+    }
+
+    fn too_many_labels(&self, n: usize) -> bool {
+        self.max_label_names > 0 && n as u64 > self.max_label_names
+    }
+
+    fn too_long(&self, n: usize) -> bool {
+        self.max_line_bytes > 0 && n as u64 > self.max_line_bytes
+    }
+}
 
 type Text<'a> = Cow<'a, str>;
 
@@ -83,6 +112,7 @@ pub struct Parsed<'a> {
     wire_bytes: usize,
     /// The views' memory, against what the receiver reserved for them.
     meter: Meter,
+    rules: Rules,
 }
 
 fn is_label_name(s: &str) -> bool {
@@ -196,8 +226,9 @@ fn timestamp(buf: &[u8]) -> Option<i128> {
 }
 
 impl<'a> Parsed<'a> {
-    fn new(wire_bytes: usize, meter: Meter) -> Parsed<'a> {
+    fn new(wire_bytes: usize, meter: Meter, rules: Rules) -> Parsed<'a> {
         Parsed {
+            rules,
             streams: Vec::new(),
             entries: Vec::new(),
             meta: Vec::new(),
@@ -230,9 +261,9 @@ impl<'a> Parsed<'a> {
     }
 
     /// Reads a decompressed `logproto.PushRequest`, its views within
-    /// `meter`.
-    pub fn protobuf_within(buf: &'a [u8], meter: Meter) -> Result<Parsed<'a>, ReadError> {
-        let mut p = Parsed::new(buf.len(), meter);
+    /// `meter`, under `rules`.
+    pub fn protobuf_within(buf: &'a [u8], meter: Meter, rules: Rules) -> Result<Parsed<'a>, ReadError> {
+        let mut p = Parsed::new(buf.len(), meter, rules);
         let mut r = Reader::new(buf);
         while !r.done() {
             let at = r.pos();
@@ -247,9 +278,10 @@ impl<'a> Parsed<'a> {
         Ok(p)
     }
 
-    /// [`Parsed::protobuf_within`] without a memory bound (tests, fuzzing).
+    /// [`Parsed::protobuf_within`] without a memory bound, under Loki's
+    /// defaults (tests, fuzzing).
     pub fn protobuf(buf: &'a [u8]) -> Result<Parsed<'a>, String> {
-        Parsed::protobuf_within(buf, Meter::unlimited()).map_err(|e| e.to_string())
+        Parsed::protobuf_within(buf, Meter::unlimited(), Rules::default()).map_err(|e| e.to_string())
     }
 
     fn stream_protobuf(&mut self, buf: &'a [u8], at: usize) -> Result<(), ReadError> {
@@ -313,8 +345,13 @@ impl<'a> Parsed<'a> {
         Ok(())
     }
 
-    /// Reads Loki's JSON push body.
+    /// Reads Loki's JSON push body under Loki's defaults.
     pub fn json(buf: &'a [u8]) -> Result<Parsed<'a>, String> {
+        Parsed::json_under(buf, Rules::default())
+    }
+
+    /// Reads Loki's JSON push body under `rules`.
+    pub fn json_under(buf: &'a [u8], rules: Rules) -> Result<Parsed<'a>, String> {
         #[derive(serde::Deserialize)]
         struct Push<'a> {
             #[serde(borrow, default)]
@@ -335,7 +372,7 @@ impl<'a> Parsed<'a> {
         );
         let push: Push<'a> = serde_json::from_slice(buf).map_err(|e| format!("invalid Loki push JSON: {e}"))?;
         // Bounded before serde built it (the receiver's JSON estimate).
-        let mut p = Parsed::new(buf.len(), Meter::unlimited());
+        let mut p = Parsed::new(buf.len(), Meter::unlimited(), rules);
         for s in push.streams {
             let e0 = p.entries.len();
             let mut labels = s.stream.0;
@@ -394,10 +431,11 @@ impl<'a> Parsed<'a> {
             Some("error at least one label pair is required per stream".to_owned())
         } else if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
             Some(format!("stream '{text}' has duplicate label name: '{}'", w[0].0))
-        } else if labels.len() > MAX_LABEL_NAMES {
+        } else if self.rules.too_many_labels(labels.len()) {
             Some(format!(
-                "stream '{text}' has {} label names; limit {MAX_LABEL_NAMES}",
-                labels.len()
+                "stream '{text}' has {} label names; limit {}",
+                labels.len(),
+                self.rules.max_label_names
             ))
         } else {
             None
@@ -443,11 +481,11 @@ impl<'a> Parsed<'a> {
             let mut open = false;
             for e in s.entries.clone() {
                 let entry = &self.entries[e];
-                if entry.line.len() > MAX_LINE_BYTES {
-                    let (len, text) = (entry.line.len(), &s.text);
+                if self.rules.too_long(entry.line.len()) {
+                    let (len, text, max) = (entry.line.len(), &s.text, self.rules.max_line_bytes);
                     self.refuse(1, || {
                         format!(
-                            "Max entry size '{MAX_LINE_BYTES}' bytes exceeded for stream '{text}' while adding an entry with length '{len}' bytes"
+                            "Max entry size '{max}' bytes exceeded for stream '{text}' while adding an entry with length '{len}' bytes"
                         )
                     });
                     continue;

@@ -151,7 +151,7 @@ pub struct Receivers {
     pub pipeline: Arc<Pipeline>,
     pub config: ReceiverConfig,
     auth: Arc<Authenticator>,
-    limits: Arc<Limiter>,
+    pub(crate) limits: Arc<Limiter>,
     inflight: Arc<Semaphore>,
     /// The in-flight decoded budget, in [`BUDGET_UNIT`]s.
     decoded: Arc<Semaphore>,

@@ -94,6 +94,19 @@ impl Writer {
     /// A `KeyValue { key, value: AnyValue { string_value } }` in `field`,
     /// its lengths computed, not reserved.
     pub fn kv_str(&mut self, field: u32, key: &str, value: &str) {
+        // Most attributes: every length in one byte, the field in one.
+        let (kl, vl) = (key.len(), value.len());
+        if field < 16 && kl + vl + 6 < 0x80 {
+            let any = 2 + vl as u8;
+            let kv = 2 + kl as u8 + 2 + any;
+            self.buf.reserve(2 + usize::from(kv));
+            self.buf
+                .extend_from_slice(&[(field << 3) as u8 | 2, kv, 0x0a, kl as u8]);
+            self.buf.extend_from_slice(key.as_bytes());
+            self.buf.extend_from_slice(&[0x12, any, 0x0a, vl as u8]);
+            self.buf.extend_from_slice(value.as_bytes());
+            return;
+        }
         let any = 1 + encoded_len_varint(value.len() as u64) + value.len();
         let kv = 1 + encoded_len_varint(key.len() as u64) + key.len() + 1 + encoded_len_varint(any as u64) + any;
         encode_key(field, WireType::LengthDelimited, &mut self.buf);
@@ -131,7 +144,7 @@ mod tests {
     /// decode with prost as what they were written from.
     #[test]
     fn written_messages_decode_as_prost_encodes_them() {
-        for n in [1usize, 100, 127, 128, 300, 20_000] {
+        for n in [1usize, 40, 80, 81, 100, 127, 128, 300, 20_000] {
             let key = "k".repeat(n);
             let value = "v".repeat(n / 2 + 1);
             let mut w = Writer::default();

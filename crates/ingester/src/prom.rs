@@ -143,9 +143,30 @@ const FAMILY_SUFFIXES: [&str; 6] = ["_total", "_bucket", "_sum", "_count", "_cre
 /// What `get` holds for a series name: under the name itself, or under
 /// the name without a suffix Prometheus adds.
 /// `members` (increasing indices) ordered by `name` and, within a name,
-/// as they came: a stable sort by name that compares each distinct name
-/// once a few times, not each series' name every time.
+/// as they came: a stable sort by name. Series of one name mostly come
+/// together (an exporter writes a family's series one after another), so
+/// the runs of one name are sorted, each name compared with its
+/// neighbour's and the runs' names with each other; when runs are short,
+/// each distinct name is compared a few times, not each series' name
+/// every time.
 fn by_name<'a>(members: &[usize], name: impl Fn(usize) -> &'a str) -> Vec<usize> {
+    let mut runs: Vec<(&'a str, usize, usize)> = Vec::new();
+    for (j, &i) in members.iter().enumerate() {
+        let n = name(i);
+        match runs.last_mut() {
+            Some(run) if run.0 == n => run.2 = j + 1,
+            _ => runs.push((n, j, j + 1)),
+        }
+    }
+    if runs.len() * 4 <= members.len() {
+        // Stable: runs of one name keep their order.
+        runs.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::with_capacity(members.len());
+        for (_, from, to) in runs {
+            out.extend_from_slice(&members[from..to]);
+        }
+        return out;
+    }
     let mut first: Fast<&'a str, u32> = Fast::default();
     let buckets: Vec<u32> = members
         .iter()
@@ -205,6 +226,9 @@ struct Series<'a> {
     /// `__name__` included.
     labels: Range<usize>,
     name: &'a str,
+    /// The resource's labels (`job`, `instance`).
+    job: Option<&'a str>,
+    instance: Option<&'a str>,
     samples: Range<usize>,
     exemplars: Range<usize>,
     histograms: Range<usize>,
@@ -322,7 +346,11 @@ fn describe(labels: &[(&str, &str)]) -> String {
 
 /// Why a label set is refused, or its metric name.
 fn check_labels<'a>(labels: &[(&'a str, &'a str)]) -> Result<&'a str, String> {
-    for (i, (name, _)) in labels.iter().enumerate() {
+    let mut metric = None;
+    for (i, &(name, value)) in labels.iter().enumerate() {
+        if name == "__name__" {
+            metric = Some(value);
+        }
         if name.is_empty() {
             return Err(format!(
                 "received a series with an empty label name: {}",
@@ -348,8 +376,8 @@ fn check_labels<'a>(labels: &[(&'a str, &'a str)]) -> Result<&'a str, String> {
             }
         }
     }
-    match labels.iter().find(|(k, _)| *k == "__name__") {
-        Some((_, v)) if !v.is_empty() => Ok(v),
+    match metric {
+        Some(v) if !v.is_empty() => Ok(v),
         _ => Err(format!("received a series without a metric name: {}", describe(labels))),
     }
 }
@@ -455,11 +483,13 @@ impl<'a> Parsed<'a> {
     pub fn read_within(version: Version, buf: &'a [u8], meter: Meter) -> Result<Parsed<'a>, ReadError> {
         let mut p = Parsed::new(meter);
         // Room for the views a request of this size usually holds (a
-        // series of a few labels takes some 100 bytes in 1.0), so that the
-        // vectors seldom grow by copying: together at most a third of the
-        // budget left, which the meter's three-times margin covers.
-        let room = p.meter.room() / 9;
-        p.labels.reserve((buf.len() / 16).min(room / size_of::<(&str, &str)>()));
+        // label takes some 12 to 30 bytes, a series of a few labels some
+        // 100 in 1.0), so that the vectors seldom grow by copying:
+        // together at most the budget left, a third of what was reserved
+        // (the meter's margin for growth, not needed for what is reserved
+        // at once).
+        let room = p.meter.room() / 3;
+        p.labels.reserve((buf.len() / 12).min(room / size_of::<(&str, &str)>()));
         p.samples.reserve((buf.len() / 64).min(room / size_of::<(i64, f64)>()));
         p.series.reserve((buf.len() / 64).min(room / size_of::<Series>()));
         match version {
@@ -716,12 +746,26 @@ impl<'a> Parsed<'a> {
                 return Ok(());
             }
         };
-        // An empty value is no label (Prometheus).
-        let mut keep = l0;
+        // One pass: an empty value is no label (Prometheus); the point
+        // attributes sized; the resource's labels found.
+        let (mut keep, mut attrs, mut n_attrs, mut label_bytes) = (l0, 0, 0u64, 0);
+        let (mut job, mut instance) = (None, None);
         for i in l0..self.labels.len() {
-            if !self.labels[i].1.is_empty() {
-                self.labels[keep] = self.labels[i];
-                keep += 1;
+            let (k, v) = self.labels[i];
+            if v.is_empty() {
+                continue;
+            }
+            self.labels[keep] = (k, v);
+            keep += 1;
+            label_bytes += k.len() + v.len() + 24;
+            match k {
+                "__name__" => {}
+                "job" => job = Some(v),
+                "instance" => instance = Some(v),
+                _ => {
+                    attrs += kv_str_len(k, v);
+                    n_attrs += 1;
+                }
             }
         }
         self.labels.truncate(keep);
@@ -750,12 +794,6 @@ impl<'a> Parsed<'a> {
             prev = Some((t, v));
         }
         self.samples.truncate(keep);
-        let attrs: usize = self.labels[l0..]
-            .iter()
-            .filter(|(k, _)| is_point_label(k))
-            .map(|(k, v)| kv_str_len(k, v))
-            .sum();
-        let n_attrs = self.labels[l0..].iter().filter(|(k, _)| is_point_label(k)).count() as u64;
         let points = (self.samples.len() - s0 + self.histograms.len() - h0 + self.exemplars.len() - e0) as u64;
         // A histogram's dense buckets: at most MAX_HISTOGRAM_SPAN zero
         // counts a side, a byte each, and a count or bound for each on the
@@ -781,15 +819,14 @@ impl<'a> Parsed<'a> {
             + points as usize * (attrs + 48)
             + hist_bytes
             + ex_bytes
-            + self.labels[l0..]
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 24)
-                .sum::<usize>();
+            + label_bytes;
         self.out_attrs += points * n_attrs;
         self.meter.take::<Series>(1)?;
         self.series.push(Series {
             labels: l0..self.labels.len(),
             name,
+            job,
+            instance,
             samples: s0..self.samples.len(),
             exemplars: e0..self.exemplars.len(),
             histograms: h0..self.histograms.len(),
@@ -874,9 +911,7 @@ impl<'a> Parsed<'a> {
         let mut resources: Vec<(Option<&'a str>, Option<&'a str>, Vec<usize>)> = Vec::new();
         let mut index: Fast<(Option<&'a str>, Option<&'a str>), usize> = Fast::default();
         for (i, s) in self.series.iter().enumerate() {
-            let labels = &self.labels[s.labels.clone()];
-            let find = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
-            let key = (find("job"), find("instance"));
+            let key = (s.job, s.instance);
             let at = *index.entry(key).or_insert_with(|| {
                 resources.push((key.0, key.1, Vec::new()));
                 resources.len() - 1

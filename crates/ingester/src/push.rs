@@ -246,6 +246,7 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
             protobuf_body(receivers, headers, body)?
         };
         let mut held = Budget::default();
+        let rules = crate::loki::Rules::of(&receivers.limits.get(&tenant));
         let mut parsed = if json {
             // serde builds the streams and entries: bounded before it does.
             let objects = crate::records::json_objects(&raw);
@@ -253,10 +254,10 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
             receivers
                 .reserve(&mut held, estimate, || format!("{objects} JSON objects"))
                 .await?;
-            crate::loki::Parsed::json(&raw).map_err(IngestError::Invalid)?
+            crate::loki::Parsed::json_under(&raw, rules).map_err(IngestError::Invalid)?
         } else {
             read_metered(receivers, &mut held, raw.len(), "Loki push request", |meter| {
-                crate::loki::Parsed::protobuf_within(&raw, meter)
+                crate::loki::Parsed::protobuf_within(&raw, meter, rules)
             })
             .await?
         };

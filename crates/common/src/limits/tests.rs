@@ -47,6 +47,32 @@ fn overrides_fall_back_to_the_defaults_key_by_key() {
 }
 
 #[test]
+fn loki_rules_default_to_lokis_and_zero_lifts_them() {
+    // No file, an empty file, a file without the keys: Loki's defaults.
+    for f in [
+        LimitsFile::default(),
+        LimitsFile::parse("").expect("empty"),
+        LimitsFile::parse(FILE).expect("parse"),
+    ] {
+        let l = f.get(&tenant("acme"));
+        assert_eq!((l.loki_max_label_names, l.loki_max_line_bytes), (15, 256 * 1024));
+    }
+    let f = LimitsFile::parse(
+        "[defaults]\nloki_max_label_names_per_series = 30\nloki_max_line_size = \"1MiB\"\n\
+         [tenants.big]\nloki_max_label_names_per_series = 0\nloki_max_line_size = 0\n\
+         [tenants.small]\nloki_max_line_size = \"1KiB\"\n",
+    )
+    .expect("parse");
+    let got = |t: &str| {
+        let l = f.get(&tenant(t));
+        (l.loki_max_label_names, l.loki_max_line_bytes)
+    };
+    assert_eq!(got("other"), (30, 1 << 20));
+    assert_eq!(got("big"), (0, 0));
+    assert_eq!(got("small"), (30, 1024));
+}
+
+#[test]
 fn bad_files_are_refused_naming_the_key() {
     for (text, word) in [
         ("[defaults]\ningest_record_per_second = 5\n", "ingest_record_per_second"),
@@ -70,6 +96,11 @@ fn bad_files_are_refused_naming_the_key() {
         ("[tenants.\"../etc\"]\nmax_series = 1\n", "tenants.../etc"),
         ("[defaults\n", "limits file"),
         ("[defaults]\nmax_series = 99999999999999999999999\n", "max_series"),
+        ("[defaults]\nloki_max_line_size = \"long\"\n", "long"),
+        (
+            "[defaults]\nloki_max_label_names_per_series = -1\n",
+            "loki_max_label_names_per_series",
+        ),
     ] {
         let e = LimitsFile::parse(text).expect_err(text);
         assert!(e.to_string().contains(word), "{text}: {e}");

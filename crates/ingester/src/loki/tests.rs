@@ -185,6 +185,86 @@ fn label_sets_parse_as_prometheus_writes_them() {
     }
 }
 
+/// A tenant's own rules move both limits, and 0 lifts them, in both
+/// encodings.
+#[test]
+fn a_tenants_rules_move_the_label_and_line_limits() {
+    let labels = |n: usize| {
+        format!(
+            "{{{}}}",
+            (0..n).map(|i| format!("l{i:02}=\"v\"")).collect::<Vec<_>>().join(", ")
+        )
+    };
+    let (l20, l21) = (labels(20), labels(21));
+    let line = "y".repeat(2000);
+    let body = push(vec![
+        (l20.as_str(), vec![entry(NOW_NS, "twenty", &[])]),
+        (l21.as_str(), vec![entry(NOW_NS, "twenty-one", &[])]),
+        (
+            r#"{app="x"}"#,
+            vec![entry(NOW_NS, &line, &[]), entry(NOW_NS, "short", &[])],
+        ),
+    ]);
+    let json = format!(
+        r#"{{"streams":[{}]}}"#,
+        [(20, "twenty"), (21, "twenty-one")]
+            .iter()
+            .map(|(n, l)| {
+                let stream = (0..*n)
+                    .map(|i| format!("\"l{i:02}\":\"v\""))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                format!(r#"{{"stream":{{{stream}}},"values":[["{NOW_NS}","{l}"]]}}"#)
+            })
+            .chain([format!(
+                r#"{{"stream":{{"app":"x"}},"values":[["{NOW_NS}","{line}"],["{NOW_NS}","short"]]}}"#
+            )])
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let run = |rules: Rules| {
+        let mut out = Vec::new();
+        for mut p in [
+            Parsed::protobuf_within(&body, Meter::unlimited(), rules).expect("reads"),
+            Parsed::json_under(json.as_bytes(), rules).expect("reads"),
+        ] {
+            let (_, written) = p.write(window());
+            out.push((written, p.refused, p.message().unwrap_or_default()));
+        }
+        assert_eq!((out[0].0, out[0].1), (out[1].0, out[1].1), "protobuf and JSON agree");
+        let (n, _, m) = out.swap_remove(0);
+        (n, m)
+    };
+    // Loki's defaults: both label streams are over 15.
+    let (n, m) = run(Rules::default());
+    assert_eq!(n, 2, "{m}");
+    assert!(m.contains("has 20 label names; limit 15"), "{m}");
+    let (n, m) = run(Rules {
+        max_label_names: 20,
+        max_line_bytes: 1000,
+    });
+    assert_eq!(n, 2, "{m}");
+    assert!(m.contains("has 21 label names; limit 20"), "{m}");
+    assert!(m.contains("2 entries of the request were refused"), "{m}");
+    // Up to the limit is kept.
+    let (n, m) = run(Rules {
+        max_label_names: 21,
+        max_line_bytes: 2000,
+    });
+    assert_eq!((n, m.as_str()), (4, ""));
+    let (n, m) = run(Rules {
+        max_label_names: 0,
+        max_line_bytes: 1000,
+    });
+    assert_eq!(n, 3, "{m}");
+    assert!(m.contains("Max entry size '1000' bytes exceeded"), "{m}");
+    let (n, m) = run(Rules {
+        max_label_names: 0,
+        max_line_bytes: 0,
+    });
+    assert_eq!((n, m.as_str()), (4, ""));
+}
+
 /// Each of Loki's rules refuses what breaks it, with Loki's words, and the
 /// rest of the request is written.
 #[test]
@@ -194,7 +274,7 @@ fn entries_breaking_lokis_rules_are_refused_and_the_rest_written() {
         "{{{}}}",
         (0..16).map(|i| format!("l{i:02}=\"v\"")).collect::<Vec<_>>().join(", ")
     );
-    let long = "x".repeat(MAX_LINE_BYTES + 1);
+    let long = "x".repeat(256 * 1024 + 1);
     let cases: Vec<((&str, Vec<EntryAdapter>), &str)> = vec![
         (
             ("{}", vec![entry(NOW_NS, "a", &[])]),
@@ -303,9 +383,9 @@ fn views_stop_at_the_memory_reserved_for_them() {
     let entries = stream(br#"{a="b"}"#, &[0x12, 0x00].repeat(1_000_000));
     let equals = stream(&[b'='; 1_000_000], b"");
     for body in [&entries, &equals] {
-        let e = Parsed::protobuf_within(body, Meter::new(8 * body.len())).expect_err("over");
+        let e = Parsed::protobuf_within(body, Meter::new(8 * body.len()), Rules::default()).expect_err("over");
         assert!(matches!(e, ReadError::OverBudget { .. }), "{e:?}");
     }
-    let p = Parsed::protobuf_within(&entries, Meter::new(200 * entries.len())).expect("reads");
+    let p = Parsed::protobuf_within(&entries, Meter::new(200 * entries.len()), Rules::default()).expect("reads");
     assert_eq!(p.entries(), 1_000_000);
 }

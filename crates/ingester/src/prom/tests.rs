@@ -896,3 +896,38 @@ fn the_census_holds_what_the_otlp_census_would() {
         );
     }
 }
+
+/// `by_name` is a stable sort by name whether the names come in runs
+/// (sorted run by run) or mixed (grouped by hashing), over member lists
+/// that skip indices.
+#[test]
+fn by_name_is_a_stable_sort_by_name() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut runs_taken, mut mixed_taken) = (0, 0);
+    for _ in 0..2000 {
+        let run = 1 + next(8) as usize;
+        let names: Vec<String> = (0..next(40))
+            .flat_map(|_| {
+                let name = format!("m{}", next(5));
+                std::iter::repeat_n(name, run)
+            })
+            .collect();
+        let members: Vec<usize> = (0..names.len()).filter(|_| next(4) > 0).collect();
+        let mut want = members.clone();
+        want.sort_by(|a, b| names[*a].cmp(&names[*b]));
+        assert_eq!(by_name(&members, |i| names[i].as_str()), want, "{names:?} {members:?}");
+        let runs = members.windows(2).filter(|w| names[w[0]] != names[w[1]]).count() + 1;
+        if runs * 4 <= members.len() {
+            runs_taken += 1;
+        } else {
+            mixed_taken += 1;
+        }
+    }
+    assert!(runs_taken > 100 && mixed_taken > 100, "{runs_taken} {mixed_taken}");
+}
