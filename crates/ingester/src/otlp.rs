@@ -157,6 +157,8 @@ pub struct Receivers {
     decoded: Arc<Semaphore>,
     /// Remote write 1.0 metric family types, by tenant.
     pub(crate) kinds: Arc<crate::prom::KindCache>,
+    /// Buffers snappy push bodies are undone into.
+    pub(crate) buffers: Arc<crate::push::BufferPool>,
 }
 
 impl std::fmt::Debug for Receivers {
@@ -174,6 +176,7 @@ impl Receivers {
     ) -> Receivers {
         Receivers {
             kinds: Arc::default(),
+            buffers: Arc::default(),
             inflight: Arc::new(Semaphore::new(config.max_inflight.max(1))),
             decoded: Arc::new(Semaphore::new(
                 (budget_units(config.max_inflight_decoded_bytes) as usize).min(Semaphore::MAX_PERMITS),

@@ -421,9 +421,12 @@ fn ref_pairs<'a, 'r>(refs: &'r [&'a str], what: &str) -> Result<impl Iterator<It
     Ok(refs.chunks(2).map(|c| (c[0], c[1])))
 }
 
-/// A 1.0 `Label`.
-#[inline]
-fn label(buf: &[u8]) -> Option<(&str, &str)> {
+/// Reads a 1.0 `Label` onto `out`. Inlined into the series loop and
+/// pushing the pair itself, so that it goes from registers to the vector
+/// (returned as an `Option` through memory, it was stored a word at a
+/// time and loaded back two words at once: a stall per label).
+#[inline(always)]
+fn push_label<'a>(out: &mut Vec<(&'a str, &'a str)>, buf: &'a [u8]) -> Option<()> {
     // The shape every encoder writes, name then value, each shorter
     // than 128 bytes, read without the general loop.
     if let [0x0a, nl, ref rest @ ..] = *buf
@@ -433,8 +436,16 @@ fn label(buf: &[u8]) -> Option<(&str, &str)> {
         && vl < 0x80
         && usize::from(vl) == value.len()
     {
-        return Some((utf8(name)?, utf8(value)?));
+        out.push((utf8(name)?, utf8(value)?));
+        return Some(());
     }
+    out.push(label_fields(buf)?);
+    Some(())
+}
+
+/// [`label`] of any other shape: fields in any order, long or repeated.
+#[inline(never)]
+fn label_fields(buf: &[u8]) -> Option<(&str, &str)> {
     let mut r = Reader::new(buf);
     let (mut name, mut value) = ("", "");
     while !r.done() {
@@ -550,9 +561,8 @@ impl<'a> Parsed<'a> {
         while !r.done() {
             match r.key().ok_or_else(bad)? {
                 (1, 2) => {
-                    let l = label(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
                     self.meter.take::<(&str, &str)>(1)?;
-                    self.labels.push(l);
+                    push_label(&mut self.labels, r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
                 }
                 (2, 2) => {
                     let s = sample(r.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
@@ -566,9 +576,8 @@ impl<'a> Parsed<'a> {
                     while !er.done() {
                         match er.key().ok_or_else(bad)? {
                             (1, 2) => {
-                                let l = label(er.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
                                 self.meter.take::<(&str, &str)>(1)?;
-                                self.exemplar_labels.push(l);
+                                push_label(&mut self.exemplar_labels, er.bytes().ok_or_else(bad)?).ok_or_else(bad)?;
                             }
                             (2, 1) => value = f64::from_bits(er.fixed64().ok_or_else(bad)?),
                             (3, 0) => ts_ms = er.varint().ok_or_else(bad)? as i64,
@@ -907,22 +916,51 @@ impl<'a> Parsed<'a> {
     /// what it holds.
     pub fn write(&mut self, window: TimeWindow) -> (Vec<u8>, Written) {
         let mut written = Written::default();
-        // Series by resource (job, instance), in the order met.
-        let mut resources: Vec<(Option<&'a str>, Option<&'a str>, Vec<usize>)> = Vec::new();
-        let mut index: Fast<(Option<&'a str>, Option<&'a str>), usize> = Fast::default();
-        for (i, s) in self.series.iter().enumerate() {
+        // Series by resource (job, instance), in the order met: each
+        // series' resource (the last one's when it is the same, as it
+        // mostly is), then the series of each resource together.
+        type Key<'a> = (Option<&'a str>, Option<&'a str>);
+        let mut keys: Vec<Key<'a>> = Vec::new();
+        let mut index: Fast<Key<'a>, usize> = Fast::default();
+        let mut of: Vec<usize> = Vec::with_capacity(self.series.len());
+        let mut last: Option<(Key<'a>, usize)> = None;
+        for s in &self.series {
             let key = (s.job, s.instance);
-            let at = *index.entry(key).or_insert_with(|| {
-                resources.push((key.0, key.1, Vec::new()));
-                resources.len() - 1
-            });
-            resources[at].2.push(i);
+            let at = match last {
+                Some((k, at)) if k == key => at,
+                _ => {
+                    let at = *index.entry(key).or_insert_with(|| {
+                        keys.push(key);
+                        keys.len() - 1
+                    });
+                    last = Some((key, at));
+                    at
+                }
+            };
+            of.push(at);
         }
+        let mut start = vec![0usize; keys.len() + 1];
+        for &at in &of {
+            start[at + 1] += 1;
+        }
+        for r in 0..keys.len() {
+            start[r + 1] += start[r];
+        }
+        let mut flat = vec![0usize; of.len()];
+        let mut fill = start.clone();
+        for (i, &at) in of.iter().enumerate() {
+            flat[fill[at]] = i;
+            fill[at] += 1;
+        }
+        let resources = keys
+            .iter()
+            .enumerate()
+            .map(|(r, &(job, instance))| (job, instance, &flat[start[r]..start[r + 1]]));
         let mut refused = std::mem::take(&mut self.refused);
         let mut w = Writer::with_capacity(self.out_bytes.min(64 << 20));
         // The samples of the group being written, each series' a range.
         let mut kept: Vec<(u64, f64)> = Vec::new();
-        for (job, instance, members) in &resources {
+        for (job, instance, members) in resources {
             w.begin(1); // ResourceMetrics
             w.begin(1); // Resource
             if let Some(job) = job {
@@ -1051,13 +1089,13 @@ impl<'a> Parsed<'a> {
                 hists.push((ns, parsed));
             }
         }
+        let extra = (!lone.is_empty() || !by_time.is_empty() || !hists.is_empty())
+            .then(|| Box::new(Extra { lone, by_time, hists }));
         Prepared {
             i,
             created_ns,
             kept: k0..kept.len(),
-            lone,
-            by_time,
-            hists,
+            extra,
         }
     }
 
@@ -1095,7 +1133,7 @@ impl<'a> Parsed<'a> {
             }
             _ => (false, 5),
         };
-        if group.iter().any(|p| !p.kept.is_empty() || !p.lone.is_empty()) {
+        if group.iter().any(|p| !p.kept.is_empty() || !p.lone().is_empty()) {
             header(w);
             w.begin(field);
             for p in group {
@@ -1107,14 +1145,14 @@ impl<'a> Parsed<'a> {
                     }
                     w.fixed64(3, ns);
                     w.double(4, v);
-                    for &e in p.by_time.get(&ns).map_or(&[][..], Vec::as_slice) {
+                    for &e in p.exemplars_at(ns) {
                         self.write_exemplar(w, 5, e, ns, written);
                     }
                     attrs(w, 7);
                     w.end();
                     written.samples += 1;
                 }
-                for &(ns, e) in &p.lone {
+                for &(ns, e) in p.lone() {
                     w.begin(1);
                     w.fixed64(3, ns);
                     self.write_exemplar(w, 5, e, ns, written);
@@ -1133,7 +1171,7 @@ impl<'a> Parsed<'a> {
         }
         for custom in [false, true] {
             fn of_kind(p: &Prepared, custom: bool) -> impl Iterator<Item = &(u64, Hist)> {
-                p.hists
+                p.hists()
                     .iter()
                     .filter(move |(_, h)| (h.schema == CUSTOM_BUCKETS) == custom)
             }
@@ -1200,11 +1238,33 @@ struct Prepared {
     /// Samples (time ns, value) inside the window: a range of the
     /// group's samples.
     kept: Range<usize>,
+    /// Exemplars and histograms, for the few series that have them.
+    extra: Option<Box<Extra>>,
+}
+
+struct Extra {
     /// Exemplars (time ns, index) without a sample of their time.
     lone: Vec<(u64, usize)>,
     /// Exemplars by the time of their sample.
     by_time: Fast<u64, Vec<usize>>,
     hists: Vec<(u64, Hist)>,
+}
+
+impl Prepared {
+    fn lone(&self) -> &[(u64, usize)] {
+        self.extra.as_ref().map_or(&[], |x| &x.lone)
+    }
+
+    fn exemplars_at(&self, ns: u64) -> &[usize] {
+        self.extra
+            .as_ref()
+            .and_then(|x| x.by_time.get(&ns))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    fn hists(&self) -> &[(u64, Hist)] {
+        self.extra.as_ref().map_or(&[], |x| &x.hists)
+    }
 }
 
 /// A native histogram, its buckets expanded to dense counts.

@@ -58,26 +58,102 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 /// Undoes snappy's block format, refusing a body whose declared length is
 /// over `max` before anything is allocated.
 pub fn unsnappy(body: &[u8], max: usize) -> Result<Vec<u8>, IngestError> {
-    let len =
-        snap::raw::decompress_len(body).map_err(|e| IngestError::Invalid(format!("malformed snappy body: {e}")))?;
+    let pool = BufferPool::default();
+    let mut raw = unsnappy_pooled(body, max, &pool)?;
+    Ok(match &mut raw {
+        Raw::Pooled(b, _) => std::mem::take(b),
+        Raw::Bytes(b) => b.to_vec(),
+    })
+}
+
+/// Buffers that snappy bodies are undone into, kept between requests so
+/// that a body is written into memory already mapped (a fresh buffer of
+/// a megabyte costs its page faults and zeroing every time). At most
+/// [`POOL_BUFFERS`] of at most [`POOL_BUFFER_BYTES`] each are kept: a
+/// fixed bound on the memory held between requests.
+#[derive(Debug, Default)]
+pub struct BufferPool(std::sync::Mutex<Vec<Vec<u8>>>);
+
+const POOL_BUFFERS: usize = 8;
+const POOL_BUFFER_BYTES: usize = 4 << 20;
+
+impl BufferPool {
+    fn take(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() <= POOL_BUFFER_BYTES {
+            let mut bufs = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if bufs.len() < POOL_BUFFERS {
+                bufs.push(buf);
+            }
+        }
+    }
+}
+
+/// A decoded push body: in a pooled buffer (snappy) or as decoded.
+enum Raw<'p> {
+    Pooled(Vec<u8>, &'p BufferPool),
+    Bytes(Bytes),
+}
+
+impl std::ops::Deref for Raw<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Raw::Pooled(b, _) => b,
+            Raw::Bytes(b) => b,
+        }
+    }
+}
+
+impl Drop for Raw<'_> {
+    fn drop(&mut self) {
+        if let Raw::Pooled(b, pool) = self {
+            pool.give(std::mem::take(b));
+        }
+    }
+}
+
+/// [`unsnappy`] into a buffer of `pool`.
+fn unsnappy_pooled<'p>(body: &[u8], max: usize, pool: &'p BufferPool) -> Result<Raw<'p>, IngestError> {
+    let bad = |e: snap::Error| IngestError::Invalid(format!("malformed snappy body: {e}"));
+    let len = snap::raw::decompress_len(body).map_err(bad)?;
     if len > max {
         return Err(IngestError::TooLarge { bytes: len, limit: max });
     }
-    snap::raw::Decoder::new()
-        .decompress_vec(body)
-        .map_err(|e| IngestError::Invalid(format!("malformed snappy body: {e}")))
+    let mut buf = pool.take();
+    buf.clear();
+    buf.resize(len, 0);
+    match snap::raw::Decoder::new().decompress(body, &mut buf) {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(Raw::Pooled(buf, pool))
+        }
+        Err(e) => {
+            pool.give(buf);
+            Err(bad(e))
+        }
+    }
 }
 
 /// The body of a protobuf push: snappy unless `Content-Encoding` names
 /// gzip or zstd (undone within the limits) or identity.
-fn protobuf_body(receivers: &Receivers, headers: &HeaderMap, body: Bytes) -> Result<Bytes, IngestError> {
+fn protobuf_body<'p>(receivers: &'p Receivers, headers: &HeaderMap, body: Bytes) -> Result<Raw<'p>, IngestError> {
     let max = receivers.config.max_message_bytes;
     match header_str(headers, header::CONTENT_ENCODING).map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(Bytes::from(unsnappy(&body, max)?)),
-        Some(e) if e.is_empty() || e == "snappy" => Ok(Bytes::from(unsnappy(&body, max)?)),
+        None => unsnappy_pooled(&body, max, &receivers.buffers),
+        Some(e) if e.is_empty() || e == "snappy" => unsnappy_pooled(&body, max, &receivers.buffers),
         Some(other) => {
             let encoding = crate::body::parse_encoding(Some(&other)).map_err(body_error)?;
-            crate::body::decode_body(body, encoding, receivers.config.max_wire_bytes, max).map_err(body_error)
+            crate::body::decode_body(body, encoding, receivers.config.max_wire_bytes, max)
+                .map(Raw::Bytes)
+                .map_err(body_error)
         }
     }
 }
@@ -235,13 +311,15 @@ async fn loki_push(receivers: &Receivers, request: axum::extract::Request) -> Re
         let raw = if json {
             let encoding =
                 crate::body::parse_encoding(header_str(headers, header::CONTENT_ENCODING)).map_err(body_error)?;
-            crate::body::decode_body(
-                body,
-                encoding,
-                receivers.config.max_wire_bytes,
-                receivers.config.max_message_bytes,
+            Raw::Bytes(
+                crate::body::decode_body(
+                    body,
+                    encoding,
+                    receivers.config.max_wire_bytes,
+                    receivers.config.max_message_bytes,
+                )
+                .map_err(body_error)?,
             )
-            .map_err(body_error)?
         } else {
             protobuf_body(receivers, headers, body)?
         };

@@ -46,7 +46,7 @@ pub(crate) enum Fast<T> {
 /// are short ASCII, where `std::str::from_utf8` walks byte by byte: up to
 /// 64 bytes are tested a word at a time here, and only a string with a
 /// byte of 0x80 or more (or a longer one) goes to the full validation.
-#[inline]
+#[inline(always)]
 pub fn utf8(b: &[u8]) -> Option<&str> {
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let at = |i: usize| -> u64 {
@@ -54,13 +54,17 @@ pub fn utf8(b: &[u8]) -> Option<&str> {
         w.copy_from_slice(&b[i..i + 8]);
         u64::from_le_bytes(w)
     };
+    // Fixed-size loads only: a short copy into a zeroed word is a call to
+    // `memcpy` whose byte stores the word's load then waits for.
+    let at4 = |i: usize| -> u32 {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&b[i..i + 4]);
+        u32::from_le_bytes(w)
+    };
     let ascii = match b.len() {
         0 => true,
-        n @ 1..=7 => {
-            let mut w = [0u8; 8];
-            w[..n].copy_from_slice(b);
-            u64::from_le_bytes(w) & HIGH == 0
-        }
+        n @ 1..=3 => (b[0] | b[n / 2] | b[n - 1]) & 0x80 == 0,
+        n @ 4..=7 => (at4(0) | at4(n - 4)) & 0x8080_8080 == 0,
         n @ 8..=16 => (at(0) | at(n - 8)) & HIGH == 0,
         n @ 17..=64 => {
             // Whole words, then the last eight bytes (overlapping).
