@@ -127,9 +127,13 @@ fn unsnappy_pooled<'p>(body: &[u8], max: usize, pool: &'p BufferPool) -> Result<
     if len > max {
         return Err(IngestError::TooLarge { bytes: len, limit: max });
     }
+    // A pooled buffer's old bytes are written over, not zeroed first.
     let mut buf = pool.take();
-    buf.clear();
-    buf.resize(len, 0);
+    if buf.len() < len {
+        buf.resize(len, 0);
+    } else {
+        buf.truncate(len);
+    }
     match snap::raw::Decoder::new().decompress(body, &mut buf) {
         Ok(n) => {
             buf.truncate(n);
@@ -368,4 +372,45 @@ pub fn http_router(receivers: Receivers) -> axum::Router {
             post(|State(r): State<Receivers>, req: Request| async move { loki_push(&r, req).await }),
         )
         .with_state(receivers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bodies undone one after another into the same pooled buffer, larger
+    /// and smaller, each come out as they went in (no byte of an earlier
+    /// body left), and a malformed or oversized one is refused.
+    #[test]
+    fn pooled_snappy_buffers_hold_only_their_own_body() {
+        let pool = BufferPool::default();
+        let snappy = |b: &[u8]| snap::raw::Encoder::new().compress_vec(b).expect("compress");
+        let bodies: Vec<Vec<u8>> = [1000usize, 50, 200_000, 3, 0, 70_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 31 + j * 7) as u8).collect())
+            .collect();
+        for b in &bodies {
+            let raw = unsnappy_pooled(&snappy(b), 1 << 20, &pool).expect("undone");
+            assert_eq!(&raw[..], &b[..]);
+            drop(raw);
+            assert_eq!(pool.0.lock().expect("pool").len(), 1, "the one buffer came back");
+        }
+        let e = unsnappy_pooled(b"\x10garbage", 1 << 20, &pool)
+            .err()
+            .expect("malformed");
+        assert!(e.to_string().contains("malformed snappy body"), "{e}");
+        let e = unsnappy_pooled(&snappy(&bodies[2]), 1000, &pool).err().expect("over");
+        assert!(
+            matches!(
+                e,
+                IngestError::TooLarge {
+                    bytes: 200_000,
+                    limit: 1000
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(unsnappy(&snappy(&bodies[0]), 1 << 20).expect("undone"), bodies[0]);
+    }
 }
