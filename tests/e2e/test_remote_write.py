@@ -5,7 +5,9 @@ samples are then in Prometheus' own TSDB and in Mira, and PromQL must
 answer the same from both: 30 queries, instant at an unaligned time and
 over a range at an unaligned start and step, and the series API. Then the
 hostile bodies: each is a 400 (or 413 / 415) naming the problem, and the
-samples acknowledged before are all still there."""
+samples acknowledged before are all still there. A second sender,
+vmagent (Debian victoria-metrics), writes the same exporter's page as
+another tenant, and Mira shows the series Prometheus shows."""
 
 import math
 import os
@@ -336,3 +338,56 @@ def test_acknowledged_remote_write_survives_kill_9_and_a_wal_mode_change():
         assert read() == {i: float(i) for i in acked}
     finally:
         serve.kill()
+
+
+VMAGENT = shutil.which("vmagent") or "/usr/bin/vmagent"
+
+
+@pytest.mark.skipif(not os.path.exists(VMAGENT), reason="vmagent (Debian victoria-metrics) is installed by .ci/run")
+def test_vmagent_remote_writes_the_series_prometheus_shows(setup):
+    """A second real sender: vmagent (Debian victoria-metrics) scrapes its
+    own copy of the test exporter and remote-writes it, as another tenant
+    (`-remoteWrite.headers`). Mira shows the exporter's series with the
+    labels Prometheus shows for its scrape of the same page."""
+    serve, base, at, _ = setup
+    exporter = ThreadingHTTPServer(("127.0.0.1", free_port()), Exporter)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    work = tempfile.mkdtemp(prefix="mira-vmagent-")
+    target = f"127.0.0.1:{exporter.server_address[1]}"
+    with open(os.path.join(work, "scrape.yml"), "w") as f:
+        f.write(f"""
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: exporter
+    static_configs: [{{targets: ["{target}"]}}]
+""")
+    log = open(os.path.join(work, "vmagent.log"), "w")
+    vm = subprocess.Popen(
+        [VMAGENT, f"-promscrape.config={work}/scrape.yml", f"-remoteWrite.url=http://{serve.http}/api/v1/write",
+         "-remoteWrite.headers=X-Scope-OrgID:vmagent", f"-remoteWrite.tmpDataPath={work}/queue",
+         "-remoteWrite.flushInterval=500ms", f"-httpListenAddr=127.0.0.1:{free_port()}", "-loggerLevel=WARN"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def names(labelsets):
+            return sorted(tuple(sorted((k, v) for k, v in s.items() if k != "instance")) for s in labelsets
+                          if s["__name__"].startswith("test") or s["__name__"] == "up")
+
+        params = {"match[]": '{job="exporter"}', "start": f"{at - 10:.3f}", "end": f"{time.time() + 5:.3f}"}
+        want = names(prom_query(base, "/api/v1/series", **params))
+        assert want, "Prometheus has no exporter series: the test's data is wrong"
+
+        def got():
+            status, body = get_json(f"http://{serve.query}/api/v1/series?{urllib.parse.urlencode(params)}",
+                                    headers={"X-Scope-OrgID": "vmagent"})
+            assert status == 200, body
+            return body["data"]
+
+        wait_until("vmagent's series in Mira", lambda: names(got()) == want, timeout=60)
+        # Its own instance, and nothing of Prometheus' tenant.
+        assert {s.get("instance") for s in got()} == {target}
+        assert vm.poll() is None
+    finally:
+        vm.terminate()
+        vm.wait(timeout=30)
+        exporter.shutdown()
