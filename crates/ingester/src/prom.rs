@@ -140,8 +140,6 @@ type Fast<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// The suffixes Prometheus adds to a family's name for its series.
 const FAMILY_SUFFIXES: [&str; 6] = ["_total", "_bucket", "_sum", "_count", "_created", "_info"];
 
-/// What `get` holds for a series name: under the name itself, or under
-/// the name without a suffix Prometheus adds.
 /// `members` (increasing indices) ordered by `name` and, within a name,
 /// as they came: a stable sort by name. Series of one name mostly come
 /// together (an exporter writes a family's series one after another), so
@@ -190,6 +188,8 @@ fn by_name<'a>(members: &[usize], name: impl Fn(usize) -> &'a str) -> Vec<usize>
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
+/// What `get` holds for a series name: under the name itself, or under
+/// the name without a suffix Prometheus adds.
 fn family_lookup<T>(name: &str, get: impl Fn(&str) -> Option<T>) -> Option<T> {
     get(name).or_else(|| {
         FAMILY_SUFFIXES
@@ -449,7 +449,8 @@ fn push_label<'a>(out: &mut Vec<(&'a str, &'a str)>, buf: &'a [u8]) -> Option<()
     Some(())
 }
 
-/// [`label`] of any other shape: fields in any order, long or repeated.
+/// [`push_label`]'s pair of any other shape: fields in any order, long or
+/// repeated.
 #[inline(never)]
 fn label_fields(buf: &[u8]) -> Option<(&str, &str)> {
     let mut r = Reader::new(buf);
