@@ -229,6 +229,8 @@ struct Series<'a> {
     /// The resource's labels (`job`, `instance`).
     job: Option<&'a str>,
     instance: Option<&'a str>,
+    /// Into [`Parsed::point_attrs`].
+    point_attrs: Range<usize>,
     samples: Range<usize>,
     exemplars: Range<usize>,
     histograms: Range<usize>,
@@ -316,6 +318,10 @@ pub struct Parsed<'a> {
     out_bytes: usize,
     /// Attributes the OTLP request will hold.
     out_attrs: u64,
+    /// Each series' point attributes, encoded as a `NumberDataPoint`'s
+    /// (field 7) while its labels are at hand, copied into each of its
+    /// number points when written.
+    point_attrs: Writer,
     /// The views' memory, against what the receiver reserved for them.
     meter: Meter,
 }
@@ -493,6 +499,7 @@ impl<'a> Parsed<'a> {
             refused: Refused::default(),
             out_bytes: 16,
             out_attrs: 0,
+            point_attrs: Writer::default(),
         }
     }
 
@@ -766,6 +773,7 @@ impl<'a> Parsed<'a> {
         // attributes sized; the resource's labels found.
         let (mut keep, mut attrs, mut n_attrs, mut label_bytes) = (l0, 0, 0u64, 0);
         let (mut job, mut instance) = (None, None);
+        let a0 = self.point_attrs.len();
         for i in l0..self.labels.len() {
             let (k, v) = self.labels[i];
             if v.is_empty() {
@@ -781,10 +789,12 @@ impl<'a> Parsed<'a> {
                 _ => {
                     attrs += kv_str_len(k, v);
                     n_attrs += 1;
+                    self.point_attrs.kv_str(7, k, v);
                 }
             }
         }
         self.labels.truncate(keep);
+        self.meter.take::<u8>(attrs)?;
         // A repeated time: the same value is one sample, another value is
         // refused (Mimir's duplicate-timestamp rule).
         let mut keep = s0;
@@ -843,6 +853,7 @@ impl<'a> Parsed<'a> {
             name,
             job,
             instance,
+            point_attrs: a0..self.point_attrs.len(),
             samples: s0..self.samples.len(),
             exemplars: e0..self.exemplars.len(),
             histograms: h0..self.histograms.len(),
@@ -1144,7 +1155,7 @@ impl<'a> Parsed<'a> {
             header(w);
             w.begin(field);
             for p in group {
-                let attrs = attrs_of(p);
+                let attrs = &self.point_attrs.buf[self.series[p.i].point_attrs.clone()];
                 for &(ns, v) in &kept[p.kept.clone()] {
                     w.begin(1); // NumberDataPoint
                     if p.created_ns > 0 {
@@ -1155,7 +1166,7 @@ impl<'a> Parsed<'a> {
                     for &e in p.exemplars_at(ns) {
                         self.write_exemplar(w, 5, e, ns, written);
                     }
-                    attrs(w, 7);
+                    w.buf.extend_from_slice(attrs);
                     w.end();
                     written.samples += 1;
                 }
@@ -1163,7 +1174,7 @@ impl<'a> Parsed<'a> {
                     w.begin(1);
                     w.fixed64(3, ns);
                     self.write_exemplar(w, 5, e, ns, written);
-                    attrs(w, 7);
+                    w.buf.extend_from_slice(attrs);
                     w.varint(8, NO_RECORDED_VALUE);
                     w.end();
                     written.lone += 1;

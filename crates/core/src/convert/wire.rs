@@ -99,16 +99,22 @@ pub struct Reader<'a> {
 /// `None` means "fall back" (malformed or unusual input; prost decides).
 type W<T> = Option<T>;
 
+// `#[inline]` on the small methods too: the remote-write and Loki-push
+// readers call them from another crate, where a call per field showed in
+// their profiles.
 impl<'a> Reader<'a> {
+    #[inline(always)]
     pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
 
+    #[inline(always)]
     pub fn done(&self) -> bool {
         self.pos >= self.buf.len()
     }
 
     /// Bytes read so far (for error messages).
+    #[inline(always)]
     pub fn pos(&self) -> usize {
         self.pos
     }
