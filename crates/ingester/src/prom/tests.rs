@@ -931,3 +931,23 @@ fn by_name_is_a_stable_sort_by_name() {
     }
     assert!(runs_taken > 100 && mixed_taken > 100, "{runs_taken} {mixed_taken}");
 }
+
+/// The count a 1.0 request's views are reserved by is exact, and a body
+/// that does not parse is not counted (the reading says why).
+#[test]
+fn a_1_0_request_is_counted_before_reading() {
+    let req = WriteRequest {
+        timeseries: vec![
+            series(&[("__name__", "a"), ("job", "j")], &[(1, 1.0), (2, 2.0)]),
+            series(&[("__name__", "b")], &[(3, 3.0)]),
+            series(&[("__name__", "c"), ("x", "1"), ("y", "2")], &[]),
+        ],
+        ..Default::default()
+    };
+    let body = req.encode_to_vec();
+    assert_eq!(count_v1(&body), Some((3, 6, 3)));
+    let p = Parsed::read(Version::V1, &body).expect("reads");
+    assert_eq!((p.series.len(), p.labels.len(), p.samples.len()), (3, 6, 3));
+    assert_eq!(count_v1(&body[..body.len() - 1]), None);
+    assert_eq!(count_v1(b""), Some((0, 0, 0)));
+}
