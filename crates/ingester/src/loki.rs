@@ -17,8 +17,9 @@
 //! names are `[a-zA-Z_][a-zA-Z0-9_]*` and not repeated; at most
 //! [`Rules::max_label_names`] labels; lines up to
 //! [`Rules::max_line_bytes`] (per tenant, from the limits file; Loki's
-//! defaults otherwise); times inside the accepted window. A stream that breaks a label rule is
-//! refused whole, an entry that breaks a line or time rule alone; the rest
+//! defaults otherwise); times inside the accepted window. A stream that
+//! breaks a label rule is refused whole, an entry that breaks a line or
+//! time rule alone; the rest
 //! is written and the answer is 400 with the first reason, as Loki answers.
 
 use std::borrow::Cow;

@@ -824,7 +824,7 @@ impl<'a> Parsed<'a> {
         };
         // One pass: an empty value is no label (Prometheus); the point
         // attributes sized; the resource's labels found.
-        let (mut keep, mut attrs, mut n_attrs, mut label_bytes) = (l0, 0, 0u64, 0);
+        let (mut keep, mut n_attrs, mut label_bytes) = (l0, 0u64, 0);
         let (mut job, mut instance) = (None, None);
         let a0 = self.point_attrs.len();
         for i in l0..self.labels.len() {
@@ -836,17 +836,17 @@ impl<'a> Parsed<'a> {
             keep += 1;
             label_bytes += k.len() + v.len() + 24;
             match k {
-                "__name__" => {}
                 "job" => job = Some(v),
                 "instance" => instance = Some(v),
-                _ => {
-                    attrs += kv_str_len(k, v);
+                _ if is_point_label(k) => {
                     n_attrs += 1;
                     self.point_attrs.kv_str(7, k, v);
                 }
+                _ => {}
             }
         }
         self.labels.truncate(keep);
+        let attrs = self.point_attrs.len() - a0;
         self.meter.take::<u8>(attrs)?;
         // A repeated time: the same value is one sample, another value is
         // refused (Mimir's duplicate-timestamp rule).

@@ -58,12 +58,27 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 /// Undoes snappy's block format, refusing a body whose declared length is
 /// over `max` before anything is allocated.
 pub fn unsnappy(body: &[u8], max: usize) -> Result<Vec<u8>, IngestError> {
-    let pool = BufferPool::default();
-    let mut raw = unsnappy_pooled(body, max, &pool)?;
-    Ok(match &mut raw {
-        Raw::Pooled(b, _) => std::mem::take(b),
-        Raw::Bytes(b) => b.to_vec(),
-    })
+    let mut buf = Vec::new();
+    unsnappy_into(body, max, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`unsnappy`] into `buf`, whose old bytes are written over, not zeroed
+/// first (a pooled buffer).
+fn unsnappy_into(body: &[u8], max: usize, buf: &mut Vec<u8>) -> Result<(), IngestError> {
+    let bad = |e: snap::Error| IngestError::Invalid(format!("malformed snappy body: {e}"));
+    let len = snap::raw::decompress_len(body).map_err(bad)?;
+    if len > max {
+        return Err(IngestError::TooLarge { bytes: len, limit: max });
+    }
+    if buf.len() < len {
+        buf.resize(len, 0);
+    } else {
+        buf.truncate(len);
+    }
+    let n = snap::raw::Decoder::new().decompress(body, buf).map_err(bad)?;
+    buf.truncate(n);
+    Ok(())
 }
 
 /// Buffers that snappy bodies are undone into, kept between requests so
@@ -120,28 +135,15 @@ impl Drop for Raw<'_> {
     }
 }
 
-/// [`unsnappy`] into a buffer of `pool`.
+/// [`unsnappy`] into a buffer of `pool`, which it goes back to when the
+/// body is dropped (or at once, when the body is refused).
 fn unsnappy_pooled<'p>(body: &[u8], max: usize, pool: &'p BufferPool) -> Result<Raw<'p>, IngestError> {
-    let bad = |e: snap::Error| IngestError::Invalid(format!("malformed snappy body: {e}"));
-    let len = snap::raw::decompress_len(body).map_err(bad)?;
-    if len > max {
-        return Err(IngestError::TooLarge { bytes: len, limit: max });
-    }
-    // A pooled buffer's old bytes are written over, not zeroed first.
     let mut buf = pool.take();
-    if buf.len() < len {
-        buf.resize(len, 0);
-    } else {
-        buf.truncate(len);
-    }
-    match snap::raw::Decoder::new().decompress(body, &mut buf) {
-        Ok(n) => {
-            buf.truncate(n);
-            Ok(Raw::Pooled(buf, pool))
-        }
+    match unsnappy_into(body, max, &mut buf) {
+        Ok(()) => Ok(Raw::Pooled(buf, pool)),
         Err(e) => {
             pool.give(buf);
-            Err(bad(e))
+            Err(e)
         }
     }
 }

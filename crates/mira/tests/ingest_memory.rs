@@ -260,6 +260,14 @@ async fn the_worst_shaped_requests_stay_within_the_configured_memory() {
             "labels, samples or entries",
         ),
         (
+            // Many small series, each with a point attribute: the series
+            // views, their labels and their encoded attributes.
+            "/api/v1/write",
+            pb,
+            rw_series(&wrap(1, &[wrap(1, b"a"), wrap(2, b"b")].concat())).repeat((2 * n - 32) / 26),
+            "labels, samples or entries",
+        ),
+        (
             "/api/v1/write",
             v2,
             [wrap(4, b""), empties(4, n - 16)].concat(),
